@@ -1,0 +1,290 @@
+//! Raw YAML structs → the immutable rule model. Every semantic check of the reference loader
+//! runs here, and every problem is collected (with file, line, column and path) rather than
+//! stopping at the first.
+
+use std::collections::HashMap;
+
+use serde_saphyr::Spanned;
+
+use super::error::ConfigError;
+use super::raw::{Pos, RawDescriptor, RawFile, RawMeta, RawRateLimit};
+use crate::rules::{
+    Domain, KeyNodes, Level, LevelMatch, Limit, MetaValue, Node, PathLevel, Pattern, Unit,
+};
+
+/// Collects errors and warnings while compiling one file into the shared domain map.
+pub(crate) struct FileCompiler<'a> {
+    pub(crate) origin: &'a str,
+    pub(crate) errors: &'a mut Vec<ConfigError>,
+    pub(crate) warnings: &'a mut Vec<String>,
+}
+
+impl FileCompiler<'_> {
+    fn error(&mut self, pos: Pos, path: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            origin: self.origin.to_owned(),
+            line: pos.line,
+            column: pos.column,
+            path: path.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    fn warn_ignored(&mut self, keys: Vec<(&'static str, Pos)>, path: &str) {
+        for (key, pos) in keys {
+            self.warnings.push(format!(
+                "{}:{}:{}: {path}: key '{key}' has no meaning here and is ignored",
+                self.origin, pos.line, pos.column
+            ));
+        }
+    }
+
+    /// Compiles one parsed file into `domains`, merging into an existing domain when `merge`.
+    pub(crate) fn compile(
+        &mut self,
+        raw: RawFile,
+        domains: &mut HashMap<String, Domain>,
+        merge: bool,
+    ) {
+        self.warn_ignored(raw.ignored_keys(), "");
+        let (name, pos) = match &raw.domain {
+            Some(d) if !d.value.is_empty() => (d.value.clone(), Pos::from(d.referenced)),
+            other => {
+                let pos = other
+                    .as_ref()
+                    .map(|d| Pos::from(d.referenced))
+                    .unwrap_or(Pos { line: 1, column: 1 });
+                self.error(pos, "domain", "config file cannot have empty domain");
+                return;
+            }
+        };
+        if domains.contains_key(&name) && !merge {
+            self.error(
+                pos,
+                "domain",
+                format!("duplicate domain '{name}' in config file"),
+            );
+            return;
+        }
+        let domain = domains.entry(name.clone()).or_default();
+        self.level(raw.descriptors, &mut domain.root, &[], "", &name);
+    }
+
+    fn level(
+        &mut self,
+        descriptors: Vec<Spanned<RawDescriptor>>,
+        level: &mut Level,
+        parent: &[PathLevel],
+        yaml_path: &str,
+        full_key: &str,
+    ) {
+        for (index, spanned) in descriptors.into_iter().enumerate() {
+            let pos = Pos::from(spanned.referenced);
+            let path = format!("{yaml_path}descriptors[{index}]");
+            self.descriptor(spanned.value, pos, level, parent, &path, full_key);
+        }
+    }
+
+    fn descriptor(
+        &mut self,
+        raw: RawDescriptor,
+        pos: Pos,
+        level: &mut Level,
+        parent: &[PathLevel],
+        path: &str,
+        full_key: &str,
+    ) {
+        self.warn_ignored(raw.ignored_keys(), path);
+        let key = match &raw.key {
+            Some(k) if !k.value.is_empty() => k.value.clone(),
+            _ => {
+                self.error(pos, path, "descriptor has empty key");
+                return;
+            }
+        };
+        let value = raw
+            .value
+            .as_ref()
+            .map(|v| v.value.clone())
+            .filter(|v| !v.is_empty());
+        let composite = match &value {
+            Some(v) => format!("{full_key}.{key}_{v}"),
+            None => format!("{full_key}.{key}"),
+        };
+        let share = raw.share_threshold.as_ref().is_some_and(|s| s.value);
+        let pattern = value.as_deref().and_then(Pattern::new);
+        if share && pattern.is_none() {
+            let at = raw
+                .share_threshold
+                .as_ref()
+                .map(|s| Pos::from(s.referenced))
+                .unwrap_or(pos);
+            let shown = composite
+                .split_once('.')
+                .map_or(composite.as_str(), |(_, rest)| rest);
+            self.error(at, &format!("{path}.share_threshold"), format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{shown}'"
+            ));
+        }
+        let matched = match (&value, &pattern) {
+            (Some(v), Some(_)) => LevelMatch::Wildcard {
+                pattern: v.clone(),
+                share_threshold: share,
+            },
+            (Some(v), None) => LevelMatch::Exact(v.clone()),
+            (None, _) => LevelMatch::Default,
+        };
+        let mut node_path = parent.to_vec();
+        node_path.push(PathLevel {
+            key: key.clone(),
+            matched,
+            value_to_metric: raw.value_to_metric,
+        });
+
+        let mut raw = raw;
+        let limit = raw.rate_limit.take().map(|rl| {
+            let rl_pos = Pos::from(rl.referenced);
+            self.limit(
+                rl.value,
+                rl_pos,
+                &raw,
+                &node_path,
+                &composite,
+                &format!("{path}.rate_limit"),
+            )
+        });
+        let limit = limit.flatten();
+
+        let mut node = Node {
+            limit,
+            children: Level::default(),
+        };
+        self.level(
+            raw.descriptors,
+            &mut node.children,
+            &node_path,
+            &format!("{path}."),
+            &composite,
+        );
+
+        let nodes = level.by_key.entry(key).or_insert_with(KeyNodes::default);
+        let duplicate = match (&value, pattern) {
+            (Some(v), Some(p)) => {
+                let dup = nodes_has_pattern(nodes, v);
+                if !dup {
+                    nodes.wildcards.push((p, node));
+                }
+                dup
+            }
+            (Some(v), None) => {
+                let dup = nodes.exact.contains_key(v);
+                if !dup {
+                    nodes.exact.insert(v.clone(), node);
+                }
+                dup
+            }
+            (None, _) => {
+                let dup = nodes.default.is_some();
+                if !dup {
+                    nodes.default = Some(node);
+                }
+                dup
+            }
+        };
+        if duplicate {
+            self.error(
+                pos,
+                path,
+                format!("duplicate descriptor composite key '{composite}'"),
+            );
+        }
+    }
+
+    fn limit(
+        &mut self,
+        raw: RawRateLimit,
+        pos: Pos,
+        descriptor: &RawDescriptor,
+        node_path: &[PathLevel],
+        full_key: &str,
+        path: &str,
+    ) -> Option<Limit> {
+        self.warn_ignored(raw.ignored_keys(), path);
+        let unit = raw.unit.as_ref().and_then(|u| Unit::parse(&u.value));
+        let unit_pos = raw.unit.as_ref().map_or(pos, |u| Pos::from(u.referenced));
+        let unit_text = raw.unit.as_ref().map_or("", |u| u.value.as_str());
+        let mut ok = true;
+        if raw.unlimited && unit.is_some() {
+            self.error(
+                unit_pos,
+                &format!("{path}.unit"),
+                "should not specify rate limit unit when unlimited",
+            );
+            ok = false;
+        } else if !raw.unlimited && unit.is_none() {
+            self.error(
+                unit_pos,
+                &format!("{path}.unit"),
+                format!("invalid rate limit unit '{unit_text}'"),
+            );
+            ok = false;
+        }
+        let name = raw.name.filter(|n| !n.is_empty());
+        let mut replaces = Vec::with_capacity(raw.replaces.len());
+        for (i, replace) in raw.replaces.iter().enumerate() {
+            let at = Pos::from(replace.referenced);
+            let rpath = format!("{path}.replaces[{i}]");
+            match replace.value.name.as_deref() {
+                None | Some("") => {
+                    self.error(at, &rpath, "should not have an empty replaces entry");
+                    ok = false;
+                }
+                Some(n) if Some(n) == name.as_deref() => {
+                    self.error(
+                        at,
+                        &rpath,
+                        "replaces should not contain name of same descriptor",
+                    );
+                    ok = false;
+                }
+                Some(n) => replaces.push(n.to_owned()),
+            }
+        }
+        let metadata = descriptor.metadata.as_ref().map(|m| meta_value(&m.value));
+        ok.then(|| Limit {
+            requests_per_unit: raw.requests_per_unit,
+            unit: unit.unwrap_or(Unit::Second),
+            unlimited: raw.unlimited,
+            name,
+            replaces,
+            shadow_mode: descriptor.shadow_mode,
+            quota_mode: descriptor.quota_mode,
+            detailed_metric: descriptor.detailed_metric,
+            metadata,
+            fail_open: raw.fail_open,
+            path: node_path.to_vec(),
+            full_key: full_key.to_owned(),
+        })
+    }
+}
+
+fn nodes_has_pattern(nodes: &KeyNodes, text: &str) -> bool {
+    nodes.wildcards.iter().any(|(p, _)| p.text() == text)
+}
+
+fn meta_value(raw: &RawMeta) -> MetaValue {
+    match raw {
+        RawMeta::Null(()) => MetaValue::Null,
+        RawMeta::Bool(b) => MetaValue::Bool(*b),
+        // Protobuf `Value` numbers are doubles; large integers lose precision as in the reference.
+        RawMeta::Int(i) => MetaValue::Number(*i as f64),
+        RawMeta::Float(f) => MetaValue::Number(*f),
+        RawMeta::String(s) => MetaValue::String(s.clone()),
+        RawMeta::List(items) => MetaValue::List(items.iter().map(meta_value).collect()),
+        RawMeta::Map(map) => MetaValue::Map(
+            map.iter()
+                .map(|(k, v)| (k.clone(), meta_value(v)))
+                .collect(),
+        ),
+    }
+}

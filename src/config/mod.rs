@@ -1,0 +1,130 @@
+//! Rule files → [`RuleSet`]. One loader with three callers: start-up, hot reload and
+//! `turnstile check-config`. Parsing (`raw`) is the only place that knows the YAML crate;
+//! `compile` turns raw structs into the immutable model and collects every error with file,
+//! line, column and path.
+//!
+//! Must not touch: protobuf types, tonic, storage.
+
+mod compile;
+mod error;
+mod raw;
+
+pub use error::{ConfigError, ConfigErrors};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::rules::RuleSet;
+
+/// How a set of rule files is combined.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Skip files whose name starts with `.` (`RUNTIME_IGNOREDOTFILES`). Directories whose name
+    /// starts with `.` (Kubernetes' `..data`, `..2024_…`) are never entered, so a ConfigMap's
+    /// files are not loaded twice.
+    pub ignore_dotfiles: bool,
+    /// Let several files share a domain (`MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+}
+
+/// A successfully loaded rule set.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The compiled rules.
+    pub rules: RuleSet,
+    /// Things worth a log line that do not stop the load (ignored keys).
+    pub warnings: Vec<String>,
+    /// How many files were read.
+    pub files: usize,
+}
+
+/// Compiles rule files given as `(origin, text)` pairs, in the order given.
+pub fn parse_files(
+    files: &[(String, String)],
+    options: LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let mut domains = HashMap::new();
+    for (origin, text) in files {
+        match raw::parse(text) {
+            Ok(parsed) => compile::FileCompiler {
+                origin,
+                errors: &mut errors,
+                warnings: &mut warnings,
+            }
+            .compile(parsed, &mut domains, options.merge_domains),
+            Err(err) => errors.push(ConfigError {
+                origin: origin.clone(),
+                line: err.pos.line,
+                column: err.pos.column,
+                path: String::new(),
+                message: format!("error loading config file: {}", err.message),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(Loaded {
+            rules: RuleSet::new(domains),
+            warnings,
+            files: files.len(),
+        })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Loads every rule file under `dir` (recursively, sorted by path).
+pub fn load_dir(dir: &Path, options: LoadOptions) -> Result<Loaded, ConfigErrors> {
+    let paths = list_files(dir, options).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut files = Vec::with_capacity(paths.len());
+    let mut errors = Vec::new();
+    for path in paths {
+        let origin = path.display().to_string();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => files.push((origin, text)),
+            Err(err) => errors.push(io_error(&origin, &err)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    parse_files(&files, options)
+}
+
+fn io_error(origin: &str, err: &std::io::Error) -> ConfigError {
+    ConfigError {
+        origin: origin.to_owned(),
+        line: 0,
+        column: 0,
+        path: String::new(),
+        message: format!("cannot read: {err}"),
+    }
+}
+
+fn list_files(dir: &Path, options: LoadOptions) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let entries = std::fs::read_dir(&current)
+            .map_err(|e| io_error(&current.display().to_string(), &e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(&current.display().to_string(), &e))?;
+            let path = entry.path();
+            let dot = entry.file_name().to_string_lossy().starts_with('.');
+            // `metadata` follows symlinks, as a ConfigMap's files are symlinks into `..data`.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if !dot {
+                    pending.push(path);
+                }
+            } else if meta.is_file() && !(dot && options.ignore_dotfiles) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

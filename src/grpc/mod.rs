@@ -1,0 +1,76 @@
+//! The gRPC edge: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`. Converts
+//! protobuf to domain types (`convert`), asks the limiter, converts the verdict back
+//! (`response`) and maps failures to status codes.
+//!
+//! Must not touch: YAML, memcached crates.
+
+mod convert;
+mod response;
+
+pub use convert::{InvalidRequest, request_from_pb};
+pub use response::{HeaderNames, ResponseSettings, response_to_pb};
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::limiter::Limiter;
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::reload::RulesHandle;
+use crate::storage::CounterStore;
+
+/// Everything a request needs, shared by all connections.
+#[derive(Debug)]
+pub struct ServiceState<S> {
+    /// The live rules.
+    pub rules: Arc<RulesHandle>,
+    /// The decision and its counter store.
+    pub limiter: Limiter<S>,
+    /// Response shaping.
+    pub response: ResponseSettings,
+}
+
+/// The `RateLimitService` implementation.
+#[derive(Debug)]
+pub struct RateLimitHandler<S> {
+    state: Arc<ServiceState<S>>,
+}
+
+impl<S> RateLimitHandler<S> {
+    /// A handler over shared state.
+    pub fn new(state: Arc<ServiceState<S>>) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: CounterStore> RateLimitService for RateLimitHandler<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request_from_pb(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let Some(rules) = self.state.rules.load() else {
+            return Err(Status::unavailable("no rate limit configuration loaded"));
+        };
+        // A store failure is UNAVAILABLE, not UNKNOWN: Envoy treats both as errors, and
+        // UNAVAILABLE tells operators (and retry policies) the backend, not the request, failed;
+        // `failure_mode_deny` on the proxy then decides whether the request passes.
+        let verdict = self
+            .state
+            .limiter
+            .check(&rules, &request)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(domain = %request.domain, descriptors = ?request.descriptors, overall = ?verdict.overall, "decided");
+        }
+        Ok(Response::new(response_to_pb(
+            &verdict,
+            &request,
+            &self.state.response,
+        )))
+    }
+}

@@ -1,0 +1,215 @@
+//! Domain verdict → protobuf response: statuses in request order, the optional `RateLimit-*`
+//! response headers and the optional dynamic metadata, shaped as the reference shapes them.
+
+use std::collections::BTreeMap;
+
+use prost_types::{ListValue, Struct, Value, value::Kind};
+
+use crate::limiter::{Code, Request, Status, Verdict};
+use crate::pb::envoy::config::core::v3::HeaderValue;
+use crate::pb::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
+use crate::rules::{MetaValue, Unit};
+
+/// Names of the response headers (`LIMIT_*_HEADER`).
+#[derive(Debug, Clone)]
+pub struct HeaderNames {
+    /// `LIMIT_LIMIT_HEADER`, default `RateLimit-Limit`.
+    pub limit: String,
+    /// `LIMIT_REMAINING_HEADER`, default `RateLimit-Remaining`.
+    pub remaining: String,
+    /// `LIMIT_RESET_HEADER`, default `RateLimit-Reset`.
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// What goes into a response beyond the statuses.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseSettings {
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
+    pub headers: Option<HeaderNames>,
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    pub dynamic_metadata: bool,
+}
+
+fn code(c: Code) -> i32 {
+    match c {
+        Code::Ok => rate_limit_response::Code::Ok as i32,
+        Code::OverLimit => rate_limit_response::Code::OverLimit as i32,
+    }
+}
+
+fn unit(u: Unit) -> i32 {
+    use rate_limit_response::rate_limit::Unit as PbUnit;
+    (match u {
+        Unit::Second => PbUnit::Second,
+        Unit::Minute => PbUnit::Minute,
+        Unit::Hour => PbUnit::Hour,
+        Unit::Day => PbUnit::Day,
+        Unit::Week => PbUnit::Week,
+        Unit::Month => PbUnit::Month,
+        Unit::Year => PbUnit::Year,
+    }) as i32
+}
+
+fn status(s: &Status<'_>) -> rate_limit_response::DescriptorStatus {
+    rate_limit_response::DescriptorStatus {
+        code: code(s.code),
+        current_limit: s.limit.map(|l| rate_limit_response::RateLimit {
+            name: l.name().to_owned(),
+            requests_per_unit: l.requests_per_unit(),
+            unit: unit(l.unit()),
+        }),
+        limit_remaining: s.remaining,
+        duration_until_reset: s.reset_in.map(|secs| prost_types::Duration {
+            seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+        quota: None,
+    }
+}
+
+/// Builds the response for a verdict.
+pub fn response_to_pb(
+    verdict: &Verdict<'_>,
+    request: &Request,
+    settings: &ResponseSettings,
+) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code(verdict.overall),
+        statuses: verdict.statuses.iter().map(status).collect(),
+        response_headers_to_add: settings
+            .headers
+            .as_ref()
+            .map(|names| headers(verdict, names))
+            .unwrap_or_default(),
+        dynamic_metadata: settings
+            .dynamic_metadata
+            .then(|| dynamic_metadata(verdict, request)),
+        ..Default::default()
+    }
+}
+
+/// The descriptor closest to its limit; a non-quota OVER_LIMIT one wins (the last such).
+fn headers(verdict: &Verdict<'_>, names: &HeaderNames) -> Vec<HeaderValue> {
+    let mut chosen: Option<&Status<'_>> = None;
+    for s in verdict.statuses.iter().filter(|s| s.limit.is_some()) {
+        if chosen.is_none_or(|c| s.remaining < c.remaining) {
+            chosen = Some(s);
+        }
+    }
+    for s in &verdict.statuses {
+        if s.code == Code::OverLimit && !s.quota {
+            chosen = Some(s);
+        }
+    }
+    let Some(s) = chosen else { return Vec::new() };
+    let Some(limit) = s.limit else {
+        return Vec::new();
+    };
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    };
+    vec![
+        header(&names.limit, limit.requests_per_unit().to_string()),
+        header(&names.remaining, s.remaining.to_string()),
+        header(&names.reset, s.reset_in.unwrap_or(0).to_string()),
+    ]
+}
+
+fn kind(k: Kind) -> Value {
+    Value { kind: Some(k) }
+}
+
+fn string(s: String) -> Value {
+    kind(Kind::StringValue(s))
+}
+
+fn meta(v: &MetaValue) -> Value {
+    kind(match v {
+        MetaValue::Null => Kind::NullValue(0),
+        MetaValue::Bool(b) => Kind::BoolValue(*b),
+        MetaValue::Number(n) => Kind::NumberValue(*n),
+        MetaValue::String(s) => Kind::StringValue(s.clone()),
+        MetaValue::List(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(meta).collect(),
+        }),
+        MetaValue::Map(map) => Kind::StructValue(Struct {
+            fields: map.iter().map(|(k, v)| (k.clone(), meta(v))).collect(),
+        }),
+    })
+}
+
+fn dynamic_metadata(verdict: &Verdict<'_>, request: &Request) -> Struct {
+    let mut fields = BTreeMap::new();
+    fields.insert("domain".to_owned(), string(request.domain.clone()));
+    let descriptors = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut f = BTreeMap::new();
+            let entries = d
+                .entries
+                .iter()
+                .map(|e| string(format!("{}={}", e.key, e.value)))
+                .collect();
+            f.insert(
+                "entries".to_owned(),
+                kind(Kind::ListValue(ListValue { values: entries })),
+            );
+            if let Some(o) = d.limit_override {
+                f.insert(
+                    "limit".to_owned(),
+                    string(format!(
+                        "requests_per_unit:{} unit:{}",
+                        o.requests_per_unit,
+                        o.unit.name()
+                    )),
+                );
+            }
+            if let Some(h) = d.hits_addend {
+                f.insert("hitsAddend".to_owned(), kind(Kind::NumberValue(h as f64)));
+            }
+            kind(Kind::StructValue(Struct { fields: f }))
+        })
+        .collect();
+    fields.insert(
+        "descriptors".to_owned(),
+        kind(Kind::ListValue(ListValue {
+            values: descriptors,
+        })),
+    );
+    if request.hits_addend != 0 {
+        fields.insert(
+            "hitsAddend".to_owned(),
+            kind(Kind::NumberValue(f64::from(request.hits_addend))),
+        );
+    }
+    let mut merged: Option<MetaValue> = None;
+    for s in verdict
+        .statuses
+        .iter()
+        .filter(|s| s.code == Code::Ok && !s.unlimited)
+    {
+        if let Some(m) = s.limit.and_then(|l| l.metadata()) {
+            match merged.as_mut() {
+                Some(acc) => acc.merge_from(m),
+                None => merged = Some(m.clone()),
+            }
+        }
+    }
+    if let Some(m) = merged {
+        fields.insert("metadata".to_owned(), meta(&m));
+    }
+    Struct { fields }
+}

@@ -1,0 +1,251 @@
+//! The decision: match each descriptor, build its counter key and window, count every limited
+//! descriptor in one batched store call, and turn the counts into a [`Verdict`] with the
+//! reference's semantics (replaces, unlimited, shadow mode, quota mode, global shadow mode).
+//!
+//! Must not touch: protobuf types, tonic, YAML, memcached crates. Uses storage only through the
+//! [`CounterStore`] trait and time only through [`Clock`].
+
+mod key;
+mod request;
+mod verdict;
+mod window;
+
+pub use request::{Descriptor, Entry, LimitOverride, Request};
+pub use verdict::{Applied, Code, Status, Verdict};
+
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::rules::{LevelMatch, RuleSet};
+use crate::storage::{CounterStore, Hit, Op, StorageError};
+use window::Window;
+
+/// Process-wide limiter settings.
+#[derive(Debug, Clone, Default)]
+pub struct LimiterSettings {
+    /// `CACHE_KEY_PREFIX`: prepended to every counter key.
+    pub key_prefix: String,
+    /// `SHADOW_MODE`: an OVER_LIMIT overall code becomes OK.
+    pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every limited descriptor counts in quota mode.
+    pub quota_mode: bool,
+    /// Answer OK instead of an error when the counter store fails (every rule).
+    pub fail_open: bool,
+}
+
+/// Decides requests against rules, counting in a store.
+#[derive(Debug)]
+pub struct Limiter<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    settings: LimiterSettings,
+}
+
+impl<S: CounterStore> Limiter<S> {
+    /// A limiter over `store`.
+    pub fn new(store: S, clock: Arc<dyn Clock>, settings: LimiterSettings) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
+    }
+
+    /// The counter store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Decides one request. A store error is returned unless the fail-open policy covers every
+    /// counted descriptor, in which case they answer OK and the verdict says `failed_open`.
+    pub async fn check<'r>(
+        &self,
+        rules: &'r RuleSet,
+        request: &Request,
+    ) -> Result<Verdict<'r>, StorageError> {
+        let mut statuses: Vec<Status<'r>> = request
+            .descriptors
+            .iter()
+            .map(|_| Status::no_limit())
+            .collect();
+        let Some(domain) = rules.domain(&request.domain) else {
+            return Ok(Verdict {
+                overall: Code::Ok,
+                statuses,
+                domain_found: false,
+                global_shadowed: false,
+                failed_open: false,
+            });
+        };
+
+        // 1. Match (an override wins over the configuration).
+        let applied: Vec<Option<Applied<'r>>> = request
+            .descriptors
+            .iter()
+            .map(|d| match d.limit_override {
+                Some(o) => Some(Applied::Override(o)),
+                None => domain
+                    .lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
+                    .map(Applied::Rule),
+            })
+            .collect();
+
+        // 2. Replaces: any limit named by another matched limit is dropped and not counted.
+        let replaced: Vec<&str> = applied
+            .iter()
+            .flatten()
+            .filter_map(Applied::rule)
+            .flat_map(|l| l.replaces.iter().map(String::as_str))
+            .collect();
+
+        // 3. One batched store call for every counted descriptor.
+        let now = self.clock.now();
+        let mut hits = Vec::new();
+        let mut counted = Vec::new();
+        for (index, (descriptor, applied)) in request.descriptors.iter().zip(&applied).enumerate() {
+            let Some(limit) = applied else { continue };
+            if limit
+                .rule()
+                .and_then(|l| l.name.as_deref())
+                .is_some_and(|n| replaced.contains(&n))
+            {
+                continue;
+            }
+            let status = &mut statuses[index];
+            if limit.unlimited() {
+                status.unlimited = true;
+                status.remaining = u32::MAX;
+                continue;
+            }
+            let window = Window::of(limit.unit(), now);
+            status.limit = Some(*limit);
+            status.reset_in = Some(window.reset_in);
+            status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
+            let op = match (descriptor.refund, descriptor.hits) {
+                (true, n) => Op::Sub(n),
+                (false, n) => Op::Add(n),
+            };
+            hits.push(Hit {
+                key: self.key(&request.domain, descriptor, limit, &window),
+                op,
+                expires_at: window.end(),
+            });
+            counted.push(index);
+        }
+
+        let counts = if hits.is_empty() {
+            Vec::new()
+        } else {
+            match self.store.hit(&hits).await {
+                Ok(counts) => counts,
+                Err(err) => return self.fail_open(err, statuses, &counted),
+            }
+        };
+
+        // 4. Per-descriptor codes, shadow mode.
+        for ((&index, count), hit) in counted.iter().zip(counts).zip(&hits) {
+            let status = &mut statuses[index];
+            let limit = u64::from(status.limit.map_or(0, |l| l.requests_per_unit()));
+            status.count_after = count;
+            status.hits = match hit.op {
+                Op::Add(n) => n,
+                Op::Sub(_) => 0,
+            };
+            let over = matches!(hit.op, Op::Add(_)) && count > limit;
+            if over {
+                let shadow = status
+                    .limit
+                    .and_then(|l| l.rule().map(|r| r.shadow_mode))
+                    .unwrap_or(false);
+                status.code = if shadow { Code::Ok } else { Code::OverLimit };
+                status.shadowed = shadow;
+                status.remaining = 0;
+            } else {
+                status.remaining = u32::try_from(limit.saturating_sub(count)).unwrap_or(u32::MAX);
+            }
+        }
+
+        // 5. Overall code: any non-quota descriptor over, or every quota descriptor over.
+        let mut overall = Code::Ok;
+        let (mut quota_total, mut quota_over) = (0usize, 0usize);
+        for status in &statuses {
+            if status.quota {
+                quota_total += 1;
+                quota_over += usize::from(status.code == Code::OverLimit);
+            } else if status.code == Code::OverLimit {
+                overall = Code::OverLimit;
+            }
+        }
+        if quota_total > 0 && quota_total == quota_over {
+            overall = Code::OverLimit;
+        }
+        let global_shadowed = overall == Code::OverLimit && self.settings.shadow_mode;
+        if global_shadowed {
+            overall = Code::Ok;
+        }
+        Ok(Verdict {
+            overall,
+            statuses,
+            domain_found: true,
+            global_shadowed,
+            failed_open: false,
+        })
+    }
+
+    fn key(
+        &self,
+        domain: &str,
+        descriptor: &Descriptor,
+        limit: &Applied<'_>,
+        window: &Window,
+    ) -> String {
+        let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
+        let entries = descriptor.entries.iter().enumerate().map(|(i, e)| {
+            let value = match path.get(i).map(|p| &p.matched) {
+                Some(LevelMatch::Wildcard {
+                    pattern,
+                    share_threshold: true,
+                }) => pattern.as_str(),
+                _ => e.value.as_str(),
+            };
+            (e.key.as_str(), value)
+        });
+        key::counter_key(
+            &self.settings.key_prefix,
+            domain,
+            entries,
+            window.period,
+            window.start,
+        )
+    }
+
+    fn fail_open<'r>(
+        &self,
+        err: StorageError,
+        mut statuses: Vec<Status<'r>>,
+        counted: &[usize],
+    ) -> Result<Verdict<'r>, StorageError> {
+        let covered = |i: &usize| {
+            self.settings.fail_open
+                || statuses[*i]
+                    .limit
+                    .and_then(|l| l.rule().map(|r| r.fail_open))
+                    .unwrap_or(false)
+        };
+        if !counted.iter().all(covered) {
+            return Err(err);
+        }
+        tracing::warn!(error = %err, "counter store failed; answering OK by the fail-open policy");
+        for &index in counted {
+            let status = &mut statuses[index];
+            status.remaining = status.limit.map_or(0, |l| l.requests_per_unit());
+        }
+        Ok(Verdict {
+            overall: Code::Ok,
+            statuses,
+            domain_found: true,
+            global_shadowed: false,
+            failed_open: true,
+        })
+    }
+}

@@ -1,0 +1,49 @@
+//! A validated rate-limit request in domain terms. Built by the gRPC edge (which validates and
+//! resolves `hits_addend`), read by the limiter.
+
+use crate::rules::Unit;
+
+/// One key/value entry of a descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Entry key (never empty).
+    pub key: String,
+    /// Entry value (may be empty).
+    pub value: String,
+}
+
+/// A limit sent by the proxy instead of the configured one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Allowed hits per window.
+    pub requests_per_unit: u32,
+    /// The window unit.
+    pub unit: Unit,
+}
+
+/// One descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Ordered entries (never empty).
+    pub entries: Vec<Entry>,
+    /// `descriptor.limit`.
+    pub limit_override: Option<LimitOverride>,
+    /// Resolved hits: the descriptor's `hits_addend` when present (0 = check only), otherwise
+    /// the request's, where 0 means 1.
+    pub hits: u64,
+    /// `is_negative_hits`: refund `hits` instead of adding them.
+    pub refund: bool,
+    /// The descriptor's own `hits_addend`, when it was sent (for dynamic metadata).
+    pub hits_addend: Option<u64>,
+}
+
+/// A whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The domain (never empty).
+    pub domain: String,
+    /// The descriptors (never empty).
+    pub descriptors: Vec<Descriptor>,
+    /// The request-level `hits_addend` as sent (for dynamic metadata).
+    pub hits_addend: u32,
+}

@@ -1,0 +1,123 @@
+//! The result of a decision, in domain terms (not protobuf): one status per request descriptor
+//! plus the overall code. Borrowed from the rule set that produced it.
+
+use super::request::LimitOverride;
+use crate::rules::{Limit, MetaValue, Unit};
+
+/// A descriptor's or the request's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Let it through.
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit that applied to a descriptor.
+#[derive(Debug, Clone, Copy)]
+pub enum Applied<'r> {
+    /// A configured limit.
+    Rule(&'r Limit),
+    /// A limit sent in the request (`descriptor.limit`).
+    Override(LimitOverride),
+}
+
+impl<'r> Applied<'r> {
+    /// Allowed hits per window.
+    pub fn requests_per_unit(&self) -> u32 {
+        match self {
+            Applied::Rule(l) => l.requests_per_unit,
+            Applied::Override(o) => o.requests_per_unit,
+        }
+    }
+
+    /// The window unit.
+    pub fn unit(&self) -> Unit {
+        match self {
+            Applied::Rule(l) => l.unit,
+            Applied::Override(o) => o.unit,
+        }
+    }
+
+    /// `rate_limit.name` (empty for overrides).
+    pub fn name(&self) -> &str {
+        match self {
+            Applied::Rule(l) => l.name.as_deref().unwrap_or(""),
+            Applied::Override(_) => "",
+        }
+    }
+
+    /// The rule, when the limit came from configuration.
+    pub fn rule(&self) -> Option<&'r Limit> {
+        match self {
+            Applied::Rule(l) => Some(l),
+            Applied::Override(_) => None,
+        }
+    }
+
+    /// Whether the limit is `unlimited`.
+    pub fn unlimited(&self) -> bool {
+        self.rule().is_some_and(|l| l.unlimited)
+    }
+
+    /// The rule's metadata, if any.
+    pub fn metadata(&self) -> Option<&'r MetaValue> {
+        self.rule().and_then(|l| l.metadata.as_ref())
+    }
+}
+
+/// One descriptor's answer.
+#[derive(Debug, Clone)]
+pub struct Status<'r> {
+    /// OK or OVER_LIMIT (after per-rule shadow mode).
+    pub code: Code,
+    /// The limit reported as `current_limit`; `None` when no limit applies (unknown domain, no
+    /// match, replaced) and for `unlimited` limits.
+    pub limit: Option<Applied<'r>>,
+    /// `limit_remaining`.
+    pub remaining: u32,
+    /// `duration_until_reset` in seconds, for counted limits.
+    pub reset_in: Option<u64>,
+    /// Hits this request added (0 for refunds and uncounted descriptors).
+    pub hits: u64,
+    /// The counter after this request's hits.
+    pub count_after: u64,
+    /// The limit was over, but shadow mode (rule) answered OK.
+    pub shadowed: bool,
+    /// The descriptor counts in quota mode.
+    pub quota: bool,
+    /// The descriptor matched an `unlimited` limit.
+    pub unlimited: bool,
+}
+
+impl Status<'_> {
+    /// A status for a descriptor no limit applies to.
+    pub(crate) fn no_limit() -> Self {
+        Status {
+            code: Code::Ok,
+            limit: None,
+            remaining: 0,
+            reset_in: None,
+            hits: 0,
+            count_after: 0,
+            shadowed: false,
+            quota: false,
+            unlimited: false,
+        }
+    }
+}
+
+/// The whole request's answer.
+#[derive(Debug, Clone)]
+pub struct Verdict<'r> {
+    /// The overall code (after quota mode and global shadow mode).
+    pub overall: Code,
+    /// One status per request descriptor, in request order.
+    pub statuses: Vec<Status<'r>>,
+    /// Whether the request's domain is loaded.
+    pub domain_found: bool,
+    /// Global shadow mode turned an OVER_LIMIT overall code into OK.
+    pub global_shadowed: bool,
+    /// The counter store failed and the answer was OK by the fail-open policy.
+    pub failed_open: bool,
+}

@@ -1,0 +1,74 @@
+//! The `turnstile` binary: settings → telemetry → serve → exit code. All logic is in the library.
+//!
+//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use turnstile::config::LoadOptions;
+use turnstile::settings::Settings;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("check-config") => {
+            let Some(dir) = args.get(1) else {
+                return usage();
+            };
+            let merge_domains = args.iter().any(|a| a == "--merge-domain-config");
+            let options = LoadOptions {
+                ignore_dotfiles: false,
+                merge_domains,
+            };
+            match turnstile::app::check_config(&PathBuf::from(dir), options) {
+                Ok(report) => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Some("--config-dir") => match args.get(1) {
+            Some(dir) if args.len() == 2 => serve(Some(PathBuf::from(dir))),
+            _ => usage(),
+        },
+        None => serve(None),
+        Some(_) => usage(),
+    }
+}
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config]"
+    );
+    ExitCode::from(64)
+}
+
+fn serve(config_dir: Option<PathBuf>) -> ExitCode {
+    let settings = match Settings::from_env(&|name| std::env::var(name).ok(), config_dir) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("turnstile: {err}");
+            return ExitCode::from(64);
+        }
+    };
+    turnstile::telemetry::init(&settings.log_level, settings.log_json);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("turnstile: starting the runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(turnstile::app::run(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            eprintln!("turnstile: {err}");
+            ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(1))
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The compiled, immutable rule model: per domain a tree of descriptor levels, and the limits that
+//! hang on its nodes. Built once by `config` and shared read-only (behind an `Arc`) by every
+//! request. Owns matching (`matcher`) and wildcard patterns (`wildcard`).
+//!
+//! Must not touch: YAML, protobuf types, storage, tokio. Nothing here is joined with `_`: the
+//! composite-key ambiguities of the reference do not exist in this model.
+
+mod matcher;
+mod metadata;
+mod wildcard;
+
+pub use metadata::MetaValue;
+pub(crate) use wildcard::Pattern;
+
+use std::collections::HashMap;
+
+/// The unit of a fixed window. A month is 30 days and a year 365 days, as in the reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3,600 seconds.
+    Hour,
+    /// 86,400 seconds; windows start at 00:00 UTC.
+    Day,
+    /// 604,800 seconds; windows start on Thursday 00:00 UTC (epoch-aligned).
+    Week,
+    /// 2,592,000 seconds (30 days from the epoch, not calendar months).
+    Month,
+    /// 31,536,000 seconds (365 days from the epoch).
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// The window length in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+        }
+    }
+
+    /// Parses a unit name case-insensitively (`second` … `year`, `week`).
+    pub fn parse(text: &str) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|u| u.name().eq_ignore_ascii_case(text))
+    }
+
+    /// The upper-case name used on the wire and in dumps (`SECOND`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+/// How one level of a descriptor path was matched; decides the stats key and the counter key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LevelMatch {
+    /// `key` + exact `value`.
+    Exact(String),
+    /// `key` + a value pattern containing `*`.
+    Wildcard {
+        /// The pattern as written, e.g. `files/*`.
+        pattern: String,
+        /// All values matching the pattern share one counter (and stats key).
+        share_threshold: bool,
+    },
+    /// `key` alone: any value.
+    Default,
+}
+
+/// One level of the path from a domain's root to the node that carries a limit.
+#[derive(Debug, Clone)]
+pub struct PathLevel {
+    /// The descriptor entry key at this level.
+    pub key: String,
+    /// How the node at this level matches a value.
+    pub matched: LevelMatch,
+    /// Use the runtime value in the stats key at this level (`value_to_metric`).
+    pub value_to_metric: bool,
+}
+
+/// A limit from the configuration, with everything the decision and the response need.
+#[derive(Debug, Clone)]
+pub struct Limit {
+    /// Allowed hits per window; 0 blocks everything.
+    pub requests_per_unit: u32,
+    /// The window unit (unused when `unlimited`).
+    pub unit: Unit,
+    /// Never counted; answers OK with `limit_remaining` = `u32::MAX`.
+    pub unlimited: bool,
+    /// `rate_limit.name`: returned as `current_limit.name` and used by `replaces`.
+    pub name: Option<String>,
+    /// Names of other limits this one drops from the same request.
+    pub replaces: Vec<String>,
+    /// Count and report, but always answer OK for this descriptor.
+    pub shadow_mode: bool,
+    /// Soft limit (see `limiter` for the overall-code rule).
+    pub quota_mode: bool,
+    /// Use the runtime values at every level in the stats key.
+    pub detailed_metric: bool,
+    /// Copied into the response's dynamic metadata when the descriptor passes.
+    pub metadata: Option<MetaValue>,
+    /// Answer OK (and count it) instead of an error when the counter store fails.
+    pub fail_open: bool,
+    /// The path from the domain root to this limit's node.
+    pub path: Vec<PathLevel>,
+    /// `domain.key_value.key…` as the reference prints it in `/rlconfig`.
+    pub full_key: String,
+}
+
+/// One node of a descriptor tree.
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    pub(crate) limit: Option<Limit>,
+    pub(crate) children: Level,
+}
+
+/// The nodes of one tree level, grouped by entry key.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    pub(crate) by_key: HashMap<String, KeyNodes>,
+}
+
+/// The nodes of one level that share an entry key.
+#[derive(Debug, Default)]
+pub(crate) struct KeyNodes {
+    pub(crate) exact: HashMap<String, Node>,
+    /// In config order: the first matching pattern wins.
+    pub(crate) wildcards: Vec<(Pattern, Node)>,
+    pub(crate) default: Option<Node>,
+}
+
+/// The rules of one domain.
+#[derive(Debug, Default)]
+pub struct Domain {
+    pub(crate) root: Level,
+}
+
+/// Every loaded domain. Immutable once built; a reload builds a new one.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    domains: HashMap<String, Domain>,
+}
+
+impl RuleSet {
+    /// A rule set from compiled domains.
+    pub(crate) fn new(domains: HashMap<String, Domain>) -> Self {
+        Self { domains }
+    }
+
+    /// The domain named `name`, if loaded.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// How many domains are loaded.
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// Every limit of every domain (for dumps such as `/rlconfig`), in no particular order.
+    pub fn limits(&self) -> Vec<&Limit> {
+        let mut out = Vec::new();
+        for domain in self.domains.values() {
+            domain.root.collect_limits(&mut out);
+        }
+        out
+    }
+}
+
+impl Level {
+    fn collect_limits<'a>(&'a self, out: &mut Vec<&'a Limit>) {
+        for nodes in self.by_key.values() {
+            let all = nodes
+                .exact
+                .values()
+                .chain(nodes.wildcards.iter().map(|(_, n)| n))
+                .chain(nodes.default.iter());
+            for node in all {
+                out.extend(node.limit.as_ref());
+                node.children.collect_limits(out);
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The in-process counter store (the embedded default, `BACKEND_TYPE=memory`). Keys are hashed
+//! to 128 bits (xxh3) and kept in sharded maps, so memory per counter is small and fixed
+//! whatever the descriptor values. The store is bounded: a shard that is full first drops its
+//! expired windows, and if it is still full refuses new counters with
+//! [`StorageError::Full`](super::StorageError::Full) rather than silently forgetting live ones.
+//! A sweeper (see [`MemoryStore::sweep`]) drops expired windows in the background.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::{CounterStore, Hit, Op, StorageError};
+use crate::clock::Clock;
+
+const SHARDS: usize = 64;
+
+#[derive(Debug, Clone, Copy)]
+struct Counter {
+    count: u64,
+    expires_at: u64,
+}
+
+/// The in-process counter store.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Box<[Mutex<HashMap<u128, Counter>>]>,
+    per_shard_cap: usize,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryStore {
+    /// A store holding at most about `max_keys` live counters.
+    pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
+        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        Self {
+            shards,
+            per_shard_cap: (max_keys / SHARDS).max(1),
+            clock,
+        }
+    }
+
+    /// Drops every expired counter; returns how many were dropped.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut map = lock(shard);
+            let before = map.len();
+            map.retain(|_, c| c.expires_at > now);
+            dropped += before - map.len();
+        }
+        dropped
+    }
+
+    /// How many counters are held (live or not yet swept).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// Whether no counter is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
+        let hash = xxh3_128(hit.key.as_bytes());
+        let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
+        if let Some(counter) = map.get_mut(&hash) {
+            if counter.expires_at > now {
+                counter.count = match hit.op {
+                    Op::Add(n) => counter.count.saturating_add(n),
+                    Op::Sub(n) => counter.count.saturating_sub(n),
+                };
+                return Ok(counter.count);
+            }
+            map.remove(&hash);
+        }
+        let Op::Add(n) = hit.op else { return Ok(0) };
+        if n == 0 {
+            return Ok(0);
+        }
+        if map.len() >= self.per_shard_cap {
+            map.retain(|_, c| c.expires_at > now);
+            if map.len() >= self.per_shard_cap {
+                return Err(StorageError::Full(format!(
+                    "memory store holds its maximum of {} live counters in this shard",
+                    self.per_shard_cap
+                )));
+            }
+        }
+        map.insert(
+            hash,
+            Counter {
+                count: n,
+                expires_at: hit.expires_at,
+            },
+        );
+        Ok(n)
+    }
+}
+
+/// A poisoned shard only means another thread panicked mid-update of plain integers; the data
+/// is still usable.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CounterStore for MemoryStore {
+    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        let now = self.clock.now();
+        hits.iter().map(|hit| self.apply(hit, now)).collect()
+    }
+
+    async fn ready(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,75 @@
+//! Counters: the [`CounterStore`] trait and its implementations, the in-process [`memory`]
+//! store (the embedded default) and [`memcached`]. A store knows keys, deltas and expiry times;
+//! it knows nothing about rules, limits or protobuf.
+//!
+//! The trait is batch-shaped: one call per request carries every descriptor's hit, so a remote
+//! store can spend one round trip per server per request. The answer is the count *after* each
+//! hit, taken atomically with the hit itself; the decision is made from it, never from a read
+//! taken before the write. That is what makes counting exact under concurrency.
+
+pub mod memcached;
+pub mod memory;
+
+use std::future::Future;
+
+/// What to do to one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Add this many hits (0 = read only; a missing counter then reads 0 and is not created).
+    Add(u64),
+    /// Refund this many hits; the counter never goes below zero and is not created.
+    Sub(u64),
+}
+
+/// One counter operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// The counter key: printable ASCII, no spaces, at most [`MAX_KEY_LEN`] bytes.
+    pub key: String,
+    /// The change.
+    pub op: Op,
+    /// Unix second at which the counter may be dropped (the end of its window).
+    pub expires_at: u64,
+}
+
+/// The longest key a store must accept (186 raw bytes is 248 base64 bytes, within memcached's
+/// 250-byte key limit).
+pub const MAX_KEY_LEN: usize = 186;
+
+/// Why a store could not answer. The gRPC edge maps these to `UNAVAILABLE` (or fails open when
+/// configured to).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The store (or one of its servers) cannot be reached.
+    #[error("counter store unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer within its deadline.
+    #[error("counter store timed out: {0}")]
+    Timeout(String),
+    /// The store answered something we did not expect.
+    #[error("counter store protocol error: {0}")]
+    Protocol(String),
+    /// The store is full of live counters and will not create another.
+    #[error("counter store full: {0}")]
+    Full(String),
+}
+
+/// A shared counter store.
+pub trait CounterStore: Send + Sync + 'static {
+    /// Applies every hit and returns the count after each, in order. Either all answers come
+    /// back or an error does.
+    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
+
+    /// Whether the store can currently serve (for readiness). Must not block for long.
+    fn ready(&self) -> impl Future<Output = bool> + Send;
+}
+
+impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
+    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
+        (**self).hit(hits)
+    }
+
+    fn ready(&self) -> impl Future<Output = bool> + Send {
+        (**self).ready()
+    }
+}
