@@ -1,0 +1,325 @@
+//! Shared test support: a real Turnstile gRPC server on 127.0.0.1:0 over any counter store,
+//! a client, request builders, real memcached processes on free ports, and the peer tools
+//! (Python grpcio + xds-protos, grpcurl) installed by `scripts/test.sh`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+use turnstile::clock::{Clock, ManualClock};
+use turnstile::config::{LoadOptions, parse_files};
+use turnstile::grpc::{ResponseSettings, ServiceState};
+use turnstile::limiter::{Limiter, LimiterSettings};
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor,
+};
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use turnstile::reload::RulesHandle;
+use turnstile::storage::CounterStore;
+use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
+use turnstile::storage::memory::MemoryStore;
+
+/// A fixed, mid-window start time used by most tests (1,000,000 s: HOUR window starts 997,200).
+pub const T0: u64 = 1_000_000;
+
+/// Options for a test server.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub limiter: LimiterSettings,
+    pub response: ResponseSettings,
+    pub merge: bool,
+}
+
+/// A running server.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub clock: ManualClock,
+    pub client: RateLimitServiceClient<Channel>,
+    pub rules: Arc<RulesHandle>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Asks the server to stop and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Calls ShouldRateLimit and expects success.
+    pub async fn call(&self, request: RateLimitRequest) -> RateLimitResponse {
+        self.client
+            .clone()
+            .should_rate_limit(request)
+            .await
+            .expect("ShouldRateLimit")
+            .into_inner()
+    }
+
+    /// Calls ShouldRateLimit and returns the status on failure.
+    pub async fn try_call(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        self.client
+            .clone()
+            .should_rate_limit(request)
+            .await
+            .map(|r| r.into_inner())
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Compiles rule files given as `(name, yaml)`.
+pub fn rules(files: &[(&str, &str)], merge: bool) -> turnstile::rules::RuleSet {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+        .collect();
+    parse_files(
+        &files,
+        LoadOptions {
+            ignore_dotfiles: false,
+            merge_domains: merge,
+        },
+    )
+    .unwrap_or_else(|e| panic!("rules do not load:\n{e}"))
+    .rules
+}
+
+/// Starts a server over `store` whose clock is `clock`.
+pub async fn start_with<S: CounterStore>(
+    store: S,
+    clock: ManualClock,
+    files: &[(&str, &str)],
+    options: Options,
+) -> TestServer {
+    let handle = Arc::new(RulesHandle::new(Some(rules(files, options.merge))));
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let state = Arc::new(ServiceState {
+        rules: Arc::clone(&handle),
+        limiter: Limiter::new(store, dyn_clock, options.limiter),
+        response: options.response,
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        turnstile::server::serve(listener, state, async {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("serve");
+    });
+    let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    TestServer {
+        addr,
+        clock,
+        client,
+        rules: handle,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+/// Starts a server on the memory store at [`T0`].
+pub async fn start_memory(files: &[(&str, &str)], options: Options) -> TestServer {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::new(100_000, Arc::new(clock.clone()));
+    start_with(store, clock, files, options).await
+}
+
+/// A descriptor from entries.
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| rate_limit_descriptor::Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A request for `domain` with descriptors.
+pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+/// A request with one descriptor.
+pub fn req1(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
+    req(domain, vec![desc(entries)])
+}
+
+/// A unique string for test isolation on shared memcached.
+pub fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{tag}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Whether peers (memcached, Python, grpcurl) must be present; `scripts/test.sh` sets it.
+pub fn peers_required() -> bool {
+    std::env::var("TURNSTILE_REQUIRE_PEERS").is_ok_and(|v| v == "1")
+}
+
+/// Reports a missing peer: a failure when peers are required, otherwise a visible skip.
+pub fn missing(what: &str) {
+    assert!(
+        !peers_required(),
+        "{what} is required (TURNSTILE_REQUIRE_PEERS=1) but missing"
+    );
+    eprintln!("SKIPPED: {what} is not installed; run ./scripts/test.sh to install it");
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A memcached process on a free port, killed on drop.
+pub struct Memcached {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+fn memcached_binary() -> Option<PathBuf> {
+    ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+impl Memcached {
+    /// Starts memcached, or `None` (after [`missing`]) when it is not installed.
+    pub fn start() -> Option<Memcached> {
+        let Some(binary) = memcached_binary() else {
+            missing("memcached");
+            return None;
+        };
+        let mut mc = Memcached {
+            port: free_port(),
+            child: None,
+        };
+        mc.spawn(&binary);
+        Some(mc)
+    }
+
+    fn spawn(&mut self, binary: &PathBuf) {
+        let child = Command::new(binary)
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "0",
+                "-m",
+                "64",
+                "-u",
+                "root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn memcached");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "memcached did not start on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let binary = memcached_binary().expect("memcached");
+        self.spawn(&binary);
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A memcached store over `servers` on `clock`.
+pub fn memcached_store(
+    servers: &[&Memcached],
+    clock: &ManualClock,
+    timeout: Duration,
+    classic: bool,
+) -> MemcachedStore {
+    let options = MemcachedOptions {
+        servers: servers.iter().map(|m| m.addr()).collect(),
+        pool_size: 16,
+        timeout,
+        jitter_max_seconds: 0,
+        classic_protocol: classic,
+    };
+    MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
+}
+
+/// The peer virtualenv made by `scripts/test.sh` (`TURNSTILE_PEERS_VENV` or `.venv-peers`).
+pub fn peers_venv() -> Option<PathBuf> {
+    let dir = std::env::var("TURNSTILE_PEERS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-peers"));
+    dir.join("bin/python").exists().then_some(dir)
+}
