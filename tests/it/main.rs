@@ -2,5 +2,6 @@
 #![allow(unreachable_pub, missing_docs, missing_debug_implementations)]
 
 mod backends;
+mod modes;
 mod semantics;
 mod support;
