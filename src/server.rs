@@ -4,11 +4,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
 use crate::pb::FILE_DESCRIPTOR_SET;
@@ -37,11 +39,13 @@ pub async fn serve<S: CounterStore>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
+    // Report something definite before the first call can arrive.
     for name in HEALTH_SERVICE_NAMES {
         reporter
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
+    let readiness = tokio::spawn(track_readiness(reporter.clone(), Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .build_v1()?;
@@ -49,12 +53,41 @@ pub async fn serve<S: CounterStore>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let served = Server::builder()
         .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        .await;
+    readiness.abort();
+    served?;
     Ok(())
+}
+
+/// How often readiness is re-evaluated.
+const READINESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Keeps the health status of the rate-limit service names in step with the counter store:
+/// SERVING while it can count, NOT_SERVING while it cannot (e.g. no memcached server is
+/// reachable). The empty service name `""` stays SERVING: it is liveness, and must not flap.
+async fn track_readiness<S: CounterStore>(reporter: HealthReporter, state: Arc<ServiceState<S>>) {
+    let mut last = None;
+    loop {
+        let status = if state.limiter.store().ready().await {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        if last != Some(status) {
+            if last.is_some() {
+                tracing::warn!(?status, "readiness changed");
+            }
+            for name in HEALTH_SERVICE_NAMES {
+                reporter.set_service_status(name, status).await;
+            }
+            last = Some(status);
+        }
+        tokio::time::sleep(READINESS_INTERVAL).await;
+    }
 }

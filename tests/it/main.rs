@@ -2,6 +2,10 @@
 #![allow(unreachable_pub, missing_docs, missing_debug_implementations)]
 
 mod backends;
+mod bad_requests;
+mod config_files;
+mod memcached_cluster;
 mod modes;
 mod semantics;
+mod storage_contract;
 mod support;

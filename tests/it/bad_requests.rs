@@ -1,0 +1,134 @@
+//! Malformed requests get INVALID_ARGUMENT naming the field; nothing of such a request is
+//! counted; the server keeps serving. No configuration loaded → UNAVAILABLE.
+
+use crate::semantics::BASIC;
+use crate::support::{Options, desc, req, req1, start_memory};
+use std::sync::Arc;
+use tonic::Code as GrpcCode;
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+
+#[tokio::test]
+async fn malformed_requests_name_the_field_and_count_nothing() {
+    let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
+    let mut unknown_unit = desc(&[("key2", "x")]);
+    unknown_unit.limit = Some(RateLimitOverride {
+        requests_per_unit: 5,
+        unit: 0,
+    });
+    let mut undefined_unit = desc(&[("key2", "x")]);
+    undefined_unit.limit = Some(RateLimitOverride {
+        requests_per_unit: 5,
+        unit: 42,
+    });
+    let cases = vec![
+        (
+            req1("", &[("key2", "x")]),
+            "domain: rate limit domain must not be empty",
+        ),
+        (
+            req("test-domain", vec![]),
+            "descriptors: rate limit descriptor list must not be empty",
+        ),
+        (
+            req("test-domain", vec![desc(&[("key2", "x")]), desc(&[])]),
+            "descriptors[1].entries: must not be empty",
+        ),
+        (
+            req("test-domain", vec![desc(&[("key2", "x"), ("", "v")])]),
+            "descriptors[0].entries[1].key: must not be empty",
+        ),
+        (
+            req("test-domain", vec![desc(&[("key2", "x")]), unknown_unit]),
+            "descriptors[1].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (got UNKNOWN)",
+        ),
+        (
+            req("test-domain", vec![undefined_unit]),
+            "descriptors[0].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (got 42)",
+        ),
+    ];
+    for (request, message) in cases {
+        let status = s.try_call(request).await.expect_err(message);
+        assert_eq!(
+            (status.code(), status.message()),
+            (GrpcCode::InvalidArgument, message)
+        );
+    }
+    // The valid first descriptors of the rejected requests were not counted.
+    let resp = s.call(req1("test-domain", &[("key2", "x")])).await;
+    assert_eq!(resp.statuses[0].limit_remaining, 19);
+}
+
+#[tokio::test]
+async fn no_configuration_loaded_is_unavailable() {
+    let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
+    // Replace the handle's contents by a server built without rules.
+    let empty = turnstile::reload::RulesHandle::new(None);
+    assert!(empty.load().is_none());
+    let clock = turnstile::clock::ManualClock::new(crate::support::T0);
+    let store = turnstile::storage::memory::MemoryStore::new(10, Arc::new(clock.clone()));
+    let state = Arc::new(turnstile::grpc::ServiceState {
+        rules: Arc::new(empty),
+        limiter: turnstile::limiter::Limiter::new(store, Arc::new(clock), Default::default()),
+        response: Default::default(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(turnstile::server::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let mut client = turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let status = client
+        .should_rate_limit(req1("d", &[("k", "v")]))
+        .await
+        .expect_err("no config");
+    assert_eq!(
+        (status.code(), status.message()),
+        (GrpcCode::Unavailable, "no rate limit configuration loaded")
+    );
+    server.abort();
+    drop(s);
+}
+
+#[tokio::test]
+async fn the_memory_store_refuses_new_counters_when_full_instead_of_forgetting() {
+    let clock = turnstile::clock::ManualClock::new(crate::support::T0);
+    // 64 shards × 1 counter each.
+    let store = turnstile::storage::memory::MemoryStore::new(64, Arc::new(clock.clone()));
+    let s = crate::support::start_with(
+        store,
+        clock.clone(),
+        &[("basic.yaml", BASIC)],
+        Options::default(),
+    )
+    .await;
+    let mut full = None;
+    for i in 0..200 {
+        match s
+            .try_call(req1("test-domain", &[("key2", &format!("v{i}"))]))
+            .await
+        {
+            Ok(_) => {}
+            Err(status) => {
+                full = Some(status);
+                break;
+            }
+        }
+    }
+    let status = full.expect("the bound is enforced");
+    assert_eq!(status.code(), GrpcCode::Unavailable);
+    assert!(
+        status.message().contains("counter store full"),
+        "{}",
+        status.message()
+    );
+    // Once the windows expire, the store accepts new counters again.
+    clock.advance(61);
+    let resp = s.call(req1("test-domain", &[("key2", "fresh")])).await;
+    assert_eq!(resp.statuses[0].limit_remaining, 19);
+}

@@ -1,0 +1,280 @@
+//! Rule files: every invalid fixture gives its message with file, line and column; every valid
+//! file (the shipped examples included) loads; directory loading (merge, dot files, Kubernetes
+//! ConfigMap layout); and the `check-config` command of the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use turnstile::config::{LoadOptions, load_dir, parse_files};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
+}
+
+fn load_one(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).expect("fixture");
+    let name = path
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    parse_files(&[(name, text)], LoadOptions::default())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn every_invalid_fixture_names_file_line_and_column() {
+    let expected: &[(&str, &str)] = &[
+        (
+            "bad_limit_unit.yaml",
+            "bad_limit_unit.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'",
+        ),
+        (
+            "bad_yaml.yaml",
+            "bad_yaml.yaml:2:14: error loading config file: unclosed quote",
+        ),
+        (
+            "duplicate_key.yaml",
+            "duplicate_key.yaml:6:5: descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'",
+        ),
+        (
+            "empty_domain.yaml",
+            "empty_domain.yaml:1:1: domain: config file cannot have empty domain",
+        ),
+        (
+            "empty_key.yaml",
+            "empty_key.yaml:3:5: descriptors[0]: descriptor has empty key",
+        ),
+        (
+            "misspelled_key.yaml",
+            "misspelled_key.yaml:4:5: error loading config file: unknown field `ratelimit`",
+        ),
+        (
+            "misspelled_key2.yaml",
+            "misspelled_key2.yaml:4:33: error loading config file: unknown field `requestsperunit`",
+        ),
+        (
+            "negative_requests.yaml",
+            "negative_requests.yaml:4:52: error loading config file: invalid u32",
+        ),
+        (
+            "non_map_list.yaml",
+            "non_map_list.yaml:2:15: error loading config file: expected mapping",
+        ),
+        (
+            "non_string_key.yaml",
+            "non_string_key.yaml:1:1: error loading config file: unknown field `0.25`",
+        ),
+        (
+            "replaces_empty.yaml",
+            "replaces_empty.yaml:9:11: descriptors[0].rate_limit.replaces[0]: should not have an empty replaces entry",
+        ),
+        (
+            "replaces_self.yaml",
+            "replaces_self.yaml:9:11: descriptors[0].rate_limit.replaces[0]: replaces should not contain name of same descriptor",
+        ),
+        (
+            "share_threshold_without_wildcard.yaml",
+            "share_threshold_without_wildcard.yaml:5:22: descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'",
+        ),
+        (
+            "unlimited_with_unit.yaml",
+            "unlimited_with_unit.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
+        ),
+    ];
+    let dir = fixtures().join("invalid");
+    let mut seen = 0;
+    for (file, want) in expected {
+        let err = load_one(&dir.join(file)).expect_err(file);
+        assert!(err.starts_with(want), "{file}:\n got: {err}\nwant: {want}");
+        seen += 1;
+    }
+    let on_disk = std::fs::read_dir(&dir).expect("dir").count();
+    assert_eq!(
+        seen + 1,
+        on_disk,
+        "every fixture has an expectation (several_errors.yaml below)"
+    );
+}
+
+#[test]
+fn all_errors_of_a_file_are_reported_at_once() {
+    let err = load_one(&fixtures().join("invalid/several_errors.yaml")).expect_err("invalid");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].starts_with(
+        "several_errors.yaml:4:25: descriptors[0].rate_limit.unit: invalid rate limit unit 'minit'"
+    ));
+    assert!(
+        lines[1].starts_with("several_errors.yaml:5:5: descriptors[1]: descriptor has empty key")
+    );
+    assert!(lines[2].starts_with(
+        "several_errors.yaml:7:42: descriptors[2].rate_limit.unit: should not specify"
+    ));
+}
+
+#[test]
+fn shipped_examples_and_valid_fixtures_load() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for dir in [root.join("config"), fixtures().join("valid")] {
+        let loaded = load_dir(&dir, LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{}:\n{e}", dir.display()));
+        assert!(loaded.rules.domain_count() > 0, "{}", dir.display());
+    }
+}
+
+#[test]
+fn misplaced_reference_keys_are_ignored_with_a_warning() {
+    let text = "domain: d\ndescriptors:\n  - key: k\n    unit: second\n    rate_limit: { unit: minute, requests_per_unit: 1, key: x }\n";
+    let loaded = parse_files(&[("f.yaml".into(), text.into())], LoadOptions::default())
+        .expect("loads as the reference does");
+    assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+    assert!(
+        loaded.warnings[0].starts_with("f.yaml:4:11: descriptors[0]: key 'unit'"),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write");
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(crate::support::unique(tag));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+#[test]
+fn duplicate_domains_fail_unless_merged() {
+    let dir = temp_dir("merge");
+    write(
+        &dir,
+        "a.yaml",
+        "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n",
+    );
+    write(
+        &dir,
+        "b.yaml",
+        "domain: d\ndescriptors:\n  - key: k2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n",
+    );
+    let err = load_dir(&dir, LoadOptions::default())
+        .expect_err("duplicate")
+        .to_string();
+    assert!(
+        err.ends_with("b.yaml:1:9: domain: duplicate domain 'd' in config file"),
+        "{err}"
+    );
+    let merged = load_dir(
+        &dir,
+        LoadOptions {
+            merge_domains: true,
+            ..Default::default()
+        },
+    )
+    .expect("merged");
+    let domain = merged.rules.domain("d").expect("domain");
+    assert_eq!(
+        domain
+            .lookup([("k1", "x")].into_iter())
+            .map(|l| l.requests_per_unit),
+        Some(10)
+    );
+    assert_eq!(
+        domain
+            .lookup([("k2", "x")].into_iter())
+            .map(|l| l.requests_per_unit),
+        Some(20)
+    );
+    write(
+        &dir,
+        "c.yaml",
+        "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
+    );
+    let err = load_dir(
+        &dir,
+        LoadOptions {
+            merge_domains: true,
+            ..Default::default()
+        },
+    )
+    .expect_err("dup key")
+    .to_string();
+    assert!(
+        err.contains("c.yaml:3:5: descriptors[0]: duplicate descriptor composite key 'd.k1'"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn dot_files_and_kubernetes_configmap_layout() {
+    let dir = temp_dir("configmap");
+    let data = dir.join("..2026_11_30_00_00_00.000000001");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    write(
+        &data,
+        "config.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
+    std::os::unix::fs::symlink(&data, dir.join("..data")).expect("symlink");
+    std::os::unix::fs::symlink(dir.join("..data/config.yaml"), dir.join("config.yaml"))
+        .expect("symlink");
+    // The ConfigMap's own files load once, though `..data` holds them too (the reference loads
+    // them twice and fails with a duplicate domain unless dot files are ignored).
+    let loaded = load_dir(&dir, LoadOptions::default()).expect("loads");
+    assert_eq!((loaded.files, loaded.rules.domain_count()), (1, 1));
+    write(&dir, ".hidden.yaml", "domain: hidden\n");
+    assert_eq!(
+        load_dir(&dir, LoadOptions::default())
+            .expect("loads")
+            .rules
+            .domain_count(),
+        2
+    );
+    let ignoring = LoadOptions {
+        ignore_dotfiles: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        load_dir(&dir, ignoring)
+            .expect("loads")
+            .rules
+            .domain_count(),
+        1
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn check_config_command() {
+    let bin = env!("CARGO_BIN_EXE_turnstile");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let ok = Command::new(bin)
+        .args(["check-config"])
+        .arg(root.join("config"))
+        .output()
+        .expect("run");
+    assert!(ok.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout).trim(),
+        "all rate limit configs ok"
+    );
+    let dir = temp_dir("check");
+    std::fs::copy(
+        fixtures().join("invalid/bad_limit_unit.yaml"),
+        dir.join("bad_limit_unit.yaml"),
+    )
+    .expect("copy");
+    let bad = Command::new(bin)
+        .args(["check-config"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("bad_limit_unit.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
