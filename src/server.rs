@@ -48,9 +48,11 @@ pub async fn serve<S: CounterStore>(
     let readiness = tokio::spawn(track_readiness(reporter.clone(), Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let served = Server::builder()
