@@ -167,7 +167,7 @@ impl FileCompiler<'_> {
             &composite,
         );
 
-        let nodes = level.by_key.entry(key).or_insert_with(KeyNodes::default);
+        let nodes = level.by_key.entry(key).or_default();
         let duplicate = match (&value, pattern) {
             (Some(v), Some(p)) => {
                 let dup = nodes_has_pattern(nodes, v);

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 
-use crate::support::{
-    Memcached, Options, T0, TestServer, memcached_store, start_memory, start_with,
-};
+use crate::support::{Memcached, Options, TestServer, memcached_store, start_memory, start_with};
 
 /// Which store a scenario runs on.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +17,8 @@ pub enum Backend {
 /// A server plus whatever it needs kept alive.
 pub struct Harness {
     pub server: TestServer,
-    pub memcached: Option<Memcached>,
+    /// Kept alive for the server's lifetime.
+    pub _memcached: Option<Memcached>,
 }
 
 impl std::ops::Deref for Harness {
@@ -35,7 +34,7 @@ impl Backend {
         match self {
             Backend::Memory => Some(Harness {
                 server: start_memory(files, options).await,
-                memcached: None,
+                _memcached: None,
             }),
             Backend::Memcached => {
                 let mc = Memcached::start()?;
@@ -45,15 +44,12 @@ impl Backend {
                 let store = memcached_store(&[&mc], &clock, Duration::from_millis(500), false);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    memcached: Some(mc),
+                    _memcached: Some(mc),
                 })
             }
         }
     }
 }
-
-/// The time memory scenarios start at.
-pub const MEMORY_T0: u64 = T0;
 
 #[macro_export]
 macro_rules! on_every_backend {

@@ -94,7 +94,11 @@ async fn basic_matrix(backend: Backend) {
     else {
         return;
     };
-    let cases: Vec<(Vec<(&str, &str)>, Option<(u32, Unit, String)>)> = vec![
+    type Case = (
+        Vec<(&'static str, &'static str)>,
+        Option<(u32, Unit, String)>,
+    );
+    let cases: Vec<Case> = vec![
         (vec![("key1", "something")], None),
         (vec![("key1", "value1")], None),
         (
@@ -309,13 +313,12 @@ async fn hostile_values_are_counted_separately(backend: Backend) {
     ];
     for value in values {
         let first = s.call(req1("d", &[("k", value)])).await;
-        assert_eq!(first.statuses[0].code(), Code::Ok, "first {:.20?}", value);
+        assert_eq!(first.statuses[0].code(), Code::Ok, "first {value:.20?}");
         let second = s.call(req1("d", &[("k", value)])).await;
         assert_eq!(
             second.statuses[0].code(),
             Code::OverLimit,
-            "second {:.20?}",
-            value
+            "second {value:.20?}"
         );
     }
     // (a, b_c) and (a_b, c) would collide if entries were joined with `_`.

