@@ -1,17 +1,22 @@
 //! The process, start to finish: load the rules, build the counter store the settings name,
-//! bind the gRPC listener, serve until SIGTERM/SIGINT. Also the `check-config` command. Each
-//! failure maps to a distinct exit code.
+//! bind every listener, serve until SIGTERM/SIGINT, then drain: health turns NOT_SERVING at
+//! once, calls are still answered for the drain period, then listeners close and in-flight
+//! calls finish. Also the `check-config` command. Each failure maps to a distinct exit code.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::grpc::{HeaderNames, ResponseSettings, ServiceState};
+use crate::health::Health;
 use crate::limiter::{Limiter, LimiterSettings};
-use crate::reload::RulesHandle;
+use crate::metrics::Metrics;
+use crate::reload::{Reloader, RulesHandle};
+use crate::server::ServerOptions;
 use crate::settings::{Backend, Settings};
 use crate::storage::CounterStore;
 use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
@@ -34,6 +39,9 @@ pub enum AppError {
     /// The counter store could not be set up (exit 1).
     #[error("setting up the counter store: {0}")]
     Storage(String),
+    /// A setting names something this build does not support (exit 64).
+    #[error("{0}")]
+    Unsupported(String),
     /// The server failed (exit 1).
     #[error(transparent)]
     Serve(#[from] crate::server::ServeError),
@@ -44,45 +52,72 @@ impl AppError {
     pub fn exit_code(&self) -> i32 {
         match self {
             AppError::Config(_) => 78,
+            AppError::Unsupported(_) => 64,
             _ => 1,
         }
     }
 }
 
-/// Loads the rule directory as the settings say.
-pub fn load_rules(settings: &Settings) -> Result<config::Loaded, ConfigErrors> {
-    let options = LoadOptions {
+fn load_options(settings: &Settings) -> LoadOptions {
+    LoadOptions {
         ignore_dotfiles: settings.ignore_dotfiles,
         merge_domains: settings.merge_domains,
-    };
-    config::load_dir(&settings.config_dir, options)
+    }
 }
 
-/// Runs the service until SIGTERM or SIGINT.
+/// Runs the service until SIGTERM or SIGINT (and the drain after it).
 pub async fn run(settings: Settings) -> Result<(), AppError> {
-    let rules = match load_rules(&settings) {
+    if settings.tls.is_some() {
+        return Err(AppError::Unsupported(
+            "GRPC_SERVER_USE_TLS is not supported by this build yet".into(),
+        ));
+    }
+    if settings.statsd.is_some() {
+        return Err(AppError::Unsupported(
+            "USE_STATSD is not supported by this build yet; use USE_PROMETHEUS".into(),
+        ));
+    }
+    let metrics = Arc::new(Metrics::new(
+        settings.stats_max_keys,
+        settings.near_limit_ratio,
+        &settings.extra_tags,
+    ));
+    let rules = match config::load_dir(&settings.config_dir, load_options(&settings)) {
         Ok(loaded) => {
             for warning in &loaded.warnings {
                 tracing::warn!("{warning}");
             }
-            tracing::info!(
+            tracing::warn!(
                 files = loaded.files,
                 domains = loaded.rules.domain_count(),
                 "rate limit configuration loaded"
             );
+            metrics.config_loaded(true);
             Some(loaded.rules)
         }
         Err(errors) if settings.force_start_without_config => {
             tracing::error!("starting without configuration: {errors}");
+            metrics.config_loaded(false);
             None
         }
         Err(errors) => return Err(errors.into()),
     };
+    let health = Arc::new(Health::new(settings.healthy_needs_config, rules.is_some()));
     let rules = Arc::new(RulesHandle::new(rules));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    match settings.backend {
+    let parts = Parts {
+        settings,
+        rules,
+        metrics,
+        health,
+        clock,
+    };
+    match parts.settings.backend {
         Backend::Memory => {
-            let store = Arc::new(MemoryStore::new(settings.memory_max_keys, clock.clone()));
+            let store = Arc::new(MemoryStore::new(
+                parts.settings.memory_max_keys,
+                Arc::clone(&parts.clock),
+            ));
             let sweeper = Arc::clone(&store);
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -91,84 +126,163 @@ pub async fn run(settings: Settings) -> Result<(), AppError> {
                     sweeper.sweep();
                 }
             });
-            serve_with(settings, rules, store, clock).await
+            parts.serve(store).await
         }
         Backend::Memcached => {
+            let s = &parts.settings;
             let options = MemcachedOptions {
-                servers: settings.memcache_servers.clone(),
-                pool_size: settings.memcache_pool_size,
-                timeout: settings.memcache_timeout,
-                jitter_max_seconds: settings.expiration_jitter,
-                classic_protocol: settings.memcache_classic,
+                servers: s.memcache_servers.clone(),
+                pool_size: s.memcache_pool_size,
+                timeout: s.memcache_timeout,
+                jitter_max_seconds: s.expiration_jitter,
+                classic_protocol: s.memcache_classic,
             };
-            let store = MemcachedStore::new(options, clock.clone())
+            let store = MemcachedStore::new(options, Arc::clone(&parts.clock))
                 .map_err(|e| AppError::Storage(e.to_string()))?;
-            serve_with(settings, rules, store, clock).await
+            parts.serve(store).await
         }
     }
 }
 
-async fn serve_with<S: CounterStore>(
+struct Parts {
     settings: Settings,
     rules: Arc<RulesHandle>,
-    store: S,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
     clock: Arc<dyn Clock>,
-) -> Result<(), AppError> {
-    let limiter_settings = LimiterSettings {
-        key_prefix: settings.key_prefix.clone(),
-        shadow_mode: settings.shadow_mode,
-        quota_mode: settings.quota_mode,
-        fail_open: settings.fail_open,
-    };
-    let [limit, remaining, reset] = settings.header_names.clone();
-    let response = ResponseSettings {
-        headers: settings.response_headers.then_some(HeaderNames {
-            limit,
-            remaining,
-            reset,
-        }),
-        dynamic_metadata: settings.dynamic_metadata,
-    };
-    let state = Arc::new(ServiceState {
-        rules,
-        limiter: Limiter::new(store, clock, limiter_settings),
-        response,
-    });
-    let addr = format!("{}:{}", settings.grpc_host, settings.grpc_port);
-    let listener = TcpListener::bind(&addr)
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
         .await
         .map_err(|source| AppError::Bind {
-            addr: addr.clone(),
+            addr: addr.to_owned(),
             source,
-        })?;
-    tracing::warn!(%addr, "serving gRPC");
-    crate::server::serve(listener, state, shutdown_signal()).await?;
-    Ok(())
+        })
+}
+
+impl Parts {
+    async fn serve<S: CounterStore>(self, store: S) -> Result<(), AppError> {
+        let s = &self.settings;
+        let limiter_settings = LimiterSettings {
+            key_prefix: s.key_prefix.clone(),
+            shadow_mode: s.shadow_mode,
+            quota_mode: s.quota_mode,
+            fail_open: s.fail_open,
+        };
+        let [limit, remaining, reset] = s.header_names.clone();
+        let response = ResponseSettings {
+            headers: s.response_headers.then_some(HeaderNames {
+                limit,
+                remaining,
+                reset,
+            }),
+            dynamic_metadata: s.dynamic_metadata,
+        };
+        let state = Arc::new(ServiceState {
+            rules: Arc::clone(&self.rules),
+            limiter: Limiter::new(
+                store,
+                Arc::clone(&self.clock),
+                limiter_settings,
+                Arc::clone(&self.metrics),
+            ),
+            response,
+            health: Arc::clone(&self.health),
+        });
+
+        let grpc_addr = format!("{}:{}", s.grpc_host, s.grpc_port);
+        let grpc = bind(&grpc_addr).await?;
+        let http = bind(&s.http_addr).await?;
+        let debug = bind(&s.debug_addr).await?;
+        let prometheus = match &s.prometheus {
+            Some((addr, path)) => Some((bind(addr).await?, path.clone())),
+            None => None,
+        };
+        tracing::warn!(grpc = %grpc_addr, http = %s.http_addr, debug = %s.debug_addr, "serving");
+
+        // Stop: the signal flips health at once; listeners close after the drain period.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let drain = s.drain;
+        let health = Arc::clone(&self.health);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            health.begin_shutdown();
+            tracing::warn!(
+                ?drain,
+                "shutting down: health is NOT_SERVING; answering calls during the drain period"
+            );
+            tokio::time::sleep(drain).await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+
+        let reloader = Reloader {
+            handle: Arc::clone(&self.rules),
+            load: {
+                let (dir, options) = (s.config_dir.clone(), load_options(s));
+                Box::new(move || config::load_dir(&dir, options))
+            },
+            dir: s.config_dir.clone(),
+            metrics: Arc::clone(&self.metrics),
+            health: Arc::clone(&self.health),
+        };
+        let watcher = tokio::spawn(reloader.run());
+
+        let mut http_tasks = vec![
+            tokio::spawn(crate::http::serve(
+                http,
+                crate::http::api_router(Arc::clone(&state)),
+                stopped(),
+            )),
+            tokio::spawn(crate::http::serve(
+                debug,
+                crate::http::debug_router(Arc::clone(&state)),
+                stopped(),
+            )),
+        ];
+        if let Some((listener, path)) = prometheus {
+            let router = crate::http::prometheus_router(&path, Arc::clone(&self.metrics));
+            http_tasks.push(tokio::spawn(crate::http::serve(
+                listener,
+                router,
+                stopped(),
+            )));
+        }
+        let options = ServerOptions {
+            max_connection_age: Some(s.max_connection_age),
+        };
+        let served = crate::server::serve(grpc, state, options, stopped()).await;
+        watcher.abort();
+        for task in http_tasks {
+            if let Ok(Err(e)) = task.await {
+                tracing::error!(error = %e, "HTTP listener failed");
+            }
+        }
+        tracing::warn!("stopped");
+        served.map_err(AppError::from)
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals; stop the process with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    tracing::warn!("shutting down");
 }
 
 /// `turnstile check-config DIR`: prints `all rate limit configs ok` or every error.

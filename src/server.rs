@@ -1,6 +1,9 @@
-//! Wiring and lifecycle: the gRPC server with the rate-limit service, `grpc.health.v1` (for
-//! `""`, `ratelimit` and the full service name) and server reflection v1 and v1alpha, served on
-//! a listener the caller bound, until the caller's shutdown future resolves.
+//! Wiring of the gRPC server: the rate-limit service, `grpc.health.v1` and server reflection
+//! v1 and v1alpha, served on a listener the caller bound until the caller's shutdown future
+//! resolves (then in-flight calls finish). Health: `""` is liveness (always SERVING while the
+//! process serves); `ratelimit` and the full service name are readiness, following
+//! [`Health`](crate::health::Health), which a background task keeps in step with the counter
+//! store.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,9 +20,20 @@ use crate::pb::FILE_DESCRIPTOR_SET;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::storage::CounterStore;
 
-/// The health-check service names Envoy and Kubernetes probes use.
+/// The health-check service names Envoy and Kubernetes probes use for readiness.
 pub const HEALTH_SERVICE_NAMES: [&str; 2] =
     ["ratelimit", "envoy.service.ratelimit.v3.RateLimitService"];
+
+/// How often the counter store's readiness is re-checked.
+const READINESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Transport options.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Send GOAWAY after a connection is this old (`GRPC_MAX_CONNECTION_AGE`), then give it
+    /// the grace period (`GRPC_MAX_CONNECTION_AGE_GRACE`) to finish, so clients rebalance.
+    pub max_connection_age: Option<(Duration, Duration)>,
+}
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -36,16 +50,24 @@ pub enum ServeError {
 pub async fn serve<S: CounterStore>(
     listener: TcpListener,
     state: Arc<ServiceState<S>>,
+    options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    // Report something definite before the first call can arrive.
+    let status = |healthy| {
+        if healthy {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        }
+    };
     for name in HEALTH_SERVICE_NAMES {
         reporter
-            .set_service_status(name, ServingStatus::Serving)
+            .set_service_status(name, status(state.health.is_healthy()))
             .await;
     }
-    let readiness = tokio::spawn(track_readiness(reporter.clone(), Arc::clone(&state)));
+    let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
+    let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -55,41 +77,54 @@ pub async fn serve<S: CounterStore>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = Server::builder()
+    let mut builder = Server::builder();
+    if let Some((age, grace)) = options.max_connection_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(grace);
+    }
+    let served = builder
         .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
-    readiness.abort();
+    tracker.abort();
+    publisher.abort();
     served?;
     Ok(())
 }
 
-/// How often readiness is re-evaluated.
-const READINESS_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Keeps the health status of the rate-limit service names in step with the counter store:
-/// SERVING while it can count, NOT_SERVING while it cannot (e.g. no memcached server is
-/// reachable). The empty service name `""` stays SERVING: it is liveness, and must not flap.
-async fn track_readiness<S: CounterStore>(reporter: HealthReporter, state: Arc<ServiceState<S>>) {
-    let mut last = None;
+/// Keeps the backend component of health in step with the counter store.
+async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
+    let mut last = true;
     loop {
-        let status = if state.limiter.store().ready().await {
+        let ready = state.limiter.store().ready().await;
+        if ready != last {
+            tracing::warn!(ready, "counter store readiness changed");
+            last = ready;
+        }
+        state.health.set_backend_ready(ready);
+        tokio::time::sleep(READINESS_INTERVAL).await;
+    }
+}
+
+/// Mirrors overall health into the gRPC readiness service names.
+async fn publish_health<S>(reporter: HealthReporter, state: Arc<ServiceState<S>>) {
+    let mut changes = state.health.subscribe();
+    loop {
+        let healthy = *changes.borrow_and_update();
+        let status = if healthy {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
         };
-        if last != Some(status) {
-            if last.is_some() {
-                tracing::warn!(?status, "readiness changed");
-            }
-            for name in HEALTH_SERVICE_NAMES {
-                reporter.set_service_status(name, status).await;
-            }
-            last = Some(status);
+        for name in HEALTH_SERVICE_NAMES {
+            reporter.set_service_status(name, status).await;
         }
-        tokio::time::sleep(READINESS_INTERVAL).await;
+        if changes.changed().await.is_err() {
+            return;
+        }
     }
 }

@@ -11,9 +11,11 @@ pub use convert::{InvalidRequest, request_from_pb};
 pub use response::{HeaderNames, ResponseSettings, response_to_pb};
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
+use crate::health::Health;
 use crate::limiter::Limiter;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -29,6 +31,8 @@ pub struct ServiceState<S> {
     pub limiter: Limiter<S>,
     /// Response shaping.
     pub response: ResponseSettings,
+    /// Readiness components.
+    pub health: Arc<Health>,
 }
 
 /// The `RateLimitService` implementation.
@@ -50,9 +54,24 @@ impl<S: CounterStore> RateLimitService for RateLimitHandler<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request_from_pb(request.into_inner())
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let started = Instant::now();
+        let result = self.decide(request.into_inner()).await;
+        self.state.limiter.metrics().request_done(started.elapsed());
+        result.map(Response::new)
+    }
+}
+
+impl<S: CounterStore> RateLimitHandler<S> {
+    /// Validates, decides and answers one request (shared by gRPC and HTTP `/json`).
+    pub(crate) async fn decide(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        let metrics = self.state.limiter.metrics();
+        let request =
+            request_from_pb(request).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let Some(rules) = self.state.rules.load() else {
+            metrics.service_error();
             return Err(Status::unavailable("no rate limit configuration loaded"));
         };
         // A store failure is UNAVAILABLE, not UNKNOWN: Envoy treats both as errors, and
@@ -67,10 +86,7 @@ impl<S: CounterStore> RateLimitService for RateLimitHandler<S> {
         if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(domain = %request.domain, descriptors = ?request.descriptors, overall = ?verdict.overall, "decided");
         }
-        Ok(Response::new(response_to_pb(
-            &verdict,
-            &request,
-            &self.state.response,
-        )))
+        metrics.record(&request, &verdict);
+        Ok(response_to_pb(&verdict, &request, &self.state.response))
     }
 }

@@ -14,8 +14,10 @@ pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Status, Verdict};
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 use crate::rules::{LevelMatch, RuleSet};
 use crate::storage::{CounterStore, Hit, Op, StorageError};
 use window::Window;
@@ -39,16 +41,28 @@ pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl<S: CounterStore> Limiter<S> {
-    /// A limiter over `store`.
-    pub fn new(store: S, clock: Arc<dyn Clock>, settings: LimiterSettings) -> Self {
+    /// A limiter over `store`, recording counter-store calls in `metrics`.
+    pub fn new(
+        store: S,
+        clock: Arc<dyn Clock>,
+        settings: LimiterSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             store,
             clock,
             settings,
+            metrics,
         }
+    }
+
+    /// The metrics this limiter records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The counter store.
@@ -136,7 +150,11 @@ impl<S: CounterStore> Limiter<S> {
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
-            match self.store.hit(&hits).await {
+            let started = Instant::now();
+            let result = self.store.hit(&hits).await;
+            self.metrics
+                .backend_call(started.elapsed(), result.as_ref().err());
+            match result {
                 Ok(counts) => counts,
                 Err(err) => return self.fail_open(err, statuses, &counted),
             }

@@ -68,8 +68,14 @@ async fn no_configuration_loaded_is_unavailable() {
     let store = turnstile::storage::memory::MemoryStore::new(10, Arc::new(clock.clone()));
     let state = Arc::new(turnstile::grpc::ServiceState {
         rules: Arc::new(empty),
-        limiter: turnstile::limiter::Limiter::new(store, Arc::new(clock), Default::default()),
+        limiter: turnstile::limiter::Limiter::new(
+            store,
+            Arc::new(clock),
+            Default::default(),
+            Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),
+        ),
         response: Default::default(),
+        health: Arc::new(turnstile::health::Health::new(false, false)),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -78,6 +84,7 @@ async fn no_configuration_loaded_is_unavailable() {
     let server = tokio::spawn(turnstile::server::serve(
         listener,
         state,
+        Default::default(),
         std::future::pending(),
     ));
     let mut client = turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{addr}"))

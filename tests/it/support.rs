@@ -15,6 +15,7 @@ use turnstile::clock::{Clock, ManualClock};
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::grpc::{ResponseSettings, ServiceState};
 use turnstile::limiter::{Limiter, LimiterSettings};
+use turnstile::metrics::Metrics;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
@@ -41,6 +42,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub clock: ManualClock,
     pub client: RateLimitServiceClient<Channel>,
+    pub metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -102,16 +104,18 @@ pub async fn start_with<S: CounterStore>(
 ) -> TestServer {
     let handle = Arc::new(RulesHandle::new(Some(rules(files, options.merge))));
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let metrics = Arc::new(Metrics::new(1_000, 0.8, &[]));
     let state = Arc::new(ServiceState {
         rules: handle,
-        limiter: Limiter::new(store, dyn_clock, options.limiter),
+        limiter: Limiter::new(store, dyn_clock, options.limiter, Arc::clone(&metrics)),
         response: options.response,
+        health: Arc::new(turnstile::health::Health::new(false, true)),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        turnstile::server::serve(listener, state, async {
+        turnstile::server::serve(listener, state, Default::default(), async {
             let _ = stopped.await;
         })
         .await
@@ -124,6 +128,7 @@ pub async fn start_with<S: CounterStore>(
         addr,
         clock,
         client,
+        metrics,
         stop: Some(stop),
     }
 }

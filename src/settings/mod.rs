@@ -4,6 +4,11 @@
 //!
 //! Must not touch: anything else in the crate.
 
+mod reader;
+
+pub use reader::parse_duration;
+use reader::{Reader, err};
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -80,90 +85,122 @@ pub struct Settings {
     pub log_level: String,
     /// `LOG_FORMAT` is `json`.
     pub log_json: bool,
+    /// `HOST` and `PORT`: the HTTP listener (`/healthcheck`, `/json`).
+    pub http_addr: String,
+    /// `DEBUG_HOST` and `DEBUG_PORT`: the debug listener (`/rlconfig`, `/metrics`).
+    pub debug_addr: String,
+    /// `USE_PROMETHEUS`: serve `PROMETHEUS_PATH` on `PROMETHEUS_ADDR`.
+    pub prometheus: Option<(String, String)>,
+    /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT`.
+    pub statsd: Option<String>,
+    /// `EXTRA_TAGS` (`k:v,k2:v2`): labels on every metric.
+    pub extra_tags: Vec<(String, String)>,
+    /// `NEAR_LIMIT_RATIO`.
+    pub near_limit_ratio: f64,
+    /// `STATS_MAX_KEYS`: bound on distinct request-derived stats keys.
+    pub stats_max_keys: usize,
+    /// `RUNTIME_WATCH_ROOT`: watch `RUNTIME_ROOT` (symlink swaps) rather than the config
+    /// directory alone. Turnstile watches both in either case; kept for compatibility.
+    pub watch_root: bool,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
+    pub healthy_needs_config: bool,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache (0 = off).
+    pub local_cache_bytes: u64,
+    /// `SHUTDOWN_DRAIN_SECONDS`: how long requests are still answered after SIGTERM while
+    /// health reports NOT_SERVING.
+    pub drain: Duration,
+    /// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE`.
+    pub max_connection_age: (Duration, Duration),
+    /// `GRPC_SERVER_USE_TLS` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
+    /// `GRPC_CLIENT_TLS_CACERT` (mTLS).
+    pub tls: Option<TlsSettings>,
 }
 
-struct Reader<'a> {
-    env: &'a dyn Fn(&str) -> Option<String>,
+/// gRPC server TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle that client certificates must chain to (mTLS), if any.
+    pub client_ca: Option<PathBuf>,
 }
 
-impl Reader<'_> {
-    fn string(&self, name: &str, default: &str) -> String {
-        (self.env)(name).unwrap_or_else(|| default.to_owned())
-    }
-
-    fn parsed<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, SettingsError>
-    where
-        T::Err: std::fmt::Display,
-    {
-        match (self.env)(name) {
-            None => Ok(default),
-            Some(v) if v.is_empty() => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|e: T::Err| err(name, &v, e.to_string())),
-        }
-    }
-
-    /// Go's `strconv.ParseBool`, as the reference's envconfig uses.
-    fn bool(&self, name: &str, default: bool) -> Result<bool, SettingsError> {
-        match (self.env)(name).as_deref() {
-            None | Some("") => Ok(default),
-            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
-            Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-            Some(v) => Err(err(name, v, "expected true or false")),
-        }
-    }
-
-    fn duration(&self, name: &str, default: Duration) -> Result<Duration, SettingsError> {
-        match (self.env)(name) {
-            None => Ok(default),
-            Some(v) if v.is_empty() => Ok(default),
-            Some(v) => parse_duration(&v)
-                .ok_or_else(|| err(name, &v, "expected a duration such as 500ms, 10s, 1m or 1h")),
-        }
-    }
-}
-
-fn err(name: &str, value: &str, problem: impl Into<String>) -> SettingsError {
-    SettingsError {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        problem: problem.into(),
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
-/// Parses a Go-style duration made of number+unit parts (`ns`, `us`, `ms`, `s`, `m`, `h`), e.g.
-/// `1h30m` or `250ms`. A bare `0` is zero.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text == "0" {
-        return Some(Duration::ZERO);
+/// Go's `host:port` with an empty host meaning every interface (`:9090`).
+fn listen_addr(addr: &str) -> String {
+    if let Some(port) = addr.strip_prefix(':') {
+        format!("0.0.0.0:{port}")
+    } else {
+        addr.to_owned()
     }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
+}
+
+fn parse_tags(text: &str) -> Result<Vec<(String, String)>, SettingsError> {
+    let mut tags = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once(':') else {
+            return Err(err(
+                "EXTRA_TAGS",
+                text,
+                "expected key:value pairs separated by commas",
+            ));
         };
-        rest = &rest[unit_len..];
-        total += Duration::try_from_secs_f64(number * scale).ok()?;
+        let valid = !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !k.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(err(
+                "EXTRA_TAGS",
+                text,
+                format!("'{k}' is not a valid label name"),
+            ));
+        }
+        tags.push((k.to_owned(), v.to_owned()));
     }
-    (!text.is_empty()).then_some(total)
+    Ok(tags)
+}
+
+fn near_limit_ratio(r: &Reader<'_>) -> Result<f64, SettingsError> {
+    let ratio: f64 = r.parsed("NEAR_LIMIT_RATIO", 0.8)?;
+    if (0.0..=1.0).contains(&ratio) {
+        Ok(ratio)
+    } else {
+        Err(err(
+            "NEAR_LIMIT_RATIO",
+            &ratio.to_string(),
+            "between 0 and 1",
+        ))
+    }
+}
+
+fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
+    if !r.bool("GRPC_SERVER_USE_TLS", false)? {
+        return Ok(None);
+    }
+    let file = |name: &str| -> Result<PathBuf, SettingsError> {
+        let value = r.string(name, "");
+        if value.is_empty() {
+            return Err(err(name, "", "required when GRPC_SERVER_USE_TLS=true"));
+        }
+        Ok(PathBuf::from(value))
+    };
+    let client_ca = Some(r.string("GRPC_CLIENT_TLS_CACERT", ""))
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from);
+    Ok(Some(TlsSettings {
+        cert: file("GRPC_SERVER_TLS_CERT")?,
+        key: file("GRPC_SERVER_TLS_KEY")?,
+        client_ca,
+    }))
 }
 
 impl Settings {
@@ -250,6 +287,38 @@ impl Settings {
             memcache_classic: r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?,
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: log_format == "json",
+            http_addr: host_port(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
+            debug_addr: host_port(
+                &r.string("DEBUG_HOST", "0.0.0.0"),
+                r.parsed("DEBUG_PORT", 6070u16)?,
+            ),
+            prometheus: r.bool("USE_PROMETHEUS", false)?.then(|| {
+                (
+                    listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
+                    r.string("PROMETHEUS_PATH", "/metrics"),
+                )
+            }),
+            statsd: if r.bool("USE_STATSD", false)? {
+                Some(format!(
+                    "{}:{}",
+                    r.string("STATSD_HOST", "localhost"),
+                    r.parsed("STATSD_PORT", 8125u16)?
+                ))
+            } else {
+                None
+            },
+            extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
+            near_limit_ratio: near_limit_ratio(&r)?,
+            stats_max_keys: r.parsed("STATS_MAX_KEYS", 10_000usize)?,
+            watch_root: r.bool("RUNTIME_WATCH_ROOT", true)?,
+            healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            local_cache_bytes: r.parsed("LOCAL_CACHE_SIZE_IN_BYTES", 0u64)?,
+            drain: Duration::from_secs(r.parsed("SHUTDOWN_DRAIN_SECONDS", 5u64)?),
+            max_connection_age: (
+                r.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
+                r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+            ),
+            tls: tls(&r)?,
         })
     }
 }

@@ -1,0 +1,85 @@
+//! Process health as the AND of components, shared by gRPC health (`ratelimit` readiness) and
+//! HTTP `/healthcheck`: the counter store can count, a configuration is loaded (only when
+//! `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), and the process is not shutting down.
+//! Liveness (gRPC service `""`) is not derived from it and never flaps.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+/// Health components and a change notification.
+#[derive(Debug)]
+pub struct Health {
+    backend_ready: AtomicBool,
+    config_loaded: AtomicBool,
+    needs_config: bool,
+    shutting_down: AtomicBool,
+    changed: watch::Sender<bool>,
+}
+
+impl Health {
+    /// Health that, when `needs_config`, also requires a loaded configuration.
+    pub fn new(needs_config: bool, config_loaded: bool) -> Self {
+        let health = Self {
+            backend_ready: AtomicBool::new(true),
+            config_loaded: AtomicBool::new(config_loaded),
+            needs_config,
+            shutting_down: AtomicBool::new(false),
+            changed: watch::Sender::new(false),
+        };
+        health.publish();
+        health
+    }
+
+    fn publish(&self) {
+        self.changed.send_replace(self.is_healthy());
+    }
+
+    /// Whether every component is healthy.
+    pub fn is_healthy(&self) -> bool {
+        self.failing().is_empty()
+    }
+
+    /// The names of the failing components.
+    pub fn failing(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if !self.backend_ready.load(Ordering::Acquire) {
+            out.push("backend");
+        }
+        if self.needs_config && !self.config_loaded.load(Ordering::Acquire) {
+            out.push("config");
+        }
+        if self.shutting_down.load(Ordering::Acquire) {
+            out.push("sigterm");
+        }
+        out
+    }
+
+    /// Records whether the counter store can count.
+    pub fn set_backend_ready(&self, ready: bool) {
+        self.backend_ready.store(ready, Ordering::Release);
+        self.publish();
+    }
+
+    /// Records that a configuration is loaded.
+    pub fn set_config_loaded(&self) {
+        self.config_loaded.store(true, Ordering::Release);
+        self.publish();
+    }
+
+    /// Marks the process as shutting down (permanently unhealthy).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.publish();
+    }
+
+    /// Whether shutdown has begun.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// A receiver that sees every change of the overall health.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.changed.subscribe()
+    }
+}

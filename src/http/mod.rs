@@ -1,0 +1,146 @@
+//! The HTTP endpoints: on `PORT`, `/healthcheck` (200 `OK` or 500 naming the failing
+//! components) and `/json` (the reference's JSON API: 200 / 429 / 500, 400 for a bad request);
+//! on `DEBUG_PORT`, an index, `/rlconfig` (the loaded limits in the reference's dump format) and
+//! `/metrics`; and the Prometheus endpoint (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`).
+//!
+//! Must not touch: memcached crates, YAML.
+
+mod json;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use tokio::net::TcpListener;
+
+use crate::grpc::{RateLimitHandler, ServiceState};
+use crate::metrics::Metrics;
+use crate::storage::CounterStore;
+
+/// `PORT`: `/healthcheck` and `/json`.
+pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
+    Router::new()
+        .route("/healthcheck", get(healthcheck::<S>))
+        .route("/json", any(json_api::<S>))
+        .with_state(state)
+}
+
+/// `DEBUG_PORT`: `/`, `/rlconfig`, `/metrics`.
+pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/metrics: Prometheus metrics\n/healthcheck: health\n" }))
+        .route("/rlconfig", get(rlconfig::<S>))
+        .route("/metrics", get(metrics::<S>))
+        .route("/healthcheck", get(healthcheck::<S>))
+        .with_state(state)
+}
+
+/// The Prometheus endpoint at `path`.
+pub fn prometheus_router(path: &str, metrics: Arc<Metrics>) -> Router {
+    Router::new().route(path, get(move || async move { prometheus_text(&metrics) }))
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn prometheus_text(metrics: &Metrics) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
+    let failing = state.health.failing();
+    if failing.is_empty() {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unhealthy: {}", failing.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn json_api<S: CounterStore>(
+    State(state): State<Arc<ServiceState<S>>>,
+    body: Bytes,
+) -> Response {
+    let request = match json::request(&body) {
+        Ok(r) => r,
+        Err(err) => {
+            tracing::debug!(error = %err, "bad /json request");
+            return (StatusCode::BAD_REQUEST, "Bad Request").into_response();
+        }
+    };
+    let handler = RateLimitHandler::new(state);
+    match handler.decide(request).await {
+        Ok(resp) => {
+            let status = match resp.overall_code() {
+                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok => {
+                    StatusCode::OK
+                }
+                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::OverLimit => {
+                    StatusCode::TOO_MANY_REQUESTS
+                }
+                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Unknown => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            };
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                json::response(&resp).to_string(),
+            )
+                .into_response()
+        }
+        Err(status) => {
+            tracing::debug!(error = %status.message(), "/json request failed");
+            (StatusCode::BAD_REQUEST, "Bad Request").into_response()
+        }
+    }
+}
+
+async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
+    let Some(rules) = state.rules.load() else {
+        return (StatusCode::OK, String::new()).into_response();
+    };
+    let mut lines: Vec<String> = rules
+        .limits()
+        .iter()
+        .map(|l| {
+            let unit = if l.unlimited {
+                "UNKNOWN"
+            } else {
+                l.unit.name()
+            };
+            format!(
+                "{}: unit={unit} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
+                l.full_key, l.requests_per_unit, l.shadow_mode, l.quota_mode
+            )
+        })
+        .collect();
+    lines.sort();
+    let mut body = lines.join("\n");
+    body.push('\n');
+    (StatusCode::OK, body).into_response()
+}
+
+async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
+    prometheus_text(state.limiter.metrics())
+}

@@ -1,0 +1,334 @@
+//! Service metrics, counted as the reference counts them (in hits, per stats key) and rendered
+//! in Prometheus text with the reference's Prometheus names
+//! (`ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}`
+//! with `domain`/`key1`/`key2` labels, `ratelimit_service_config_load_{success,error}`,
+//! `ratelimit_service_should_rate_limit_error`, a response-time histogram), plus counter-store
+//! metrics. Label cardinality is bounded: past `max_keys` distinct stats keys, further keys are
+//! counted under `key1="__overflow__"` (the reference's stats grow without bound, its #275).
+//!
+//! Recorded once per request, from the verdict. Must not touch: protobuf, YAML, storage crates.
+
+mod histogram;
+mod render;
+mod stats_key;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use histogram::Histogram;
+
+use crate::limiter::{Code, Request, Verdict};
+use crate::storage::StorageError;
+
+/// The per-stats-key counters.
+#[derive(Debug, Default)]
+pub(crate) struct LimitStats {
+    pub(crate) total_hits: AtomicU64,
+    pub(crate) over_limit: AtomicU64,
+    pub(crate) near_limit: AtomicU64,
+    pub(crate) within_limit: AtomicU64,
+    pub(crate) shadow_mode: AtomicU64,
+}
+
+const OVERFLOW: &str = "__overflow__";
+
+/// Every metric of the process.
+#[derive(Debug)]
+pub struct Metrics {
+    limits: RwLock<HashMap<Vec<String>, Arc<LimitStats>>>,
+    domain_not_found: RwLock<HashMap<String, Arc<AtomicU64>>>,
+    max_keys: usize,
+    near_limit_ratio: f64,
+    extra_labels: String,
+    pub(crate) config_load_success: AtomicU64,
+    pub(crate) config_load_error: AtomicU64,
+    pub(crate) global_shadow_mode: AtomicU64,
+    pub(crate) total_requests: AtomicU64,
+    pub(crate) backend_errors: AtomicU64,
+    pub(crate) service_errors: AtomicU64,
+    pub(crate) backend_timeouts: AtomicU64,
+    pub(crate) failed_open: AtomicU64,
+    pub(crate) stats_overflow: AtomicU64,
+    pub(crate) response_time: Histogram,
+    pub(crate) backend_time: Histogram,
+}
+
+impl Metrics {
+    /// Metrics with at most `max_keys` distinct stats keys, the near-limit ratio
+    /// (`NEAR_LIMIT_RATIO`) and extra labels on every series (`EXTRA_TAGS`, `k:v,k2:v2`).
+    pub fn new(max_keys: usize, near_limit_ratio: f64, extra_tags: &[(String, String)]) -> Self {
+        let extra_labels = extra_tags
+            .iter()
+            .map(|(k, v)| format!(",{k}=\"{}\"", render::escape(v)))
+            .collect();
+        Self {
+            limits: RwLock::default(),
+            domain_not_found: RwLock::default(),
+            max_keys,
+            near_limit_ratio,
+            extra_labels,
+            config_load_success: AtomicU64::new(0),
+            config_load_error: AtomicU64::new(0),
+            global_shadow_mode: AtomicU64::new(0),
+            total_requests: AtomicU64::new(0),
+            backend_errors: AtomicU64::new(0),
+            service_errors: AtomicU64::new(0),
+            backend_timeouts: AtomicU64::new(0),
+            failed_open: AtomicU64::new(0),
+            stats_overflow: AtomicU64::new(0),
+            response_time: Histogram::default(),
+            backend_time: Histogram::default(),
+        }
+    }
+
+    /// Counts a configuration load.
+    pub fn config_loaded(&self, ok: bool) {
+        let counter = if ok {
+            &self.config_load_success
+        } else {
+            &self.config_load_error
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one ShouldRateLimit call and its latency.
+    pub fn request_done(&self, elapsed: Duration) {
+        self.total_requests.fetch_add(1, Ordering::Relaxed);
+        self.response_time.observe(elapsed);
+    }
+
+    /// Counts a counter-store call and its latency.
+    pub fn backend_call(&self, elapsed: Duration, error: Option<&StorageError>) {
+        self.backend_time.observe(elapsed);
+        match error {
+            Some(StorageError::Timeout(_)) => {
+                self.backend_timeouts.fetch_add(1, Ordering::Relaxed);
+                self.backend_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(_) => {
+                self.backend_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {}
+        }
+    }
+
+    /// Counts a request that failed for another reason than the store (no configuration).
+    pub fn service_error(&self) {
+        self.service_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters of a stats key. Keys built from request values (`dynamic`) are bounded;
+    /// keys that come from the configuration alone are always kept.
+    fn limit_stats(&self, key: Vec<String>, dynamic: bool) -> Arc<LimitStats> {
+        let read = self
+            .limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(v) = read.get(&key) {
+            return Arc::clone(v);
+        }
+        drop(read);
+        let mut write = self
+            .limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = if dynamic && write.len() >= self.max_keys && !write.contains_key(&key) {
+            self.stats_overflow.fetch_add(1, Ordering::Relaxed);
+            vec![
+                key.first().cloned().unwrap_or_default(),
+                OVERFLOW.to_owned(),
+            ]
+        } else {
+            key
+        };
+        Arc::clone(write.entry(key).or_default())
+    }
+
+    fn domain_not_found(&self, domain: &str) {
+        let read = self
+            .domain_not_found
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(v) = read.get(domain) {
+            v.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        drop(read);
+        let mut write = self
+            .domain_not_found
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let name = if write.len() >= self.max_keys {
+            OVERFLOW
+        } else {
+            domain
+        };
+        write
+            .entry(name.to_owned())
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a decided request: per stats key, hits split into within/near/over as the
+    /// reference splits them (near threshold = floor(limit × `NEAR_LIMIT_RATIO`)).
+    pub fn record(&self, request: &Request, verdict: &Verdict<'_>) {
+        if !verdict.domain_found {
+            self.domain_not_found(&request.domain);
+            return;
+        }
+        if verdict.global_shadowed {
+            self.global_shadow_mode.fetch_add(1, Ordering::Relaxed);
+        }
+        if verdict.failed_open {
+            self.failed_open.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        for (descriptor, status) in request.descriptors.iter().zip(&verdict.statuses) {
+            let Some(applied) = status.limit else {
+                continue;
+            };
+            if status.hits == 0 {
+                continue;
+            }
+            let segments = stats_key::segments(&request.domain, &descriptor.entries, &applied);
+            let stats = self.limit_stats(segments, stats_key::is_dynamic(&applied));
+            let limit = u64::from(applied.requests_per_unit());
+            let split = split_hits(
+                limit,
+                self.near_limit_ratio,
+                status.count_after,
+                status.hits,
+            );
+            stats.total_hits.fetch_add(status.hits, Ordering::Relaxed);
+            stats
+                .within_limit
+                .fetch_add(split.within, Ordering::Relaxed);
+            stats.near_limit.fetch_add(split.near, Ordering::Relaxed);
+            stats.over_limit.fetch_add(split.over, Ordering::Relaxed);
+            if status.shadowed
+                || (status.code == Code::OverLimit && applied.rule().is_some_and(|r| r.shadow_mode))
+            {
+                stats.shadow_mode.fetch_add(split.over, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        render::render(self)
+    }
+}
+
+/// How a request's hits split between the within/near/over stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Split {
+    pub(crate) within: u64,
+    pub(crate) near: u64,
+    pub(crate) over: u64,
+}
+
+/// The reference's split: over the limit, all hits count as over if the counter already was,
+/// otherwise only the part beyond the limit (and the part between the near threshold and the
+/// limit counts as near); within the limit, all hits count as within, and those beyond the
+/// near threshold also as near.
+pub(crate) fn split_hits(limit: u64, ratio: f64, after: u64, hits: u64) -> Split {
+    let before = after.saturating_sub(hits);
+    // Truncation is the reference's floor(limit × ratio).
+    let threshold = (limit as f64 * ratio).floor() as u64;
+    if after > limit {
+        let (over, near) = if before >= limit {
+            (hits, 0)
+        } else {
+            (after - limit, limit - threshold.max(before))
+        };
+        Split {
+            within: 0,
+            near,
+            over,
+        }
+    } else {
+        let near = if after > threshold {
+            if before >= threshold {
+                hits
+            } else {
+                after - threshold
+            }
+        } else {
+            0
+        };
+        Split {
+            within: hits,
+            near,
+            over: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Split, split_hits};
+
+    #[test]
+    fn reference_split() {
+        // limit 20, threshold 16.
+        assert_eq!(
+            split_hits(20, 0.8, 5, 5),
+            Split {
+                within: 5,
+                near: 0,
+                over: 0
+            }
+        );
+        assert_eq!(
+            split_hits(20, 0.8, 18, 3),
+            Split {
+                within: 3,
+                near: 2,
+                over: 0
+            }
+        );
+        assert_eq!(
+            split_hits(20, 0.8, 20, 2),
+            Split {
+                within: 2,
+                near: 2,
+                over: 0
+            }
+        );
+        assert_eq!(
+            split_hits(20, 0.8, 23, 7),
+            Split {
+                within: 0,
+                near: 4,
+                over: 3
+            }
+        );
+        assert_eq!(
+            split_hits(20, 0.8, 25, 3),
+            Split {
+                within: 0,
+                near: 0,
+                over: 3
+            }
+        );
+        assert_eq!(
+            split_hits(20, 0.8, 21, 3),
+            Split {
+                within: 0,
+                near: 2,
+                over: 1
+            }
+        );
+        // requests_per_unit 0 blocks: everything is over.
+        assert_eq!(
+            split_hits(0, 0.8, 1, 1),
+            Split {
+                within: 0,
+                near: 0,
+                over: 1
+            }
+        );
+    }
+}
