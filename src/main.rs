@@ -66,7 +66,6 @@ fn serve(config_dir: Option<PathBuf>) -> ExitCode {
     match runtime.block_on(turnstile::app::run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!("{err}");
             eprintln!("turnstile: {err}");
             ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(1))
         }

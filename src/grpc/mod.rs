@@ -82,7 +82,10 @@ impl<S: CounterStore> RateLimitHandler<S> {
             .limiter
             .check(&rules, &request)
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .map_err(|e| {
+                metrics.store_failed_request();
+                Status::unavailable(e.to_string())
+            })?;
         if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(domain = %request.domain, descriptors = ?request.descriptors, overall = ?verdict.overall, "decided");
         }

@@ -48,6 +48,7 @@ pub struct Metrics {
     pub(crate) total_requests: AtomicU64,
     pub(crate) backend_errors: AtomicU64,
     pub(crate) service_errors: AtomicU64,
+    pub(crate) store_failed_requests: AtomicU64,
     pub(crate) backend_timeouts: AtomicU64,
     pub(crate) failed_open: AtomicU64,
     pub(crate) stats_overflow: AtomicU64,
@@ -75,6 +76,7 @@ impl Metrics {
             total_requests: AtomicU64::new(0),
             backend_errors: AtomicU64::new(0),
             service_errors: AtomicU64::new(0),
+            store_failed_requests: AtomicU64::new(0),
             backend_timeouts: AtomicU64::new(0),
             failed_open: AtomicU64::new(0),
             stats_overflow: AtomicU64::new(0),
@@ -112,6 +114,11 @@ impl Metrics {
             }
             None => {}
         }
+    }
+
+    /// Counts a request answered with an error because the counter store failed.
+    pub fn store_failed_request(&self) {
+        self.store_failed_requests.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a request that failed for another reason than the store (no configuration).

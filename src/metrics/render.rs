@@ -141,7 +141,7 @@ pub(crate) fn render(m: &Metrics) -> String {
         out,
         "{name}{{{}}} {}",
         with("err_type=\"redis_error\"".into()),
-        load(&m.backend_errors)
+        load(&m.store_failed_requests)
     );
     let _ = writeln!(
         out,

@@ -139,3 +139,25 @@ async fn the_memory_store_refuses_new_counters_when_full_instead_of_forgetting()
     let resp = s.call(req1("test-domain", &[("key2", "fresh")])).await;
     assert_eq!(resp.statuses[0].limit_remaining, 19);
 }
+
+#[tokio::test]
+async fn stats_cardinality_is_bounded() {
+    let rules = "domain: d\ndescriptors:\n  - key: unspec\n    detailed_metric: true\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
+    let s = start_memory(&[("d.yaml", rules)], Options::default()).await;
+    for i in 0..1_100 {
+        s.call(req1("d", &[("unspec", &format!("v{i}"))])).await;
+    }
+    let text = s.metrics.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
+        .count();
+    assert!(series <= 1_001, "{series} series");
+    assert!(
+        text.contains(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="__overflow__"}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="unspec_v7"} 1"#)
+    );
+}

@@ -8,6 +8,7 @@ mod memcached_cluster;
 mod model;
 mod modes;
 mod peers;
+mod process;
 mod semantics;
 mod storage_contract;
 mod support;

@@ -205,5 +205,16 @@ async fn fail_open_globally_or_per_rule() {
     assert_eq!(status.code(), GrpcCode::Unavailable);
     let resp = everywhere.call(req1("d", &[("closed", "x")])).await;
     assert_eq!(resp.overall_code(), Code::Ok);
+    let metrics = everywhere.metrics.render();
+    assert!(
+        metrics.contains("turnstile_backend_failed_open_total{} 1"),
+        "{metrics}"
+    );
+    assert!(
+        per_rule
+            .metrics
+            .render()
+            .contains("ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 1")
+    );
     assert!(clock.now() > 0);
 }

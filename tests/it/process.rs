@@ -1,0 +1,421 @@
+//! The real binary, as an operator runs it: settings from the environment (bad ones stop
+//! start-up with a distinct exit code), HTTP `/healthcheck`, `/json`, `/rlconfig`, `/metrics`
+//! and the Prometheus port, hot reload (good file, broken file, Kubernetes `..data` symlink
+//! swap), JSON logs, and SIGTERM under load with zero failed calls.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+use crate::support::{free_port, req1, unique};
+
+pub const RULES: &str = "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
+
+/// A running `turnstile` process, killed on drop.
+pub struct Process {
+    pub child: Child,
+    pub grpc: u16,
+    pub http: u16,
+    pub debug: u16,
+    pub prometheus: u16,
+    pub dir: PathBuf,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique(tag));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+fn command(env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+impl Process {
+    /// Starts the binary with rules in `dir` (RUNTIME_ROOT/ratelimit/config) plus `env`, and waits until it answers.
+    pub fn start(root: &Path, env: &[(&str, &str)]) -> Process {
+        let (grpc, http, debug, prometheus) = (free_port(), free_port(), free_port(), free_port());
+        let mut all: Vec<(&str, String)> = vec![
+            ("RUNTIME_ROOT", root.display().to_string()),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+            ("GRPC_HOST", "127.0.0.1".into()),
+            ("GRPC_PORT", grpc.to_string()),
+            ("HOST", "127.0.0.1".into()),
+            ("PORT", http.to_string()),
+            ("DEBUG_HOST", "127.0.0.1".into()),
+            ("DEBUG_PORT", debug.to_string()),
+            ("USE_PROMETHEUS", "true".into()),
+            ("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}")),
+        ];
+        all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let child = command(&all)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let p = Process {
+            child,
+            grpc,
+            http,
+            debug,
+            prometheus,
+            dir: root.join("ratelimit/config"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "turnstile did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        p
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
+            .await
+            .expect("connect")
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.debug, "/metrics").expect("metrics").1
+    }
+}
+
+/// Makes `root/ratelimit/config/rules.yaml`.
+pub fn rules_root(text: &str) -> PathBuf {
+    let root = temp_dir("root");
+    let dir = root.join("ratelimit/config");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("rules.yaml"), text).expect("write");
+    root
+}
+
+/// A tiny HTTP/1.1 client: (status, body).
+pub fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).ok()?;
+    let status = raw.split_whitespace().nth(1)?.parse().ok()?;
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http(port, "GET", path, "")
+}
+
+/// The value of a metric line that starts with `series`.
+pub fn metric(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn exit_of(env: &[(&str, String)]) -> (Option<i32>, String) {
+    let out = command(env).output().expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
+    let (code, stderr) = exit_of(&[("GRPC_PORT", "80x".into())]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("GRPC_PORT"), "{stderr}");
+    let (code, stderr) = exit_of(&[("NEAR_LIMIT_RATIO", "1.5".into())]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("NEAR_LIMIT_RATIO"), "{stderr}");
+    let root =
+        rules_root("domain: x\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight }\n");
+    let (code, stderr) = exit_of(&[
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+    ]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(
+        stderr.contains(
+            "rules.yaml:4:25: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_endpoints_and_metrics() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[("EXTRA_TAGS", "cluster:test")]);
+    assert_eq!(http_get(p.http, "/healthcheck"), Some((200, "OK".into())));
+    let body = r#"{"domain":"ops","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}"#;
+    let (status, json) = http(p.http, "POST", "/json", body).expect("json");
+    assert_eq!(status, 200, "{json}");
+    assert!(
+        json.contains(r#""overallCode":"OK""#)
+            && json.contains(r#""limitRemaining":1"#)
+            && json.contains(r#""unit":"MINUTE""#),
+        "{json}"
+    );
+    assert_eq!(http(p.http, "POST", "/json", body).map(|r| r.0), Some(200));
+    let (status, json) = http(p.http, "POST", "/json", body).expect("json");
+    assert_eq!(status, 429, "{json}");
+    assert!(json.contains(r#""overallCode":"OVER_LIMIT""#), "{json}");
+    assert_eq!(
+        http(p.http, "POST", "/json", "{nope").map(|r| r.0),
+        Some(400)
+    );
+    assert_eq!(
+        http(p.http, "POST", "/json", r#"{"domain":""}"#).map(|r| r.0),
+        Some(400)
+    );
+
+    let rlconfig = http_get(p.debug, "/rlconfig").expect("rlconfig").1;
+    assert_eq!(
+        rlconfig.trim(),
+        "ops.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false"
+    );
+
+    let metrics = p.metrics();
+    let labels = r#"{domain="ops",key1="user",cluster="test"}"#;
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("ratelimit_service_rate_limit_total_hits{labels}")
+        ),
+        Some(3),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("ratelimit_service_rate_limit_within_limit{labels}")
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("ratelimit_service_rate_limit_over_limit{labels}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("ratelimit_service_rate_limit_near_limit{labels}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "ratelimit_service_config_load_success{cluster=\"test\"}"
+        ),
+        Some(1)
+    );
+    assert!(
+        metrics.contains(
+            "ratelimit_service_response_time_seconds_bucket{cluster=\"test\",le=\"+Inf\"}"
+        ),
+        "{metrics}"
+    );
+    let prom = http_get(p.prometheus, "/metrics")
+        .expect("prometheus port")
+        .1;
+    assert!(
+        prom.contains("ratelimit_service_rate_limit_total_hits"),
+        "{prom}"
+    );
+}
+
+async fn eventually_limit(p: &Process, domain: &str, want: Option<u32>) {
+    let mut client = p.client().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = client
+            .should_rate_limit(req1(domain, &[("user", &unique("u"))]))
+            .await
+            .expect("call")
+            .into_inner();
+        let got = resp.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "limit {want:?} never applied (still {got:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_good_broken_and_symlink_swap() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    eventually_limit(&p, "ops", Some(2)).await;
+
+    std::fs::write(
+        p.dir.join("rules.yaml"),
+        RULES.replace("requests_per_unit: 2", "requests_per_unit: 7"),
+    )
+    .expect("write");
+    eventually_limit(&p, "ops", Some(7)).await;
+
+    std::fs::write(
+        p.dir.join("rules.yaml"),
+        "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n",
+    )
+    .expect("write");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&p.metrics(), "ratelimit_service_config_load_error") != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "the broken reload was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually_limit(&p, "ops", Some(7)).await;
+
+    // A Kubernetes ConfigMap volume: files are symlinks into `..data`, which is swapped.
+    let dir = &p.dir;
+    std::fs::remove_file(dir.join("rules.yaml")).expect("rm");
+    let v1 = dir.join("..2026_v1");
+    std::fs::create_dir(&v1).expect("mkdir");
+    std::fs::write(
+        v1.join("config.yaml"),
+        RULES.replace("requests_per_unit: 2", "requests_per_unit: 11"),
+    )
+    .expect("write");
+    std::os::unix::fs::symlink("..2026_v1", dir.join("..data")).expect("symlink");
+    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).expect("symlink");
+    eventually_limit(&p, "ops", Some(11)).await;
+    let v2 = dir.join("..2026_v2");
+    std::fs::create_dir(&v2).expect("mkdir");
+    std::fs::write(
+        v2.join("config.yaml"),
+        RULES.replace("requests_per_unit: 2", "requests_per_unit: 13"),
+    )
+    .expect("write");
+    std::os::unix::fs::symlink("..2026_v2", dir.join("..data_tmp")).expect("symlink");
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("atomic swap");
+    eventually_limit(&p, "ops", Some(13)).await;
+    assert!(metric(&p.metrics(), "ratelimit_service_config_load_success").unwrap_or(0) >= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_fails_no_call_and_exits_zero() {
+    let root = rules_root(RULES);
+    let mut p = Process::start(
+        &root,
+        &[
+            ("SHUTDOWN_DRAIN_SECONDS", "2"),
+            ("LOG_FORMAT", "json"),
+            ("LOG_LEVEL", "info"),
+        ],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut callers = Vec::new();
+    for _ in 0..8 {
+        let mut client = p.client().await;
+        let (stop, ok, failed) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match client
+                    .should_rate_limit(req1("ops", &[("user", "load")]))
+                    .await
+                {
+                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success());
+    // Health flips at once; calls keep being answered during the drain.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(500) {
+        assert!(
+            Instant::now() < deadline,
+            "health did not turn unhealthy at once"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let during = ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        ok.load(Ordering::Relaxed) > during,
+        "calls are answered during the drain"
+    );
+    // Clients stop sending (as Envoy does once its health check sees NOT_SERVING).
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    let status = p.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "{} calls answered, none may fail",
+        ok.load(Ordering::Relaxed)
+    );
+    let mut logs = String::new();
+    p.child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut logs)
+        .expect("logs");
+    let line = logs
+        .lines()
+        .find(|l| l.contains("shutting down"))
+        .unwrap_or_else(|| panic!("{logs}"));
+    for field in [
+        "\"@timestamp\":\"",
+        "\"@message\":\"shutting down",
+        "\"level\":\"warning\"",
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+}
