@@ -19,6 +19,7 @@ use crate::reload::{Reloader, RulesHandle};
 use crate::server::ServerOptions;
 use crate::settings::{Backend, Settings};
 use crate::storage::CounterStore;
+use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
 
@@ -137,8 +138,26 @@ pub async fn run(settings: Settings) -> Result<(), AppError> {
                 jitter_max_seconds: s.expiration_jitter,
                 classic_protocol: s.memcache_classic,
             };
-            let store = MemcachedStore::new(options, Arc::clone(&parts.clock))
-                .map_err(|e| AppError::Storage(e.to_string()))?;
+            let store = if s.memcache_srv.is_empty() {
+                MemcachedStore::new(options, Arc::clone(&parts.clock))
+            } else {
+                let mut resolver = Resolver::system();
+                if let Some(server) = s.memcache_srv_resolver {
+                    resolver.server = server;
+                }
+                let store = MemcachedStore::discover(
+                    &s.memcache_srv,
+                    &resolver,
+                    options,
+                    Arc::clone(&parts.clock),
+                )
+                .await;
+                if let (Ok(store), true) = (&store, !s.memcache_srv_refresh.is_zero()) {
+                    store.spawn_refresh(s.memcache_srv.clone(), resolver, s.memcache_srv_refresh);
+                }
+                store
+            }
+            .map_err(|e| AppError::Storage(e.to_string()))?;
             parts.serve(store).await
         }
     }

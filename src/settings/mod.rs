@@ -73,6 +73,8 @@ pub struct Settings {
     pub memcache_srv: String,
     /// `MEMCACHE_SRV_REFRESH`.
     pub memcache_srv_refresh: Duration,
+    /// `MEMCACHE_SRV_RESOLVER`: the DNS server for SRV lookups (default: `/etc/resolv.conf`).
+    pub memcache_srv_resolver: Option<std::net::SocketAddr>,
     /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per memcached server.
     pub memcache_pool_size: u32,
     /// `MEMCACHE_TIMEOUT`: the deadline of one memcached operation.
@@ -281,6 +283,13 @@ impl Settings {
             memcache_servers,
             memcache_srv,
             memcache_srv_refresh: r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?,
+            memcache_srv_resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
+                v if v.is_empty() => None,
+                v => Some(
+                    v.parse()
+                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
+                ),
+            },
             memcache_pool_size,
             memcache_timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(10))?,
             expiration_jitter: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,

@@ -10,5 +10,6 @@ mod modes;
 mod peers;
 mod process;
 mod semantics;
+mod srv;
 mod storage_contract;
 mod support;

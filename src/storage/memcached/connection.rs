@@ -11,7 +11,9 @@ use base64::engine::general_purpose::STANDARD;
 /// a connection whose operation was cancelled reports itself broken and is dropped.
 #[derive(Debug)]
 pub(crate) struct Manager {
-    pub(crate) dsn: String,
+    /// `host:port`; the host is resolved on every connect (IPv4 preferred: the client crate
+    /// speaks IPv4 only).
+    pub(crate) server: String,
 }
 
 impl bb8::ManageConnection for Manager {
@@ -19,7 +21,21 @@ impl bb8::ManageConnection for Manager {
     type Error = Error;
 
     async fn connect(&self) -> Result<Client, Error> {
-        Client::new(&self.dsn).await
+        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(&self.server)
+            .await
+            .map_err(Error::Connect)?
+            .collect();
+        let addr = addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(addrs.first())
+            .ok_or_else(|| {
+                Error::Connect(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{} has no address", self.server),
+                ))
+            })?;
+        Client::new(format!("tcp://{addr}")).await
     }
 
     async fn is_valid(&self, conn: &mut Client) -> Result<(), Error> {

@@ -7,15 +7,18 @@
 //! base64-encoded. A request's hits go to their servers (on a consistent-hash ring)
 //! concurrently on pooled connections, so a request costs one round trip of latency whatever
 //! its number of descriptors. Every operation has a deadline; failures are typed, name the
-//! server, and put it into backoff.
+//! server, and put it into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or
+//! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 mod connection;
 mod ring;
 mod server;
+pub mod srv;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
 use super::{CounterStore, Hit, Op, StorageError};
@@ -23,6 +26,7 @@ use crate::clock::Clock;
 use connection::Protocol;
 use ring::Ring;
 use server::Server;
+use srv::Resolver;
 
 /// memcached reads any exptime above this (30 days) as an absolute Unix time.
 const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
@@ -30,7 +34,7 @@ const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
 /// How to reach memcached.
 #[derive(Debug, Clone)]
 pub struct MemcachedOptions {
-    /// `host:port` of every server (IPv4 or a host name).
+    /// `host:port` of every server.
     pub servers: Vec<String>,
     /// Connections per server.
     pub pool_size: u32,
@@ -48,10 +52,18 @@ pub struct MemcachedStore {
     inner: Arc<Inner>,
 }
 
+/// The current servers and their ring; replaced whole when the server list changes.
+#[derive(Debug)]
+struct Topology {
+    servers: Vec<Arc<Server>>,
+    ring: Ring,
+}
+
 #[derive(Debug)]
 struct Inner {
-    servers: Vec<Server>,
-    ring: Ring,
+    topology: ArcSwap<Topology>,
+    protocol: Protocol,
+    pool_size: u32,
     timeout: Duration,
     jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
@@ -70,28 +82,104 @@ impl MemcachedStore {
         } else {
             Protocol::Meta
         };
-        let servers = options
-            .servers
-            .iter()
-            .map(|name| Server::new(name.clone(), options.pool_size, options.timeout, protocol))
-            .collect();
-        Ok(Self {
+        let empty = Topology {
+            servers: Vec::new(),
+            ring: Ring::new(&[]),
+        };
+        let store = Self {
             inner: Arc::new(Inner {
-                ring: Ring::new(&options.servers),
-                servers,
+                topology: ArcSwap::from_pointee(empty),
+                protocol,
+                pool_size: options.pool_size,
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
                 clock,
             }),
+        };
+        store.set_servers(options.servers);
+        Ok(store)
+    }
+
+    /// A store over the servers that `srv_name` resolves to (`MEMCACHE_SRV`).
+    pub async fn discover(
+        srv_name: &str,
+        resolver: &Resolver,
+        mut options: MemcachedOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StorageError> {
+        options.servers = resolver
+            .lookup(srv_name)
+            .await
+            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+        tracing::warn!(servers = ?options.servers, "memcached servers discovered");
+        Self::new(options, clock)
+    }
+
+    /// Re-resolves `srv_name` every `every` (`MEMCACHE_SRV_REFRESH`); a failed lookup keeps the
+    /// current servers.
+    pub fn spawn_refresh(
+        &self,
+        srv_name: String,
+        resolver: Resolver,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match resolver.lookup(&srv_name).await {
+                    Ok(servers) if servers != store.servers() => {
+                        tracing::warn!(?servers, "memcached servers changed");
+                        store.set_servers(servers);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "memcached SRV refresh failed; keeping the current servers");
+                    }
+                }
+            }
         })
     }
 
-    /// The server (`host:port`) that owns `key`.
-    pub fn server_for(&self, key: &str) -> Option<&str> {
+    /// Replaces the server list; servers that stay keep their connections.
+    pub fn set_servers(&self, names: Vec<String>) {
+        let current = self.inner.topology.load();
+        let servers = names
+            .iter()
+            .map(
+                |name| match current.servers.iter().find(|s| &s.name == name) {
+                    Some(existing) => Arc::clone(existing),
+                    None => Arc::new(Server::new(
+                        name.clone(),
+                        self.inner.pool_size,
+                        self.inner.timeout,
+                    )),
+                },
+            )
+            .collect();
+        let topology = Topology {
+            ring: Ring::new(&names),
+            servers,
+        };
+        self.inner.topology.store(Arc::new(topology));
+    }
+
+    /// The current servers, in the order given.
+    pub fn servers(&self) -> Vec<String> {
         self.inner
-            .ring
-            .server_for(key.as_bytes())
-            .map(|i| self.inner.servers[i].name.as_str())
+            .topology
+            .load()
+            .servers
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// The server (`host:port`) that owns `key`.
+    pub fn server_for(&self, key: &str) -> Option<String> {
+        let topology = self.inner.topology.load();
+        let index = topology.ring.server_for(key.as_bytes())?;
+        Some(topology.servers[index].name.clone())
     }
 }
 
@@ -114,11 +202,12 @@ impl Inner {
     }
 
     async fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
-        let index = self
+        let topology = self.topology.load();
+        let index = topology
             .ring
             .server_for(hit.key.as_bytes())
             .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
-        let server = &self.servers[index];
+        let server = &topology.servers[index];
         if !server.admit() {
             return Err(StorageError::Unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
@@ -132,16 +221,10 @@ impl Inner {
             })?;
             match hit.op {
                 Op::Add(n) => {
-                    connection::add(
-                        &mut conn,
-                        server.protocol,
-                        &hit.key,
-                        n,
-                        self.exptime(&hit.key, hit.expires_at, now),
-                    )
-                    .await
+                    let exptime = self.exptime(&hit.key, hit.expires_at, now);
+                    connection::add(&mut conn, self.protocol, &hit.key, n, exptime).await
                 }
-                Op::Sub(n) => connection::sub(&mut conn, server.protocol, &hit.key, n).await,
+                Op::Sub(n) => connection::sub(&mut conn, self.protocol, &hit.key, n).await,
             }
         };
         let result = match tokio::time::timeout(self.timeout, operation).await {
@@ -184,7 +267,8 @@ impl CounterStore for MemcachedStore {
     }
 
     async fn ready(&self) -> bool {
-        for server in &self.inner.servers {
+        let topology = self.inner.topology.load();
+        for server in &topology.servers {
             if server.is_up() {
                 return true;
             }

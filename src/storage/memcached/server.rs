@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bb8::Pool;
 
-use super::connection::{Manager, Protocol};
+use super::connection::Manager;
 
 const BACKOFF_START_MS: u64 = 50;
 const BACKOFF_MAX_MS: u64 = 1_000;
@@ -18,7 +18,6 @@ const BACKOFF_MAX_MS: u64 = 1_000;
 pub(crate) struct Server {
     pub(crate) name: String,
     pub(crate) pool: Pool<Manager>,
-    pub(crate) protocol: Protocol,
     failures: AtomicU32,
     /// Milliseconds since `epoch` until which the server counts as down.
     down_until_ms: AtomicU64,
@@ -26,24 +25,18 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub(crate) fn new(
-        name: String,
-        pool_size: u32,
-        timeout: Duration,
-        protocol: Protocol,
-    ) -> Server {
+    pub(crate) fn new(name: String, pool_size: u32, timeout: Duration) -> Server {
         let pool = Pool::builder()
             .max_size(pool_size)
             .min_idle(None)
             .test_on_check_out(false)
             .connection_timeout(timeout)
             .build_unchecked(Manager {
-                dsn: format!("tcp://{name}"),
+                server: name.clone(),
             });
         Server {
             name,
             pool,
-            protocol,
             failures: AtomicU32::new(0),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
