@@ -188,6 +188,7 @@ impl Parts {
             shadow_mode: s.shadow_mode,
             quota_mode: s.quota_mode,
             fail_open: s.fail_open,
+            local_cache_bytes: s.local_cache_bytes,
         };
         let [limit, remaining, reset] = s.header_names.clone();
         let response = ResponseSettings {

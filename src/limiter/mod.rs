@@ -6,6 +6,7 @@
 //! [`CounterStore`] trait and time only through [`Clock`].
 
 mod key;
+mod local_cache;
 mod request;
 mod verdict;
 mod window;
@@ -33,6 +34,8 @@ pub struct LimiterSettings {
     pub quota_mode: bool,
     /// Answer OK instead of an error when the counter store fails (every rule).
     pub fail_open: bool,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache's budget (0 = off).
+    pub local_cache_bytes: u64,
 }
 
 /// Decides requests against rules, counting in a store.
@@ -42,6 +45,7 @@ pub struct Limiter<S> {
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
     metrics: Arc<Metrics>,
+    local_cache: Option<local_cache::OverLimitCache>,
 }
 
 impl<S: CounterStore> Limiter<S> {
@@ -52,11 +56,13 @@ impl<S: CounterStore> Limiter<S> {
         settings: LimiterSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let local_cache = local_cache::OverLimitCache::new(settings.local_cache_bytes);
         Self {
             store,
             clock,
             settings,
             metrics,
+            local_cache,
         }
     }
 
@@ -139,8 +145,21 @@ impl<S: CounterStore> Limiter<S> {
                 (true, n) => Op::Sub(n),
                 (false, n) => Op::Add(n),
             };
+            let key = self.key(&request.domain, descriptor, limit, &window);
+            if let Some(cache) = &self.local_cache {
+                match op {
+                    Op::Add(n) if cache.contains(&key, now) => {
+                        status.mark_over();
+                        status.hits = n;
+                        status.from_local_cache = true;
+                        continue;
+                    }
+                    Op::Sub(_) => cache.remove(&key),
+                    Op::Add(_) => {}
+                }
+            }
             hits.push(Hit {
-                key: self.key(&request.domain, descriptor, limit, &window),
+                key,
                 op,
                 expires_at: window.end(),
             });
@@ -171,36 +190,17 @@ impl<S: CounterStore> Limiter<S> {
             };
             let over = matches!(hit.op, Op::Add(_)) && count > limit;
             if over {
-                let shadow = status
-                    .limit
-                    .and_then(|l| l.rule().map(|r| r.shadow_mode))
-                    .unwrap_or(false);
-                status.code = if shadow { Code::Ok } else { Code::OverLimit };
-                status.shadowed = shadow;
-                status.remaining = 0;
+                status.mark_over();
+                if let Some(cache) = &self.local_cache {
+                    cache.insert(&hit.key, hit.expires_at, now);
+                }
             } else {
                 status.remaining = u32::try_from(limit.saturating_sub(count)).unwrap_or(u32::MAX);
             }
         }
 
-        // 5. Overall code: any non-quota descriptor over, or every quota descriptor over.
-        let mut overall = Code::Ok;
-        let (mut quota_total, mut quota_over) = (0usize, 0usize);
-        for status in &statuses {
-            if status.quota {
-                quota_total += 1;
-                quota_over += usize::from(status.code == Code::OverLimit);
-            } else if status.code == Code::OverLimit {
-                overall = Code::OverLimit;
-            }
-        }
-        if quota_total > 0 && quota_total == quota_over {
-            overall = Code::OverLimit;
-        }
-        let global_shadowed = overall == Code::OverLimit && self.settings.shadow_mode;
-        if global_shadowed {
-            overall = Code::Ok;
-        }
+        // 5. Overall code (quota mode, global shadow mode).
+        let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
         Ok(Verdict {
             overall,
             statuses,

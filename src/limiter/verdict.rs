@@ -88,6 +88,8 @@ pub struct Status<'r> {
     pub quota: bool,
     /// The descriptor matched an `unlimited` limit.
     pub unlimited: bool,
+    /// Answered OVER_LIMIT from the local over-limit cache, without counting.
+    pub from_local_cache: bool,
 }
 
 impl Status<'_> {
@@ -103,8 +105,43 @@ impl Status<'_> {
             shadowed: false,
             quota: false,
             unlimited: false,
+            from_local_cache: false,
         }
     }
+
+    /// Marks the descriptor over its limit; a shadow-mode rule answers OK all the same.
+    pub(crate) fn mark_over(&mut self) {
+        let shadow = self
+            .limit
+            .and_then(|l| l.rule().map(|r| r.shadow_mode))
+            .unwrap_or(false);
+        self.code = if shadow { Code::Ok } else { Code::OverLimit };
+        self.shadowed = shadow;
+        self.remaining = 0;
+    }
+}
+
+/// The overall code: OVER_LIMIT if any non-quota descriptor is over, or if there are quota
+/// descriptors and every one of them is over; then global shadow mode turns OVER_LIMIT into OK.
+/// Returns the code and whether global shadow mode changed it.
+pub(crate) fn overall(statuses: &[Status<'_>], global_shadow: bool) -> (Code, bool) {
+    let mut overall = Code::Ok;
+    let (mut quota_total, mut quota_over) = (0usize, 0usize);
+    for status in statuses {
+        if status.quota {
+            quota_total += 1;
+            quota_over += usize::from(status.code == Code::OverLimit);
+        } else if status.code == Code::OverLimit {
+            overall = Code::OverLimit;
+        }
+    }
+    if quota_total > 0 && quota_total == quota_over {
+        overall = Code::OverLimit;
+    }
+    if overall == Code::OverLimit && global_shadow {
+        return (Code::Ok, true);
+    }
+    (overall, false)
 }
 
 /// The whole request's answer.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use histogram::Histogram;
 
-use crate::limiter::{Code, Request, Verdict};
+use crate::limiter::{Request, Verdict};
 use crate::storage::StorageError;
 
 /// The per-stats-key counters.
@@ -30,6 +30,7 @@ pub(crate) struct LimitStats {
     pub(crate) near_limit: AtomicU64,
     pub(crate) within_limit: AtomicU64,
     pub(crate) shadow_mode: AtomicU64,
+    pub(crate) over_limit_with_local_cache: AtomicU64,
 }
 
 const OVERFLOW: &str = "__overflow__";
@@ -202,21 +203,30 @@ impl Metrics {
             let segments = stats_key::segments(&request.domain, &descriptor.entries, &applied);
             let stats = self.limit_stats(segments, stats_key::is_dynamic(&applied));
             let limit = u64::from(applied.requests_per_unit());
-            let split = split_hits(
-                limit,
-                self.near_limit_ratio,
-                status.count_after,
-                status.hits,
-            );
+            let split = if status.from_local_cache {
+                stats
+                    .over_limit_with_local_cache
+                    .fetch_add(status.hits, Ordering::Relaxed);
+                Split {
+                    within: 0,
+                    near: 0,
+                    over: status.hits,
+                }
+            } else {
+                split_hits(
+                    limit,
+                    self.near_limit_ratio,
+                    status.count_after,
+                    status.hits,
+                )
+            };
             stats.total_hits.fetch_add(status.hits, Ordering::Relaxed);
             stats
                 .within_limit
                 .fetch_add(split.within, Ordering::Relaxed);
             stats.near_limit.fetch_add(split.near, Ordering::Relaxed);
             stats.over_limit.fetch_add(split.over, Ordering::Relaxed);
-            if status.shadowed
-                || (status.code == Code::OverLimit && applied.rule().is_some_and(|r| r.shadow_mode))
-            {
+            if status.shadowed {
                 stats.shadow_mode.fetch_add(split.over, Ordering::Relaxed);
             }
         }

@@ -53,7 +53,7 @@ pub(crate) fn render(m: &Metrics) -> String {
     let mut keys: Vec<_> = limits.iter().collect();
     keys.sort_by(|a, b| a.0.cmp(b.0));
     type Pick = fn(&super::LimitStats) -> u64;
-    let stats: [(&str, &str, Pick); 5] = [
+    let stats: [(&str, &str, Pick); 6] = [
         ("total_hits", "hits on matched limits", |s| {
             s.total_hits.load(Ordering::Relaxed)
         }),
@@ -69,6 +69,11 @@ pub(crate) fn render(m: &Metrics) -> String {
         ("shadow_mode", "hits over a shadow-mode limit", |s| {
             s.shadow_mode.load(Ordering::Relaxed)
         }),
+        (
+            "over_limit_with_local_cache",
+            "hits refused by the local over-limit cache",
+            |s| s.over_limit_with_local_cache.load(Ordering::Relaxed),
+        ),
     ];
     for (stat, help, pick) in stats {
         let name = format!("ratelimit_service_rate_limit_{stat}");

@@ -414,7 +414,78 @@ async fn dynamic_metadata(backend: Backend) {
     );
 }
 
+async fn local_over_limit_cache(backend: Backend) {
+    let limiter = LimiterSettings {
+        local_cache_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let Some(s) = backend
+        .start(
+            &[("basic.yaml", BASIC)],
+            Options {
+                limiter,
+                ..Default::default()
+            },
+        )
+        .await
+    else {
+        return;
+    };
+    let codes: Vec<Code> = {
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(
+                s.call(req1("test-domain", &[("key3", "cached")]))
+                    .await
+                    .overall_code(),
+            );
+        }
+        out
+    };
+    assert_eq!(
+        codes,
+        vec![Code::Ok, Code::OverLimit, Code::OverLimit, Code::OverLimit]
+    );
+    let text = s.metrics.render();
+    let value = |series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        value("turnstile_backend_call_seconds_count").as_deref(),
+        Some("2"),
+        "the cached calls never reach the store"
+    );
+    let labels = r#"{domain="test-domain",key1="key3"}"#;
+    assert_eq!(
+        value(&format!(
+            "ratelimit_service_rate_limit_over_limit_with_local_cache{labels}"
+        ))
+        .as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        value(&format!("ratelimit_service_rate_limit_over_limit{labels}")).as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        value(&format!("ratelimit_service_rate_limit_total_hits{labels}")).as_deref(),
+        Some("4")
+    );
+    // The next window is not in the cache.
+    s.clock.advance(3600);
+    assert_eq!(
+        s.call(req1("test-domain", &[("key3", "cached")]))
+            .await
+            .overall_code(),
+        Code::Ok
+    );
+}
+
 on_every_backend!(
+    local_over_limit_cache,
     replaces,
     shadow_mode_per_rule_and_global,
     quota_mode,
