@@ -56,10 +56,13 @@ impl OverLimitCache {
         let mut map = lock(self.shard(hash));
         if map.len() >= self.per_shard && !map.contains_key(&hash) {
             map.retain(|_, end| *end > now);
-            if map.len() >= self.per_shard {
-                if let Some(victim) = map.keys().next().copied() {
-                    map.remove(&victim);
-                }
+            if let Some(victim) = map
+                .keys()
+                .next()
+                .copied()
+                .filter(|_| map.len() >= self.per_shard)
+            {
+                map.remove(&victim);
             }
         }
         map.insert(hash, expires_at);
