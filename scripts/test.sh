@@ -8,10 +8,15 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if [ ! -x /usr/bin/memcached ] && ! command -v memcached >/dev/null 2>&1; then
-  echo "==> installing memcached"
+missing=()
+[ -x /usr/bin/memcached ] || command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> installing ${missing[*]}"
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq memcached >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 venv=.venv-peers

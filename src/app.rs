@@ -40,6 +40,9 @@ pub enum AppError {
     /// The counter store could not be set up (exit 1).
     #[error("setting up the counter store: {0}")]
     Storage(String),
+    /// The TLS files cannot be used (exit 1).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A setting names something this build does not support (exit 64).
     #[error("{0}")]
     Unsupported(String),
@@ -68,16 +71,6 @@ fn load_options(settings: &Settings) -> LoadOptions {
 
 /// Runs the service until SIGTERM or SIGINT (and the drain after it).
 pub async fn run(settings: Settings) -> Result<(), AppError> {
-    if settings.tls.is_some() {
-        return Err(AppError::Unsupported(
-            "GRPC_SERVER_USE_TLS is not supported by this build yet".into(),
-        ));
-    }
-    if settings.statsd.is_some() {
-        return Err(AppError::Unsupported(
-            "USE_STATSD is not supported by this build yet; use USE_PROMETHEUS".into(),
-        ));
-    }
     let metrics = Arc::new(Metrics::new(
         settings.stats_max_keys,
         settings.near_limit_ratio,
@@ -103,6 +96,10 @@ pub async fn run(settings: Settings) -> Result<(), AppError> {
         }
         Err(errors) => return Err(errors.into()),
     };
+    if let Some(addr) = &settings.statsd {
+        crate::metrics::statsd::spawn(Arc::clone(&metrics), addr, settings.stats_flush)
+            .map_err(|e| AppError::Unsupported(e.to_string()))?;
+    }
     let health = Arc::new(Health::new(settings.healthy_needs_config, rules.is_some()));
     let rules = Arc::new(RulesHandle::new(rules));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -274,8 +271,17 @@ impl Parts {
                 stopped(),
             )));
         }
+        let tls = match &s.tls {
+            None => None,
+            Some(files) => {
+                let (config, cert) = crate::tls::server_config(files)?;
+                cert.spawn_watch();
+                Some(config)
+            }
+        };
         let options = ServerOptions {
             max_connection_age: Some(s.max_connection_age),
+            tls,
         };
         let served = crate::server::serve(grpc, state, options, stopped()).await;
         watcher.abort();

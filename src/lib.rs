@@ -46,3 +46,4 @@ pub mod server;
 pub mod settings;
 pub mod storage;
 pub mod telemetry;
+pub mod tls;

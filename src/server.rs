@@ -33,6 +33,8 @@ pub struct ServerOptions {
     /// Send GOAWAY after a connection is this old (`GRPC_MAX_CONNECTION_AGE`), then give it
     /// the grace period (`GRPC_MAX_CONNECTION_AGE_GRACE`) to finish, so clients rebalance.
     pub max_connection_age: Option<(Duration, Duration)>,
+    /// Serve TLS (and mTLS) with this configuration (see [`crate::tls`]).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// Why the server stopped with an error.
@@ -76,20 +78,30 @@ pub async fn serve<S: CounterStore>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut builder = Server::builder();
     if let Some((age, grace)) = options.max_connection_age {
         builder = builder
             .max_connection_age(age)
             .max_connection_age_grace(grace);
     }
-    let served = builder
+    let router = builder
         .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
         .add_service(health)
         .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+        .add_service(reflection_v1alpha);
+    let served = match options.tls {
+        None => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Some(config) => {
+            router
+                .serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown)
+                .await
+        }
+    };
     tracker.abort();
     publisher.abort();
     served?;

@@ -11,6 +11,7 @@
 mod histogram;
 mod render;
 mod stats_key;
+pub mod statsd;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,7 @@ pub struct Metrics {
     max_keys: usize,
     near_limit_ratio: f64,
     extra_labels: String,
+    extra_tags: Vec<(String, String)>,
     pub(crate) config_load_success: AtomicU64,
     pub(crate) config_load_error: AtomicU64,
     pub(crate) global_shadow_mode: AtomicU64,
@@ -71,6 +73,7 @@ impl Metrics {
             max_keys,
             near_limit_ratio,
             extra_labels,
+            extra_tags: extra_tags.to_vec(),
             config_load_success: AtomicU64::new(0),
             config_load_error: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
@@ -230,6 +233,65 @@ impl Metrics {
                 stats.shadow_mode.fetch_add(split.over, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Every counter under its reference statsd name, with its current value.
+    pub(crate) fn statsd_counters(&self) -> Vec<(String, u64)> {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = vec![
+            (
+                "ratelimit.service.config_load_success".to_owned(),
+                load(&self.config_load_success),
+            ),
+            (
+                "ratelimit.service.config_load_error".to_owned(),
+                load(&self.config_load_error),
+            ),
+            (
+                "ratelimit.service.global_shadow_mode".to_owned(),
+                load(&self.global_shadow_mode),
+            ),
+            (
+                "ratelimit.service.call.should_rate_limit.redis_error".to_owned(),
+                load(&self.store_failed_requests),
+            ),
+            (
+                "ratelimit.service.call.should_rate_limit.service_error".to_owned(),
+                load(&self.service_errors),
+            ),
+            (
+                "ratelimit_server.ShouldRateLimit.total_requests".to_owned(),
+                load(&self.total_requests),
+            ),
+        ];
+        let limits = self
+            .limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (segments, s) in limits.iter() {
+            let base = format!("ratelimit.service.rate_limit.{}", segments.join("."));
+            out.push((format!("{base}.total_hits"), load(&s.total_hits)));
+            out.push((format!("{base}.over_limit"), load(&s.over_limit)));
+            out.push((format!("{base}.near_limit"), load(&s.near_limit)));
+            out.push((format!("{base}.within_limit"), load(&s.within_limit)));
+            out.push((format!("{base}.shadow_mode"), load(&s.shadow_mode)));
+            out.push((
+                format!("{base}.over_limit_with_local_cache"),
+                load(&s.over_limit_with_local_cache),
+            ));
+        }
+        drop(limits);
+        let not_found = self
+            .domain_not_found
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (domain, n) in not_found.iter() {
+            out.push((
+                format!("ratelimit.service.rate_limit.{domain}.domain_not_found"),
+                load(n),
+            ));
+        }
+        out
     }
 
     /// Prometheus text exposition of every metric.

@@ -93,8 +93,10 @@ pub struct Settings {
     pub debug_addr: String,
     /// `USE_PROMETHEUS`: serve `PROMETHEUS_PATH` on `PROMETHEUS_ADDR`.
     pub prometheus: Option<(String, String)>,
-    /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT`.
+    /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` (UDP).
     pub statsd: Option<String>,
+    /// `STATS_FLUSH_INTERVAL`: how often statsd counters are pushed.
+    pub stats_flush: Duration,
     /// `EXTRA_TAGS` (`k:v,k2:v2`): labels on every metric.
     pub extra_tags: Vec<(String, String)>,
     /// `NEAR_LIMIT_RATIO`.
@@ -316,6 +318,7 @@ impl Settings {
             } else {
                 None
             },
+            stats_flush: r.duration("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
             extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
             near_limit_ratio: near_limit_ratio(&r)?,
             stats_max_keys: r.parsed("STATS_MAX_KEYS", 10_000usize)?,

@@ -13,3 +13,4 @@ mod semantics;
 mod srv;
 mod storage_contract;
 mod support;
+mod tls;

@@ -419,3 +419,48 @@ async fn sigterm_under_load_fails_no_call_and_exits_zero() {
         assert!(line.contains(field), "{field} in {line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statsd_sink_pushes_reference_names() {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let port = socket.local_addr().expect("addr").port().to_string();
+    let root = rules_root(RULES);
+    let p = Process::start(
+        &root,
+        &[
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
+            ("EXTRA_TAGS", "cluster:test"),
+        ],
+    );
+    let mut client = p.client().await;
+    for _ in 0..3 {
+        client
+            .should_rate_limit(req1("ops", &[("user", "statsd")]))
+            .await
+            .expect("call");
+    }
+    let want = [
+        "ratelimit.service.rate_limit.ops.user.total_hits:3|c|#cluster:test",
+        "ratelimit.service.rate_limit.ops.user.over_limit:1|c|#cluster:test",
+        "ratelimit.service.config_load_success:1|c|#cluster:test",
+    ];
+    let mut received = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 65_536];
+    while !want.iter().all(|w| received.lines().any(|l| l == *w)) {
+        assert!(
+            Instant::now() < deadline,
+            "statsd lines missing; received:\n{received}"
+        );
+        if let Ok(n) = socket.recv(&mut buf) {
+            received.push_str(&String::from_utf8_lossy(&buf[..n]));
+            received.push('\n');
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! gRPC server TLS and mTLS (rustls, ring): the server certificate is re-read when its files
+//! change (checked every second), so a renewed certificate is served without a restart; with a
+//! client CA (`GRPC_CLIENT_TLS_CACERT`) every client must present a certificate that chains to
+//! it. ALPN offers `h2`, as gRPC clients require.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::crypto::ring::{default_provider, sign::any_supported_type};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::settings::TlsSettings;
+
+/// A TLS file or configuration problem.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS: {0}")]
+pub struct TlsError(String);
+
+fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsError(format!("reading {}: {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(TlsError(format!("{} holds no certificate", cert.display())));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| TlsError(format!("reading {}: {e}", key.display())))?;
+    let signing =
+        any_supported_type(&key_der).map_err(|e| TlsError(format!("{}: {e}", key.display())))?;
+    Ok(CertifiedKey::new(chain, signing))
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The server certificate, swapped when its files change.
+#[derive(Debug)]
+pub struct ReloadingCert {
+    cert: PathBuf,
+    key: PathBuf,
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl ReloadingCert {
+    fn new(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let current = ArcSwap::from_pointee(certified_key(cert, key)?);
+        Ok(Self {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            current,
+        })
+    }
+
+    /// Re-reads the files; a failed read keeps the current certificate.
+    fn reload(&self) {
+        match certified_key(&self.cert, &self.key) {
+            Ok(key) => {
+                self.current.store(Arc::new(key));
+                tracing::warn!(cert = %self.cert.display(), "server certificate reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "server certificate not reloaded; keeping the current one")
+            }
+        }
+    }
+
+    /// Checks the files every second and reloads on a change, until the task is dropped.
+    pub fn spawn_watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut seen = (modified(&this.cert), modified(&this.key));
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let now = (modified(&this.cert), modified(&this.key));
+                if now != seen {
+                    seen = now;
+                    this.reload();
+                }
+            }
+        })
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// The rustls server configuration and its reloading certificate.
+pub fn server_config(
+    settings: &TlsSettings,
+) -> Result<(Arc<ServerConfig>, Arc<ReloadingCert>), TlsError> {
+    let resolver = Arc::new(ReloadingCert::new(&settings.cert, &settings.key)?);
+    let builder = ServerConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?;
+    let builder = match &settings.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            let certs = CertificateDer::pem_file_iter(ca)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| TlsError(format!("reading {}: {e}", ca.display())))?;
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                Arc::new(default_provider()),
+            )
+            .build()
+            .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config =
+        builder.with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok((Arc::new(config), resolver))
+}
+
+/// Accepts TCP connections and completes TLS handshakes (each with a 10 s deadline) off the
+/// accept loop; failed handshakes are dropped and logged at debug level.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let (acceptor, sender) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = sender.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            });
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}

@@ -1,0 +1,183 @@
+//! gRPC over TLS and mTLS against the real binary, checked with Python grpcio as the client, and
+//! a server certificate renewed on disk (renamed over the old files) being served without a
+//! restart. Certificates are made with the `openssl` command.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::process::{Process, RULES, rules_root, temp_dir};
+use crate::support::peers_venv;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes `<name>-ca.pem` and a leaf `<leaf>.pem`/`<leaf>.key` signed by it.
+fn ca(dir: &Path, name: &str) {
+    let (key, pem) = (format!("{name}-ca.key"), format!("{name}-ca.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}-ca"),
+        ],
+    );
+}
+
+fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
+    let ext = if client {
+        "extendedKeyUsage=clientAuth\n"
+    } else {
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+    };
+    std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{leaf}.key"),
+            "-out",
+            &format!("{leaf}.csr"),
+            "-subj",
+            &format!("/CN={leaf}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{leaf}.csr"),
+            "-CA",
+            &format!("{ca_name}-ca.pem"),
+            "-CAkey",
+            &format!("{ca_name}-ca.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{leaf}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{leaf}.ext"),
+        ],
+    );
+}
+
+fn check(p: &Process, args: &[&Path]) -> Option<String> {
+    let venv = peers_venv()?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/tls_check.py");
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg(script)
+        .arg(format!("127.0.0.1:{}", p.grpc))
+        .args(args);
+    let out = cmd.output().expect("python");
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn certs() -> Option<PathBuf> {
+    if peers_venv().is_none() {
+        crate::support::missing("the peer virtualenv (Python grpcio)");
+        return None;
+    }
+    let dir = temp_dir("tls");
+    ca(&dir, "one");
+    leaf(&dir, "one", "server", false);
+    leaf(&dir, "one", "client", true);
+    ca(&dir, "two");
+    leaf(&dir, "two", "server2", false);
+    Some(dir)
+}
+
+#[test]
+fn tls_mtls_and_certificate_reload() {
+    let Some(dir) = certs() else { return };
+    let root = rules_root(RULES);
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    let tls = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", cert.to_str().expect("path")),
+        ("GRPC_SERVER_TLS_KEY", key.to_str().expect("path")),
+    ];
+    let p = Process::start(&root, &tls);
+    assert_eq!(
+        check(&p, &[&dir.join("one-ca.pem")]).as_deref(),
+        Some("ok"),
+        "TLS with the right CA"
+    );
+    assert_eq!(
+        check(&p, &[&dir.join("two-ca.pem")]).as_deref(),
+        Some("error UNAVAILABLE"),
+        "an unknown CA is refused"
+    );
+
+    // Renew: the new certificate (from another CA) is renamed over the old files.
+    std::fs::copy(dir.join("server2.key"), dir.join("new.key")).expect("copy");
+    std::fs::copy(dir.join("server2.pem"), dir.join("new.pem")).expect("copy");
+    std::fs::rename(dir.join("new.key"), &key).expect("rename");
+    std::fs::rename(dir.join("new.pem"), &cert).expect("rename");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while check(&p, &[&dir.join("two-ca.pem")]).as_deref() != Some("ok") {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was not served within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        check(&p, &[&dir.join("one-ca.pem")]).as_deref(),
+        Some("error UNAVAILABLE"),
+        "the old CA no longer validates"
+    );
+    drop(p);
+
+    // mTLS: a client certificate signed by GRPC_CLIENT_TLS_CACERT is required.
+    leaf(&dir, "one", "server", false);
+    let ca_file = dir.join("one-ca.pem");
+    let mut mtls = tls.to_vec();
+    mtls.push(("GRPC_CLIENT_TLS_CACERT", ca_file.to_str().expect("path")));
+    let p = Process::start(&root, &mtls);
+    let with_cert = check(
+        &p,
+        &[&ca_file, &dir.join("client.pem"), &dir.join("client.key")],
+    );
+    assert_eq!(
+        with_cert.as_deref(),
+        Some("ok"),
+        "mTLS with a client certificate"
+    );
+    assert_eq!(
+        check(&p, &[&ca_file]).as_deref(),
+        Some("error UNAVAILABLE"),
+        "no client certificate is refused"
+    );
+}
