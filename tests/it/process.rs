@@ -464,3 +464,45 @@ async fn statsd_sink_pushes_reference_names() {
         }
     }
 }
+
+#[test]
+fn max_connection_age_recycles_connections_without_failing_calls() {
+    let Some(venv) = crate::support::peers_venv() else {
+        crate::support::missing("the peer virtualenv (Python grpcio)");
+        return;
+    };
+    let root = rules_root(RULES);
+    let p = Process::start(
+        &root,
+        &[
+            ("GRPC_MAX_CONNECTION_AGE", "300ms"),
+            ("GRPC_MAX_CONNECTION_AGE_GRACE", "10s"),
+        ],
+    );
+    // Several connection ages pass; every GOAWAY lets in-flight calls finish and grpcio
+    // reconnects on its own (as Envoy does).
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/wire_check.py");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(script)
+        .args(["loop", &format!("127.0.0.1:{}", p.grpc), "2"])
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let counts: Vec<u64> = stdout
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(
+        counts.len(),
+        2,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(counts[0] > 10, "{stdout}");
+    assert_eq!(
+        counts[1],
+        0,
+        "no call fails across GOAWAYs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -6,6 +6,7 @@ Commands (run by tests/it/peers.rs):
   decode-response HEX   decodes a fully populated RateLimitResponse encoded by Turnstile and checks it
   health ADDR           grpc.health.v1 for "", "ratelimit" and an unknown service
   reflect ADDR          server reflection v1: list services, resolve rls.proto and its imports
+  loop ADDR SECONDS     calls in a loop on one channel; prints "<ok> <failed>"
 """
 import sys
 
@@ -124,6 +125,23 @@ def reflect(addr):
     print("reflection ok")
 
 
+def loop(addr, seconds):
+    import time
+    ok = failed = 0
+    request = rls_pb2.RateLimitRequest(domain="ops", descriptors=[Desc(entries=[Desc.Entry(key="user", value="loop")])])
+    with grpc.insecure_channel(addr) as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                stub.ShouldRateLimit(request, timeout=5)
+                ok += 1
+            except grpc.RpcError as err:
+                failed += 1
+                print(f"failed: {err.code().name} {err.details()}", file=sys.stderr)
+    print(f"{ok} {failed}")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "call":
@@ -136,5 +154,7 @@ if __name__ == "__main__":
         health(sys.argv[2])
     elif cmd == "reflect":
         reflect(sys.argv[2])
+    elif cmd == "loop":
+        loop(sys.argv[2], float(sys.argv[3]))
     else:
         sys.exit(f"unknown command {cmd}")
