@@ -78,14 +78,7 @@ pub async fn run(settings: Settings) -> Result<(), AppError> {
     ));
     let rules = match config::load_dir(&settings.config_dir, load_options(&settings)) {
         Ok(loaded) => {
-            for warning in &loaded.warnings {
-                tracing::warn!("{warning}");
-            }
-            tracing::warn!(
-                files = loaded.files,
-                domains = loaded.rules.domain_count(),
-                "rate limit configuration loaded"
-            );
+            crate::reload::announce(&loaded);
             metrics.config_loaded(true);
             Some(loaded.rules)
         }

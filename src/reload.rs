@@ -68,6 +68,18 @@ impl std::fmt::Debug for Reloader {
     }
 }
 
+/// Logs a successful load: its warnings, then what was loaded.
+pub fn announce(loaded: &Loaded) {
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    tracing::warn!(
+        files = loaded.files,
+        domains = loaded.rules.domain_count(),
+        "rate limit configuration loaded"
+    );
+}
+
 /// How long events are collected before a reload (editors and ConfigMap updates write in steps).
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// How often the files are fingerprinted in case an event was missed.
@@ -78,14 +90,7 @@ impl Reloader {
     pub fn reload_once(&self) -> bool {
         match (self.load)() {
             Ok(loaded) => {
-                for warning in &loaded.warnings {
-                    tracing::warn!("{warning}");
-                }
-                tracing::warn!(
-                    files = loaded.files,
-                    domains = loaded.rules.domain_count(),
-                    "rate limit configuration loaded"
-                );
+                announce(&loaded);
                 self.handle.store(loaded.rules);
                 self.metrics.config_loaded(true);
                 self.health.set_config_loaded();
