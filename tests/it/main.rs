@@ -5,6 +5,7 @@ mod backends;
 mod bad_requests;
 mod config_files;
 mod deploy;
+mod envoy_e2e;
 mod memcached_cluster;
 mod model;
 mod modes;
