@@ -20,7 +20,7 @@ use crate::server::ServerOptions;
 use crate::settings::{Backend, Settings};
 use crate::storage::CounterStore;
 use crate::storage::memcached::srv::Resolver;
-use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
+use crate::storage::memcached::{MemcachedClient, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
 
 /// Why the process stopped with an error.
@@ -127,6 +127,11 @@ pub async fn run(settings: Settings) -> Result<(), AppError> {
                 timeout: s.memcache_timeout,
                 jitter_max_seconds: s.expiration_jitter,
                 classic_protocol: s.memcache_classic,
+                client: if s.memcache_pipelined {
+                    MemcachedClient::Pipelined
+                } else {
+                    MemcachedClient::Pool
+                },
             };
             let store = if s.memcache_srv.is_empty() {
                 MemcachedStore::new(options, Arc::clone(&parts.clock))

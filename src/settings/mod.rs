@@ -83,6 +83,8 @@ pub struct Settings {
     pub expiration_jitter: u64,
     /// `MEMCACHE_CLASSIC_PROTOCOL`: use `incr`/`add` instead of meta commands (memcached < 1.6).
     pub memcache_classic: bool,
+    /// `MEMCACHE_CLIENT` is `pipelined` (the default; `pool` is the other choice).
+    pub memcache_pipelined: bool,
     /// `LOG_LEVEL`.
     pub log_level: String,
     /// `LOG_FORMAT` is `json`.
@@ -296,6 +298,11 @@ impl Settings {
             memcache_timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(10))?,
             expiration_jitter: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
             memcache_classic: r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?,
+            memcache_pipelined: match r.string("MEMCACHE_CLIENT", "pipelined").as_str() {
+                "pipelined" => true,
+                "pool" => false,
+                other => return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool")),
+            },
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: log_format == "json",
             http_addr: host_port(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),

@@ -67,6 +67,7 @@ async fn discovery_refresh_and_failed_lookups() {
         timeout: Duration::from_millis(500),
         jitter_max_seconds: 0,
         classic_protocol: false,
+        client: Default::default(),
     };
     let clock = ManualClock::new(SystemClock.now());
     let store = MemcachedStore::discover(

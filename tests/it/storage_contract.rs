@@ -8,7 +8,8 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::{CounterStore, Hit, MAX_KEY_LEN, Op};
 
-use crate::support::{Memcached, memcached_store, unique};
+use crate::support::{Memcached, memcached_store_with, unique};
+use turnstile::storage::memcached::MemcachedClient;
 
 fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
     Hit {
@@ -119,10 +120,10 @@ async fn memory_store() {
     );
 }
 
-async fn memcached(classic: bool) {
+async fn memcached(client: MemcachedClient, classic: bool) {
     let Some(mc) = Memcached::start() else { return };
     let clock = ManualClock::new(SystemClock.now());
-    let store = memcached_store(&[&mc], &clock, Duration::from_millis(500), classic);
+    let store = memcached_store_with(client, &[&mc], &clock, Duration::from_millis(500), classic);
     contract(store.clone(), &clock).await;
     // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
     // second early, never later than asked).
@@ -144,11 +145,16 @@ async fn memcached(classic: bool) {
 }
 
 #[tokio::test]
-async fn memcached_meta_store() {
-    memcached(false).await;
+async fn memcached_pipelined_meta_store() {
+    memcached(MemcachedClient::Pipelined, false).await;
+}
+
+#[tokio::test]
+async fn memcached_pooled_meta_store() {
+    memcached(MemcachedClient::Pool, false).await;
 }
 
 #[tokio::test]
 async fn memcached_classic_store() {
-    memcached(true).await;
+    memcached(MemcachedClient::Pool, true).await;
 }

@@ -23,7 +23,7 @@ use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::Rat
 use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use turnstile::reload::RulesHandle;
 use turnstile::storage::CounterStore;
-use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
+use turnstile::storage::memcached::{MemcachedClient, MemcachedOptions, MemcachedStore};
 use turnstile::storage::memory::MemoryStore;
 
 /// A fixed, mid-window start time used by most tests (1,000,000 s: HOUR window starts 997,200).
@@ -291,7 +291,8 @@ impl Drop for Memcached {
 }
 
 /// A memcached store over `servers` on `clock`.
-pub fn memcached_store(
+pub fn memcached_store_with(
+    client: MemcachedClient,
     servers: &[&Memcached],
     clock: &ManualClock,
     timeout: Duration,
@@ -303,8 +304,19 @@ pub fn memcached_store(
         timeout,
         jitter_max_seconds: 0,
         classic_protocol: classic,
+        client,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
+}
+
+/// A memcached store with the default (pipelined) client.
+pub fn memcached_store(
+    servers: &[&Memcached],
+    clock: &ManualClock,
+    timeout: Duration,
+    classic: bool,
+) -> MemcachedStore {
+    memcached_store_with(MemcachedClient::default(), servers, clock, timeout, classic)
 }
 
 /// The peer virtualenv made by `scripts/test.sh` (`TURNSTILE_PEERS_VENV` or `.venv-peers`).

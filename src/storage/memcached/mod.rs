@@ -11,6 +11,7 @@
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 mod connection;
+mod pipeline;
 mod ring;
 mod server;
 pub mod srv;
@@ -24,6 +25,7 @@ use futures_util::future::try_join_all;
 use super::{CounterStore, Hit, Op, StorageError};
 use crate::clock::Clock;
 use connection::Protocol;
+use pipeline::Reply;
 use ring::Ring;
 use server::Server;
 use srv::Resolver;
@@ -42,9 +44,25 @@ pub struct MemcachedOptions {
     pub timeout: Duration,
     /// Extra TTL of up to this many seconds, spread per key (`EXPIRATION_JITTER_MAX_SECONDS`).
     pub jitter_max_seconds: u64,
-    /// Use classic `incr`/`add` instead of meta commands (servers older than 1.6).
+    /// Use classic `incr`/`add` instead of meta commands (servers older than 1.6); implies
+    /// the pooled client.
     pub classic_protocol: bool,
+    /// Which client carries the commands.
+    pub client: MemcachedClient,
 }
+
+/// How commands reach a memcached server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemcachedClient {
+    /// A few shared connections, each pipelining every caller's commands (the default).
+    #[default]
+    Pipelined,
+    /// A bb8 pool of async-memcached connections, one command in flight per connection.
+    Pool,
+}
+
+/// Pipelined connections per server: two keep a write in flight while the other fills.
+const PIPELINES_PER_SERVER: usize = 2;
 
 /// The memcached counter store.
 #[derive(Debug, Clone)]
@@ -63,6 +81,7 @@ struct Topology {
 struct Inner {
     topology: ArcSwap<Topology>,
     protocol: Protocol,
+    client: MemcachedClient,
     pool_size: u32,
     timeout: Duration,
     jitter_max_seconds: u64,
@@ -90,6 +109,11 @@ impl MemcachedStore {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
                 protocol,
+                client: if options.classic_protocol {
+                    MemcachedClient::Pool
+                } else {
+                    options.client
+                },
                 pool_size: options.pool_size,
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
@@ -152,6 +176,7 @@ impl MemcachedStore {
                     None => Arc::new(Server::new(
                         name.clone(),
                         self.inner.pool_size,
+                        PIPELINES_PER_SERVER,
                         self.inner.timeout,
                     )),
                 },
@@ -201,6 +226,49 @@ impl Inner {
         }
     }
 
+    async fn pooled(
+        &self,
+        server: &Server,
+        hit: &Hit,
+        now: u64,
+    ) -> Result<u64, async_memcached::Error> {
+        let mut conn = server.pool.get().await.map_err(|e| match e {
+            bb8::RunError::User(e) => e,
+            bb8::RunError::TimedOut => async_memcached::Error::ConnectionClosed,
+        })?;
+        match hit.op {
+            Op::Add(n) => {
+                let exptime = self.exptime(&hit.key, hit.expires_at, now);
+                connection::add(&mut conn, self.protocol, &hit.key, n, exptime).await
+            }
+            Op::Sub(n) => connection::sub(&mut conn, self.protocol, &hit.key, n).await,
+        }
+    }
+
+    async fn pipelined(
+        &self,
+        server: &Server,
+        hit: &Hit,
+        now: u64,
+    ) -> Result<u64, async_memcached::Error> {
+        let line = match hit.op {
+            Op::Add(n) => {
+                pipeline::add_line(&hit.key, n, self.exptime(&hit.key, hit.expires_at, now))
+            }
+            Op::Sub(n) => pipeline::sub_line(&hit.key, n),
+        };
+        let pipe = server
+            .pipeline()
+            .await
+            .map_err(async_memcached::Error::Connect)?;
+        match pipe.call(line).await.map_err(async_memcached::Error::Io)? {
+            Reply::Value(n) => Ok(n),
+            Reply::NotFound => Ok(0),
+            Reply::Noop => Err(protocol_error("unexpected MN".into())),
+            Reply::Error(e) => Err(protocol_error(e)),
+        }
+    }
+
     async fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
         let topology = self.topology.load();
         let index = topology
@@ -215,22 +283,16 @@ impl Inner {
             )));
         }
         let operation = async {
-            let mut conn = server.pool.get().await.map_err(|e| match e {
-                bb8::RunError::User(e) => e,
-                bb8::RunError::TimedOut => async_memcached::Error::ConnectionClosed,
-            })?;
-            match hit.op {
-                Op::Add(n) => {
-                    let exptime = self.exptime(&hit.key, hit.expires_at, now);
-                    connection::add(&mut conn, self.protocol, &hit.key, n, exptime).await
-                }
-                Op::Sub(n) => connection::sub(&mut conn, self.protocol, &hit.key, n).await,
+            match self.client {
+                MemcachedClient::Pipelined => self.pipelined(server, hit, now).await,
+                MemcachedClient::Pool => self.pooled(server, hit, now).await,
             }
         };
         let result = match tokio::time::timeout(self.timeout, operation).await {
             Ok(result) => result,
             Err(_) => {
                 server.record_failure();
+                server.drop_pipelines();
                 return Err(StorageError::Timeout(format!(
                     "memcached {} did not answer within {:?}",
                     server.name, self.timeout
@@ -251,6 +313,7 @@ impl Inner {
             }
             Err(err) => {
                 server.record_failure();
+                server.drop_pipelines();
                 Err(StorageError::Unavailable(format!(
                     "memcached {}: {err}",
                     server.name
@@ -258,6 +321,12 @@ impl Inner {
             }
         }
     }
+}
+
+fn protocol_error(text: String) -> async_memcached::Error {
+    async_memcached::Error::Protocol(async_memcached::Status::Error(
+        async_memcached::ErrorKind::Protocol(Some(text)),
+    ))
 }
 
 impl CounterStore for MemcachedStore {
@@ -273,8 +342,17 @@ impl CounterStore for MemcachedStore {
                 return true;
             }
             let probe = async {
-                let mut conn = server.pool.get().await.ok()?;
-                conn.version().await.ok()
+                match self.inner.client {
+                    MemcachedClient::Pipelined => {
+                        let pipe = server.pipeline().await.ok()?;
+                        (pipe.call(b"mn\r\n".to_vec()).await.ok()? == Reply::Noop)
+                            .then_some(String::new())
+                    }
+                    MemcachedClient::Pool => {
+                        let mut conn = server.pool.get().await.ok()?;
+                        conn.version().await.ok()
+                    }
+                }
             };
             if let Ok(Some(_)) = tokio::time::timeout(self.inner.timeout * 10, probe).await {
                 server.record_success();

@@ -6,9 +6,20 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::AtomicUsize;
+
+use arc_swap::ArcSwapOption;
 use bb8::Pool;
 
-use super::connection::Manager;
+use super::connection::{Manager, resolve};
+use super::pipeline::Pipeline;
+
+/// One pipelined connection, made on first use and again after it breaks.
+#[derive(Debug, Default)]
+struct PipeSlot {
+    current: ArcSwapOption<Pipeline>,
+    connecting: tokio::sync::Mutex<()>,
+}
 
 const BACKOFF_START_MS: u64 = 50;
 const BACKOFF_MAX_MS: u64 = 1_000;
@@ -18,6 +29,8 @@ const BACKOFF_MAX_MS: u64 = 1_000;
 pub(crate) struct Server {
     pub(crate) name: String,
     pub(crate) pool: Pool<Manager>,
+    pipes: Vec<PipeSlot>,
+    next_pipe: AtomicUsize,
     failures: AtomicU32,
     /// Milliseconds since `epoch` until which the server counts as down.
     down_until_ms: AtomicU64,
@@ -25,7 +38,9 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub(crate) fn new(name: String, pool_size: u32, timeout: Duration) -> Server {
+    /// A server with a pool of `pool_size` connections and `pipelines` pipelined connections
+    /// (both made lazily).
+    pub(crate) fn new(name: String, pool_size: u32, pipelines: usize, timeout: Duration) -> Server {
         let pool = Pool::builder()
             .max_size(pool_size)
             .min_idle(None)
@@ -37,9 +52,33 @@ impl Server {
         Server {
             name,
             pool,
+            pipes: (0..pipelines.max(1)).map(|_| PipeSlot::default()).collect(),
+            next_pipe: AtomicUsize::new(0),
             failures: AtomicU32::new(0),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+        }
+    }
+
+    /// A pipelined connection (round robin over the server's), connecting when needed.
+    pub(crate) async fn pipeline(&self) -> std::io::Result<std::sync::Arc<Pipeline>> {
+        let slot = &self.pipes[self.next_pipe.fetch_add(1, Ordering::Relaxed) % self.pipes.len()];
+        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
+            return Ok(pipe);
+        }
+        let _connecting = slot.connecting.lock().await;
+        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
+            return Ok(pipe);
+        }
+        let pipe = std::sync::Arc::new(Pipeline::connect(resolve(&self.name).await?).await?);
+        slot.current.store(Some(std::sync::Arc::clone(&pipe)));
+        Ok(pipe)
+    }
+
+    /// Forgets the pipelined connections (after a failure), so the next use reconnects.
+    pub(crate) fn drop_pipelines(&self) {
+        for slot in &self.pipes {
+            slot.current.store(None);
         }
     }
 

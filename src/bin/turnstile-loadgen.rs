@@ -1,0 +1,211 @@
+//! A gRPC load generator for `ShouldRateLimit` (tonic client). Prints one JSON line: requests/s,
+//! latency percentiles (µs), and OK / OVER_LIMIT / error counts.
+//!
+//! Usage: `turnstile-loadgen [--addr HOST:PORT] [--connections N] [--concurrency N]
+//! [--duration SECS] [--descriptors N] [--keys N] [--hot-share F] [--hits-addend N]
+//! [--domain D] [--key K] [--rate RPS] [--unique]`
+//! `--keys` is the key cardinality (values `v0…v{N-1}`, random), `--hot-share` the fraction of
+//! descriptors that use the single value `hot`, `--rate` caps the total request rate (0 = as fast
+//! as possible), `--unique` sends every value once (for memory-footprint runs).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tonic::transport::{Channel, Endpoint};
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+#[derive(Debug, Clone)]
+struct Args {
+    addr: String,
+    connections: usize,
+    concurrency: usize,
+    duration: f64,
+    descriptors: usize,
+    keys: u64,
+    hot_share: f64,
+    hits_addend: u32,
+    domain: String,
+    key: String,
+    rate: f64,
+    unique: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        addr: "127.0.0.1:8081".into(),
+        connections: 4,
+        concurrency: 64,
+        duration: 10.0,
+        descriptors: 1,
+        keys: 100_000,
+        hot_share: 0.0,
+        hits_addend: 0,
+        domain: "bench".into(),
+        key: "user".into(),
+        rate: 0.0,
+        unique: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--unique" {
+            a.unique = true;
+            continue;
+        }
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let bad = |_: String| format!("bad value for {flag}: {value}");
+        match flag.as_str() {
+            "--addr" => a.addr = value.clone(),
+            "--connections" => a.connections = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--concurrency" => a.concurrency = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--duration" => a.duration = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--descriptors" => a.descriptors = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--keys" => a.keys = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--hot-share" => a.hot_share = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--hits-addend" => a.hits_addend = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--domain" => a.domain = value.clone(),
+            "--key" => a.key = value.clone(),
+            "--rate" => a.rate = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+/// xorshift64*: fast, good enough to pick keys.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    ok: AtomicU64,
+    over: AtomicU64,
+    errors: AtomicU64,
+    unique: AtomicU64,
+}
+
+async fn worker(
+    mut client: RateLimitServiceClient<Channel>,
+    args: Arc<Args>,
+    counts: Arc<Counts>,
+    seed: u64,
+    end: Instant,
+    interval: Option<Duration>,
+) -> Vec<u32> {
+    let mut rng = Rng(seed | 1);
+    let mut latencies = Vec::with_capacity(100_000);
+    let mut next = Instant::now();
+    while Instant::now() < end {
+        if let Some(interval) = interval {
+            next += interval;
+            tokio::time::sleep_until(next.into()).await;
+        }
+        let descriptors = (0..args.descriptors)
+            .map(|d| {
+                let value = if args.unique {
+                    format!("u{}", counts.unique.fetch_add(1, Ordering::Relaxed))
+                } else if rng.unit() < args.hot_share {
+                    "hot".to_owned()
+                } else {
+                    format!("v{}", rng.next() % args.keys.max(1))
+                };
+                let key = if d == 0 {
+                    args.key.clone()
+                } else {
+                    format!("{}{d}", args.key)
+                };
+                RateLimitDescriptor {
+                    entries: vec![Entry { key, value }],
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let request = RateLimitRequest {
+            domain: args.domain.clone(),
+            descriptors,
+            hits_addend: args.hits_addend,
+        };
+        let started = Instant::now();
+        let result = client.should_rate_limit(request).await;
+        latencies.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+        match result {
+            Ok(r) if r.get_ref().overall_code() == Code::OverLimit => {
+                counts.over.fetch_add(1, Ordering::Relaxed)
+            }
+            Ok(_) => counts.ok.fetch_add(1, Ordering::Relaxed),
+            Err(_) => counts.errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+    latencies
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Arc::new(parse()?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let mut channels = Vec::new();
+        for _ in 0..args.connections.max(1) {
+            channels.push(Endpoint::from_shared(format!("http://{}", args.addr))?.tcp_nodelay(true).connect().await?);
+        }
+        let counts = Arc::new(Counts::default());
+        let started = Instant::now();
+        let end = started + Duration::from_secs_f64(args.duration);
+        let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.rate));
+        let mut tasks = Vec::new();
+        for i in 0..args.concurrency.max(1) {
+            let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
+            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, interval)));
+        }
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await?);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        all.sort_unstable();
+        let done = all.len() as f64;
+        println!(
+            "{{\"rps\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p999_us\":{},\"ok\":{},\"over_limit\":{},\"errors\":{},\"requests\":{},\"seconds\":{:.2},\"descriptors\":{},\"concurrency\":{},\"connections\":{}}}",
+            done / elapsed,
+            percentile(&all, 0.5),
+            percentile(&all, 0.9),
+            percentile(&all, 0.99),
+            percentile(&all, 0.999),
+            counts.ok.load(Ordering::Relaxed),
+            counts.over.load(Ordering::Relaxed),
+            counts.errors.load(Ordering::Relaxed),
+            all.len(),
+            elapsed,
+            args.descriptors,
+            args.concurrency,
+            args.connections,
+        );
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
+}
