@@ -6,7 +6,9 @@
 //! [--domain D] [--key K] [--rate RPS] [--unique]`
 //! `--keys` is the key cardinality (values `v0…v{N-1}`, random), `--hot-share` the fraction of
 //! descriptors that use the single value `hot`, `--rate` caps the total request rate (0 = as fast
-//! as possible), `--unique` sends every value once (for memory-footprint runs).
+//! as possible), `--unique` sends every value once (for memory-footprint runs),
+//! `--requests N` stops after N requests, `--dump-body FILE` writes one gRPC-framed request
+//! for h2load's `--data` and exits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +36,8 @@ struct Args {
     key: String,
     rate: f64,
     unique: bool,
+    dump_body: Option<String>,
+    requests: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -50,6 +54,8 @@ fn parse() -> Result<Args, String> {
         key: "user".into(),
         rate: 0.0,
         unique: false,
+        dump_body: None,
+        requests: u64::MAX,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +76,8 @@ fn parse() -> Result<Args, String> {
             "--hits-addend" => a.hits_addend = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             "--domain" => a.domain = value.clone(),
             "--key" => a.key = value.clone(),
+            "--dump-body" => a.dump_body = Some(value.clone()),
+            "--requests" => a.requests = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             "--rate" => a.rate = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -98,6 +106,7 @@ struct Counts {
     over: AtomicU64,
     errors: AtomicU64,
     unique: AtomicU64,
+    issued: AtomicU64,
 }
 
 async fn worker(
@@ -107,11 +116,13 @@ async fn worker(
     seed: u64,
     end: Instant,
     interval: Option<Duration>,
+    phase: f64,
 ) -> Vec<u32> {
     let mut rng = Rng(seed | 1);
     let mut latencies = Vec::with_capacity(100_000);
-    let mut next = Instant::now();
-    while Instant::now() < end {
+    // Spread the workers' slots evenly over one interval, so a paced load is not a burst.
+    let mut next = Instant::now() + interval.map_or(Duration::ZERO, |i| i.mul_f64(phase));
+    while Instant::now() < end && counts.issued.fetch_add(1, Ordering::Relaxed) < args.requests {
         if let Some(interval) = interval {
             next += interval;
             tokio::time::sleep_until(next.into()).await;
@@ -163,8 +174,47 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// Writes one gRPC-framed request (value `v1` for every descriptor) for h2load's `--data`.
+fn dump_body(args: &Args, path: &str) -> std::io::Result<()> {
+    use prost::Message;
+    let descriptors = (0..args.descriptors)
+        .map(|d| {
+            let key = if d == 0 {
+                args.key.clone()
+            } else {
+                format!("{}{d}", args.key)
+            };
+            RateLimitDescriptor {
+                entries: vec![Entry {
+                    key,
+                    value: "v1".into(),
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    let message = RateLimitRequest {
+        domain: args.domain.clone(),
+        descriptors,
+        hits_addend: args.hits_addend,
+    }
+    .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    framed.extend_from_slice(&message);
+    std::fs::write(path, framed)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(parse()?);
+    if let Some(path) = &args.dump_body {
+        dump_body(&args, path)?;
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -181,7 +231,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut tasks = Vec::new();
         for i in 0..args.concurrency.max(1) {
             let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
-            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, interval)));
+            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, interval, i as f64 / args.concurrency.max(1) as f64)));
         }
         let mut all = Vec::new();
         for task in tasks {

@@ -245,37 +245,48 @@ impl Inner {
         }
     }
 
+    /// All of a request's commands for one server in one pipelined write.
     async fn pipelined(
         &self,
         server: &Server,
-        hit: &Hit,
+        hits: &[&Hit],
         now: u64,
-    ) -> Result<u64, async_memcached::Error> {
-        let line = match hit.op {
-            Op::Add(n) => {
-                pipeline::add_line(&hit.key, n, self.exptime(&hit.key, hit.expires_at, now))
-            }
-            Op::Sub(n) => pipeline::sub_line(&hit.key, n),
-        };
+    ) -> Result<Vec<u64>, async_memcached::Error> {
+        let mut lines = Vec::with_capacity(hits.len() * 64);
+        for hit in hits {
+            lines.extend_from_slice(&match hit.op {
+                Op::Add(n) => {
+                    pipeline::add_line(&hit.key, n, self.exptime(&hit.key, hit.expires_at, now))
+                }
+                Op::Sub(n) => pipeline::sub_line(&hit.key, n),
+            });
+        }
         let pipe = server
             .pipeline()
             .await
             .map_err(async_memcached::Error::Connect)?;
-        match pipe.call(line).await.map_err(async_memcached::Error::Io)? {
-            Reply::Value(n) => Ok(n),
-            Reply::NotFound => Ok(0),
-            Reply::Noop => Err(protocol_error("unexpected MN".into())),
-            Reply::Error(e) => Err(protocol_error(e)),
-        }
+        let replies = pipe
+            .call(lines, hits.len())
+            .await
+            .map_err(async_memcached::Error::Io)?;
+        replies
+            .into_iter()
+            .map(|reply| match reply {
+                Reply::Value(n) => Ok(n),
+                Reply::NotFound => Ok(0),
+                Reply::Noop => Err(protocol_error("unexpected MN".into())),
+                Reply::Error(e) => Err(protocol_error(e)),
+            })
+            .collect()
     }
 
-    async fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
-        let topology = self.topology.load();
-        let index = topology
-            .ring
-            .server_for(hit.key.as_bytes())
-            .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
-        let server = &topology.servers[index];
+    /// The counts after `hits`, which all belong to `server`.
+    async fn apply(
+        &self,
+        server: &Server,
+        hits: &[&Hit],
+        now: u64,
+    ) -> Result<Vec<u64>, StorageError> {
         if !server.admit() {
             return Err(StorageError::Unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
@@ -284,8 +295,10 @@ impl Inner {
         }
         let operation = async {
             match self.client {
-                MemcachedClient::Pipelined => self.pipelined(server, hit, now).await,
-                MemcachedClient::Pool => self.pooled(server, hit, now).await,
+                MemcachedClient::Pipelined => self.pipelined(server, hits, now).await,
+                MemcachedClient::Pool => {
+                    try_join_all(hits.iter().map(|hit| self.pooled(server, hit, now))).await
+                }
             }
         };
         let result = match tokio::time::timeout(self.timeout, operation).await {
@@ -300,9 +313,9 @@ impl Inner {
             }
         };
         match result {
-            Ok(count) => {
+            Ok(counts) => {
                 server.record_success();
-                Ok(count)
+                Ok(counts)
             }
             Err(async_memcached::Error::Protocol(status)) => {
                 server.record_success();
@@ -332,7 +345,37 @@ fn protocol_error(text: String) -> async_memcached::Error {
 impl CounterStore for MemcachedStore {
     async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
-        try_join_all(hits.iter().map(|hit| self.inner.apply(hit, now))).await
+        let topology = self.inner.topology.load();
+        // Group the hits by server: one batch (one write, one round trip) per server, the
+        // servers in parallel.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, hit) in hits.iter().enumerate() {
+            let server = topology
+                .ring
+                .server_for(hit.key.as_bytes())
+                .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
+            match groups.iter_mut().find(|(s, _)| *s == server) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((server, vec![i])),
+            }
+        }
+        let batches = groups.iter().map(|(server, members)| {
+            let group: Vec<&Hit> = members.iter().map(|&i| &hits[i]).collect();
+            let topology = &topology;
+            async move {
+                self.inner
+                    .apply(&topology.servers[*server], &group, now)
+                    .await
+            }
+        });
+        let answers = try_join_all(batches).await?;
+        let mut counts = vec![0; hits.len()];
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            for (&i, count) in members.iter().zip(answer) {
+                counts[i] = count;
+            }
+        }
+        Ok(counts)
     }
 
     async fn ready(&self) -> bool {
@@ -345,7 +388,7 @@ impl CounterStore for MemcachedStore {
                 match self.inner.client {
                     MemcachedClient::Pipelined => {
                         let pipe = server.pipeline().await.ok()?;
-                        (pipe.call(b"mn\r\n".to_vec()).await.ok()? == Reply::Noop)
+                        (pipe.call(b"mn\r\n".to_vec(), 1).await.ok()? == vec![Reply::Noop])
                             .then_some(String::new())
                     }
                     MemcachedClient::Pool => {

@@ -26,11 +26,14 @@ pub(crate) enum Reply {
     Error(String),
 }
 
-type Pending = oneshot::Sender<Reply>;
+/// A caller waiting for `count` answers.
+type Pending = (usize, oneshot::Sender<Vec<Reply>>);
 
+/// One caller's command lines (a request's commands for this server), answered together.
 struct Command {
-    line: Vec<u8>,
-    reply: Pending,
+    lines: Vec<u8>,
+    count: usize,
+    reply: oneshot::Sender<Vec<Reply>>,
 }
 
 /// A shared, pipelined connection. Dropping the last handle closes it.
@@ -76,12 +79,18 @@ impl Pipeline {
         self.commands.is_closed()
     }
 
-    /// Sends one command line and waits for its answer.
-    pub(crate) async fn call(&self, line: Vec<u8>) -> io::Result<Reply> {
+    /// Sends `count` command lines (written together) and waits for their answers, in order.
+    pub(crate) async fn call(&self, lines: Vec<u8>, count: usize) -> io::Result<Vec<Reply>> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(Command { line, reply }).map_err(|_| {
-            io::Error::new(io::ErrorKind::BrokenPipe, "memcached connection closed")
-        })?;
+        self.commands
+            .send(Command {
+                lines,
+                count,
+                reply,
+            })
+            .map_err(|_| {
+                io::Error::new(io::ErrorKind::BrokenPipe, "memcached connection closed")
+            })?;
         answer
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "memcached connection closed"))
@@ -103,8 +112,8 @@ async fn writer(
         let mut next = Some(first);
         // Everything already queued goes out in the same write.
         while let Some(command) = next {
-            buf.extend_from_slice(&command.line);
-            if pending.send(command.reply).is_err() {
+            buf.extend_from_slice(&command.lines);
+            if pending.send((command.count, command.reply)).is_err() {
                 return;
             }
             next = if buf.len() < 256 * 1024 {
@@ -124,21 +133,21 @@ async fn reader(
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut line = String::new();
-    loop {
-        line.clear();
-        match read.read_line(&mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+    while let Some((count, caller)) = pending.recv().await {
+        let mut replies = Vec::with_capacity(count);
+        for _ in 0..count {
+            line.clear();
+            match read.read_line(&mut line).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            match parse(&line, &mut read).await {
+                Ok(reply) => replies.push(reply),
+                Err(_) => return,
+            }
         }
-        let reply = match parse(&line, &mut read).await {
-            Ok(reply) => reply,
-            Err(_) => return,
-        };
-        let Some(caller) = pending.recv().await else {
-            return;
-        };
         // A caller that gave up (deadline) no longer listens; the order is kept all the same.
-        let _ = caller.send(reply);
+        let _ = caller.send(replies);
     }
 }
 
