@@ -125,7 +125,17 @@ async fn worker(
     while Instant::now() < end && counts.issued.fetch_add(1, Ordering::Relaxed) < args.requests {
         if let Some(interval) = interval {
             next += interval;
-            tokio::time::sleep_until(next.into()).await;
+            // Tokio's timer has millisecond resolution, which would send paced requests in
+            // bursts; sleep to within 2 ms, then yield until the exact instant.
+            if let Some(far) = next
+                .checked_sub(Duration::from_millis(2))
+                .filter(|t| *t > Instant::now())
+            {
+                tokio::time::sleep_until(far.into()).await;
+            }
+            while Instant::now() < next {
+                tokio::task::yield_now().await;
+            }
         }
         let descriptors = (0..args.descriptors)
             .map(|d| {
