@@ -29,7 +29,7 @@ fn push_escaped(out: &mut String, text: &str) {
 
 /// Builds the key for one counter. `values` are the entry values to count under (the request's
 /// values, or a wildcard pattern where `share_threshold` shares one counter).
-pub(crate) fn counter_key<'a>(
+pub fn counter_key<'a>(
     prefix: &str,
     domain: &str,
     entries: impl Iterator<Item = (&'a str, &'a str)>,

@@ -11,6 +11,7 @@ mod request;
 mod verdict;
 mod window;
 
+pub use key::counter_key;
 pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Status, Verdict};
 

@@ -1,0 +1,137 @@
+//! Micro-benchmarks of the request hot path: rule matching, counter-key building, request
+//! conversion, and a whole decision over the memory store.
+//!   cargo bench --bench hot_path
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use turnstile::clock::ManualClock;
+use turnstile::config::{LoadOptions, parse_files};
+use turnstile::grpc::request_from_pb;
+use turnstile::limiter::{Limiter, counter_key};
+use turnstile::metrics::Metrics;
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::rules::RuleSet;
+use turnstile::storage::memory::MemoryStore;
+
+fn rules() -> RuleSet {
+    let text = include_str!("../config/example.yaml").to_owned();
+    parse_files(&[("example.yaml".into(), text)], LoadOptions::default())
+        .expect("rules")
+        .rules
+}
+
+fn request(descriptors: usize) -> RateLimitRequest {
+    let entries = |i: usize| {
+        vec![
+            Entry {
+                key: "foo".into(),
+                value: format!("user-{i}"),
+            },
+            Entry {
+                key: "baz".into(),
+                value: "not-so-shady".into(),
+            },
+        ]
+    };
+    RateLimitRequest {
+        domain: "rl".into(),
+        descriptors: (0..descriptors)
+            .map(|i| RateLimitDescriptor {
+                entries: entries(i),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+fn matching(c: &mut Criterion) {
+    let rules = rules();
+    let domain = rules.domain("rl").expect("domain");
+    c.bench_function("match exact+key-only, 2 levels", |b| {
+        b.iter(|| {
+            domain.lookup(black_box([("foo", "user-1"), ("baz", "not-so-shady")]).into_iter())
+        })
+    });
+    c.bench_function("match miss at level 1", |b| {
+        b.iter(|| domain.lookup(black_box([("nothing", "x")]).into_iter()))
+    });
+    c.bench_function("match wildcard (api domain)", |b| {
+        let text = include_str!("../config/api.yaml").to_owned();
+        let api = parse_files(&[("api.yaml".into(), text)], LoadOptions::default())
+            .expect("rules")
+            .rules;
+        let domain = api.domain("api").expect("api");
+        b.iter(|| domain.lookup(black_box([("client_id", "internal-batch-7")]).into_iter()))
+    });
+}
+
+fn keys(c: &mut Criterion) {
+    let entries = [("foo", "user-12345"), ("baz", "not-so-shady")];
+    c.bench_function("counter key, plain values", |b| {
+        b.iter(|| {
+            counter_key(
+                black_box("prefix:"),
+                "rl",
+                black_box(entries).into_iter(),
+                60,
+                1_796_000_000,
+            )
+        })
+    });
+    let long = "x".repeat(300);
+    c.bench_function("counter key, long value (hashed)", |b| {
+        b.iter(|| {
+            counter_key(
+                "prefix:",
+                "rl",
+                black_box([("ua", long.as_str())]).into_iter(),
+                60,
+                1_796_000_000,
+            )
+        })
+    });
+}
+
+fn conversion(c: &mut Criterion) {
+    let pb = request(5);
+    c.bench_function("request_from_pb, 5 descriptors", |b| {
+        b.iter(|| request_from_pb(black_box(pb.clone())))
+    });
+}
+
+fn decision(c: &mut Criterion) {
+    let rules = rules();
+    let clock = ManualClock::new(1_796_000_000);
+    let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
+    let limiter = Limiter::new(
+        store,
+        Arc::new(clock),
+        Default::default(),
+        Arc::new(Metrics::new(1000, 0.8, &[])),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for n in [1, 5] {
+        let req = request_from_pb(request(n)).expect("valid");
+        c.bench_function(
+            &format!("check over the memory store, {n} descriptor(s)"),
+            |b| {
+                b.iter(|| {
+                    runtime
+                        .block_on(limiter.check(&rules, black_box(&req)))
+                        .map(|v| v.overall)
+                })
+            },
+        );
+    }
+}
+
+criterion_group!(benches, matching, keys, conversion, decision);
+criterion_main!(benches);
