@@ -52,37 +52,37 @@ echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo
 echo
 echo "## h2load (one pre-encoded request: the same keys every call), 4 connections x 32 streams"
 echo
-echo "| server | descriptors | requests/s | mean latency | ratio to floor |"
+echo "| server | descriptors | requests/s | mean latency | ratio to floor (same descriptors) |"
 echo "|---|---|---|---|---|"
-floor=""
-for spec in "floor|1|" "memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory" \
+declare -A floor=()
+for spec in "floor|1|" "floor|5|" "memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory" \
             "memcached x1 (pipelined)|1|$memcached1" "memcached x1 (pipelined)|5|$memcached1" \
             "memcached x3 (pipelined)|5|$memcached3" "memcached x1 (bb8 pool)|1|$memcached1 MEMCACHE_CLIENT=pool MEMCACHE_MAX_IDLE_CONNS=64"; do
   IFS='|' read -r name desc envs <<<"$spec"
   if [ "$name" = floor ]; then start floor; else start turnstile $envs; fi
   read -r rps mean < <(h2 "$desc")
   stop
-  [ -z "$floor" ] && floor=$rps
-  printf '| %s | %s | %.0f | %s | %.2f |\n' "$name" "$desc" "$rps" "$mean" "$(echo "$rps / $floor" | bc -l)"
+  [ "$name" = floor ] && floor[$desc]=$rps
+  printf '| %s | %s | %.0f | %s | %.2f |\n' "$name" "$desc" "$rps" "$mean" "$(echo "$rps / ${floor[$desc]}" | bc -l)"
 done
 
 echo
 echo "## turnstile-loadgen (tonic client; random keys), 4 connections x 64 in flight"
 echo
-echo "| server | descriptors | keys | requests/s | p50 µs | p99 µs | p99.9 µs | OK | OVER_LIMIT | errors | ratio to floor |"
+echo "| server | descriptors | keys | requests/s | p50 µs | p99 µs | p99.9 µs | OK | OVER_LIMIT | errors | ratio to floor (same descriptors) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
-floor=""
-for spec in "floor|1|100000|" "memory|1|100000|BACKEND_TYPE=memory" "memory|1|hot|BACKEND_TYPE=memory" "memory|5|100000|BACKEND_TYPE=memory" \
+floor=()
+for spec in "floor|1|100000|" "floor|5|100000|" "memory|1|100000|BACKEND_TYPE=memory" "memory|1|hot|BACKEND_TYPE=memory" "memory|5|100000|BACKEND_TYPE=memory" \
             "memcached x1|1|100000|$memcached1" "memcached x1|1|hot|$memcached1" "memcached x1|5|100000|$memcached1" "memcached x3|5|100000|$memcached3"; do
   IFS='|' read -r name desc keys envs <<<"$spec"
   if [ "$name" = floor ]; then start floor; else start turnstile $envs; fi
   if [ "$keys" = hot ]; then out=$(lg --descriptors "$desc" --hot-share 1); else out=$(lg --descriptors "$desc" --keys "$keys"); fi
   stop
   rps=$(field rps <<<"$out")
-  [ -z "$floor" ] && floor=$rps
+  [ "$name" = floor ] && floor[$desc]=$rps
   printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n' "$name" "$desc" "$keys" "$rps" \
     "$(field p50_us <<<"$out")" "$(field p99_us <<<"$out")" "$(field p999_us <<<"$out")" \
-    "$(field ok <<<"$out")" "$(field over_limit <<<"$out")" "$(field errors <<<"$out")" "$(echo "$rps / $floor" | bc -l)"
+    "$(field ok <<<"$out")" "$(field over_limit <<<"$out")" "$(field errors <<<"$out")" "$(echo "$rps / ${floor[$desc]}" | bc -l)"
 done
 
 echo
@@ -99,6 +99,19 @@ for spec in "memory|1|BACKEND_TYPE=memory" "memcached x1|1|$memcached1" "memcach
   stop
   printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$desc" "$peak" "$(field rps <<<"$out")" \
     "$(field p50_us <<<"$out")" "$(field p99_us <<<"$out")" "$(field p999_us <<<"$out")"
+done
+
+echo
+echo "## Unloaded latency (one request in flight)"
+echo
+echo "| server | descriptors | p50 µs | p99 µs | p99.9 µs |"
+echo "|---|---|---|---|---|"
+for spec in "floor|1|" "memory|1|BACKEND_TYPE=memory" "memcached x1|1|$memcached1" "memcached x3|5|$memcached3"; do
+  IFS='|' read -r name desc envs <<<"$spec"
+  if [ "$name" = floor ]; then start floor; else start turnstile $envs; fi
+  out=$(taskset -c 1 "$bin/turnstile-loadgen" --addr 127.0.0.1:18181 --duration "$secs" --connections 1 --concurrency 1 --domain bench --descriptors "$desc")
+  stop
+  printf '| %s | %s | %s | %s | %s |\n' "$name" "$desc" "$(field p50_us <<<"$out")" "$(field p99_us <<<"$out")" "$(field p999_us <<<"$out")"
 done
 
 echo

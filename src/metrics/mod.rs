@@ -40,6 +40,9 @@ const OVERFLOW: &str = "__overflow__";
 #[derive(Debug)]
 pub struct Metrics {
     limits: RwLock<HashMap<Vec<String>, Arc<LimitStats>>>,
+    /// Configuration-derived stats keys by the limit's `full_key` (at most the number of limits
+    /// ever loaded).
+    by_full_key: RwLock<HashMap<String, Arc<LimitStats>>>,
     domain_not_found: RwLock<HashMap<String, Arc<AtomicU64>>>,
     max_keys: usize,
     near_limit_ratio: f64,
@@ -69,6 +72,7 @@ impl Metrics {
             .collect();
         Self {
             limits: RwLock::default(),
+            by_full_key: RwLock::default(),
             domain_not_found: RwLock::default(),
             max_keys,
             near_limit_ratio,
@@ -157,6 +161,19 @@ impl Metrics {
         Arc::clone(write.entry(key).or_default())
     }
 
+    /// The counters of a configuration-derived stats key, cached by the limit's full key.
+    fn static_stats(&self, rule: &crate::rules::Limit, segments: impl FnOnce() -> Vec<String>) -> Arc<LimitStats> {
+        let read = self.by_full_key.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(stats) = read.get(rule.full_key.as_str()) {
+            return Arc::clone(stats);
+        }
+        drop(read);
+        let stats = self.limit_stats(segments(), false);
+        let mut write = self.by_full_key.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        write.insert(rule.full_key.clone(), Arc::clone(&stats));
+        stats
+    }
+
     fn domain_not_found(&self, domain: &str) {
         let read = self
             .domain_not_found
@@ -203,8 +220,17 @@ impl Metrics {
             if status.hits == 0 {
                 continue;
             }
-            let segments = stats_key::segments(&request.domain, &descriptor.entries, &applied);
-            let stats = self.limit_stats(segments, stats_key::is_dynamic(&applied));
+            let stats = match applied.rule() {
+                // Configuration-derived keys: found by the limit's precomputed full key, without
+                // building the segments again.
+                Some(rule) if !stats_key::is_dynamic(&applied) => self.static_stats(rule, || {
+                    stats_key::segments(&request.domain, &descriptor.entries, &applied)
+                }),
+                _ => {
+                    let segments = stats_key::segments(&request.domain, &descriptor.entries, &applied);
+                    self.limit_stats(segments, true)
+                }
+            };
             let limit = u64::from(applied.requests_per_unit());
             let split = if status.from_local_cache {
                 stats
