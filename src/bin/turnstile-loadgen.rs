@@ -109,32 +109,46 @@ struct Counts {
     issued: AtomicU64,
 }
 
+/// Paced-load permits: a plain thread sleeps to each send instant (nanosleep resolution, tens of
+/// microseconds; Tokio's timer has milliseconds, which would send paced requests in bursts) and
+/// hands out one permit per request.
+type Permits = Option<Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>>>;
+
+fn pacer(rate: f64, end: Instant) -> Permits {
+    if rate <= 0.0 {
+        return None;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let interval = Duration::from_secs_f64(1.0 / rate);
+        let mut next = Instant::now();
+        while next < end {
+            next += interval;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    Some(Arc::new(tokio::sync::Mutex::new(rx)))
+}
+
 async fn worker(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
     counts: Arc<Counts>,
     seed: u64,
     end: Instant,
-    interval: Option<Duration>,
-    phase: f64,
+    permits: Permits,
 ) -> Vec<u32> {
     let mut rng = Rng(seed | 1);
     let mut latencies = Vec::with_capacity(100_000);
-    // Spread the workers' slots evenly over one interval, so a paced load is not a burst.
-    let mut next = Instant::now() + interval.map_or(Duration::ZERO, |i| i.mul_f64(phase));
     while Instant::now() < end && counts.issued.fetch_add(1, Ordering::Relaxed) < args.requests {
-        if let Some(interval) = interval {
-            next += interval;
-            // Tokio's timer has millisecond resolution, which would send paced requests in
-            // bursts; sleep to within 2 ms, then yield until the exact instant.
-            if let Some(far) = next
-                .checked_sub(Duration::from_millis(2))
-                .filter(|t| *t > Instant::now())
-            {
-                tokio::time::sleep_until(far.into()).await;
-            }
-            while Instant::now() < next {
-                tokio::task::yield_now().await;
+        if let Some(permits) = &permits {
+            if permits.lock().await.recv().await.is_none() {
+                break;
             }
         }
         let descriptors = (0..args.descriptors)
@@ -237,11 +251,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let counts = Arc::new(Counts::default());
         let started = Instant::now();
         let end = started + Duration::from_secs_f64(args.duration);
-        let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.rate));
+        let permits = pacer(args.rate, end);
         let mut tasks = Vec::new();
         for i in 0..args.concurrency.max(1) {
             let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
-            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, interval, i as f64 / args.concurrency.max(1) as f64)));
+            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, permits.clone())));
         }
         let mut all = Vec::new();
         for task in tasks {

@@ -162,14 +162,24 @@ impl Metrics {
     }
 
     /// The counters of a configuration-derived stats key, cached by the limit's full key.
-    fn static_stats(&self, rule: &crate::rules::Limit, segments: impl FnOnce() -> Vec<String>) -> Arc<LimitStats> {
-        let read = self.by_full_key.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn static_stats(
+        &self,
+        rule: &crate::rules::Limit,
+        segments: impl FnOnce() -> Vec<String>,
+    ) -> Arc<LimitStats> {
+        let read = self
+            .by_full_key
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(stats) = read.get(rule.full_key.as_str()) {
             return Arc::clone(stats);
         }
         drop(read);
         let stats = self.limit_stats(segments(), false);
-        let mut write = self.by_full_key.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut write = self
+            .by_full_key
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         write.insert(rule.full_key.clone(), Arc::clone(&stats));
         stats
     }
@@ -227,7 +237,8 @@ impl Metrics {
                     stats_key::segments(&request.domain, &descriptor.entries, &applied)
                 }),
                 _ => {
-                    let segments = stats_key::segments(&request.domain, &descriptor.entries, &applied);
+                    let segments =
+                        stats_key::segments(&request.domain, &descriptor.entries, &applied);
                     self.limit_stats(segments, true)
                 }
             };
