@@ -146,10 +146,10 @@ async fn worker(
     let mut rng = Rng(seed | 1);
     let mut latencies = Vec::with_capacity(100_000);
     while Instant::now() < end && counts.issued.fetch_add(1, Ordering::Relaxed) < args.requests {
-        if let Some(permits) = &permits {
-            if permits.lock().await.recv().await.is_none() {
-                break;
-            }
+        if let Some(permits) = &permits
+            && permits.lock().await.recv().await.is_none()
+        {
+            break;
         }
         let descriptors = (0..args.descriptors)
             .map(|d| {
