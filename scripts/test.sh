@@ -47,4 +47,11 @@ cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "==> cargo test"
-cargo test --locked
+log=$(mktemp)
+status=0
+cargo test --locked 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run (cargo prints one per test binary, the last being the
+# doc tests, which has none).
+awk '/^test result:/ {p += $4; f += $6} END {printf "all tests: %d passed, %d failed\n", p, f}' "$log"
+rm -f "$log"
+exit "$status"

@@ -15,6 +15,7 @@ mod pipeline;
 mod ring;
 mod server;
 pub mod srv;
+mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
-use super::{CounterStore, Hit, Op, StorageError};
+use super::{CounterStore, Hit, StorageError};
 use crate::clock::Clock;
 use connection::Protocol;
 use pipeline::Reply;
@@ -226,60 +227,6 @@ impl Inner {
         }
     }
 
-    async fn pooled(
-        &self,
-        server: &Server,
-        hit: &Hit,
-        now: u64,
-    ) -> Result<u64, async_memcached::Error> {
-        let mut conn = server.pool.get().await.map_err(|e| match e {
-            bb8::RunError::User(e) => e,
-            bb8::RunError::TimedOut => async_memcached::Error::ConnectionClosed,
-        })?;
-        match hit.op {
-            Op::Add(n) => {
-                let exptime = self.exptime(&hit.key, hit.expires_at, now);
-                connection::add(&mut conn, self.protocol, &hit.key, n, exptime).await
-            }
-            Op::Sub(n) => connection::sub(&mut conn, self.protocol, &hit.key, n).await,
-        }
-    }
-
-    /// All of a request's commands for one server in one pipelined write.
-    async fn pipelined(
-        &self,
-        server: &Server,
-        hits: &[&Hit],
-        now: u64,
-    ) -> Result<Vec<u64>, async_memcached::Error> {
-        let mut lines = Vec::with_capacity(hits.len() * 64);
-        for hit in hits {
-            lines.extend_from_slice(&match hit.op {
-                Op::Add(n) => {
-                    pipeline::add_line(&hit.key, n, self.exptime(&hit.key, hit.expires_at, now))
-                }
-                Op::Sub(n) => pipeline::sub_line(&hit.key, n),
-            });
-        }
-        let pipe = server
-            .pipeline()
-            .await
-            .map_err(async_memcached::Error::Connect)?;
-        let replies = pipe
-            .call(lines, hits.len())
-            .await
-            .map_err(async_memcached::Error::Io)?;
-        replies
-            .into_iter()
-            .map(|reply| match reply {
-                Reply::Value(n) => Ok(n),
-                Reply::NotFound => Ok(0),
-                Reply::Noop => Err(protocol_error("unexpected MN".into())),
-                Reply::Error(e) => Err(protocol_error(e)),
-            })
-            .collect()
-    }
-
     /// The counts after `hits`, which all belong to `server`.
     async fn apply(
         &self,
@@ -334,12 +281,6 @@ impl Inner {
             }
         }
     }
-}
-
-fn protocol_error(text: String) -> async_memcached::Error {
-    async_memcached::Error::Protocol(async_memcached::Status::Error(
-        async_memcached::ErrorKind::Protocol(Some(text)),
-    ))
 }
 
 impl CounterStore for MemcachedStore {
