@@ -13,6 +13,7 @@ mod modes;
 mod peers;
 mod process;
 mod responses;
+mod robustness;
 mod semantics;
 mod srv;
 mod storage_contract;
