@@ -5,7 +5,7 @@
 //! replaces one round trip per connection checkout with one write per batch, and measured well
 //! ahead of the bb8 + async-memcached pool (see BENCHMARKS.md). Only meta commands are sent.
 
-use std::io;
+use std::io::{self, Write};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -42,20 +42,32 @@ pub(crate) struct Pipeline {
     commands: mpsc::UnboundedSender<Command>,
 }
 
-/// `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when missing.
-pub(crate) fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
-    let b64 = STANDARD.encode(key);
-    if n == 0 {
-        format!("ma {b64} b D0 v\r\n")
-    } else {
-        format!("ma {b64} b N{exptime} J{n} D{n} v\r\n")
-    }
-    .into_bytes()
+/// Appends the key, base64-encoded, to `out` (no intermediate string).
+fn push_key(out: &mut Vec<u8>, key: &str) {
+    let start = out.len();
+    out.resize(start + base64::encoded_len(key.len(), true).unwrap_or(0), 0);
+    let written = STANDARD.encode_slice(key, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + written);
 }
 
-/// `ma` in decrement mode (floors at zero; a missing counter stays missing).
-pub(crate) fn sub_line(key: &str, n: u64) -> Vec<u8> {
-    format!("ma {} b MD D{n} v\r\n", STANDARD.encode(key)).into_bytes()
+/// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
+/// missing.
+pub(crate) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    // Writing into a Vec cannot fail.
+    if n == 0 {
+        out.extend_from_slice(b" b D0 v\r\n");
+    } else {
+        let _ = write!(out, " b N{exptime} J{n} D{n} v\r\n");
+    }
+}
+
+/// Appends `ma` in decrement mode (floors at zero; a missing counter stays missing).
+pub(crate) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    let _ = write!(out, " b MD D{n} v\r\n");
 }
 
 impl Pipeline {
@@ -133,6 +145,7 @@ async fn reader(
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut line = String::new();
+    let mut data = Vec::new();
     while let Some((count, caller)) = pending.recv().await {
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
@@ -141,7 +154,7 @@ async fn reader(
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
-            match parse(&line, &mut read).await {
+            match parse(&line, &mut read, &mut data).await {
                 Ok(reply) => replies.push(reply),
                 Err(_) => return,
             }
@@ -154,6 +167,7 @@ async fn reader(
 async fn parse(
     line: &str,
     read: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    data: &mut Vec<u8>,
 ) -> io::Result<Reply> {
     let line = line.trim_end();
     let mut words = line.split(' ');
@@ -163,8 +177,9 @@ async fn parse(
                 .next()
                 .and_then(|l| l.parse().ok())
                 .ok_or_else(|| bad(line))?;
-            let mut data = vec![0u8; len + 2];
-            read.read_exact(&mut data).await?;
+            data.clear();
+            data.resize(len + 2, 0);
+            read.read_exact(data).await?;
             let text = String::from_utf8_lossy(&data[..len]);
             match text.trim().parse() {
                 Ok(n) => Reply::Value(n),
@@ -187,7 +202,19 @@ fn bad(line: &str) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_line, sub_line};
+    use super::{push_add, push_sub};
+
+    fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_add(&mut out, key, n, exptime);
+        out
+    }
+
+    fn sub_line(key: &str, n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_sub(&mut out, key, n);
+        out
+    }
 
     #[test]
     fn command_lines() {

@@ -37,12 +37,17 @@ impl Inner {
     ) -> Result<Vec<u64>, async_memcached::Error> {
         let mut lines = Vec::with_capacity(hits.len() * 64);
         for hit in hits {
-            lines.extend_from_slice(&match hit.op {
+            match hit.op {
                 Op::Add(n) => {
-                    pipeline::add_line(&hit.key, n, self.exptime(&hit.key, hit.expires_at, now))
+                    pipeline::push_add(
+                        &mut lines,
+                        &hit.key,
+                        n,
+                        self.exptime(&hit.key, hit.expires_at, now),
+                    );
                 }
-                Op::Sub(n) => pipeline::sub_line(&hit.key, n),
-            });
+                Op::Sub(n) => pipeline::push_sub(&mut lines, &hit.key, n),
+            }
         }
         let pipe = server
             .pipeline()
