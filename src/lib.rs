@@ -27,9 +27,15 @@
 //! | `reload` | the live, atomically swapped rule set | pb, storage |
 //! | `limiter` | the decision: windows, keys, verdicts | pb, tonic, YAML, memcached crates |
 //! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached` | rules, limiter, pb |
-//! | `grpc` | the protocol edge | YAML, memcached crates |
+//! | `grpc` | the protocol edge (RLS) | YAML, memcached crates |
+//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | YAML, memcached crates |
+//! | `metrics` | counters in hits, Prometheus text, statsd sink | pb, YAML, storage crates |
+//! | `health` | readiness components (backend, config, shutdown) | everything else |
+//! | `tls` | gRPC server TLS/mTLS with certificate reload | business logic |
 //! | `settings` | process settings from the environment and flags | everything else |
-//! | `server` | wiring and lifecycle | business logic |
+//! | `server` | the gRPC server: RLS, health, reflection | business logic |
+//! | `app` | the process: start-up, listeners, reload, drain | business logic |
+//! | `telemetry` | log set-up (text or reference-style JSON) | everything else |
 
 pub mod app;
 pub mod clock;
