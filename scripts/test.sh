@@ -46,6 +46,8 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+echo "==> cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 echo "==> cargo test"
 log=$(mktemp)
 status=0

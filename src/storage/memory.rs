@@ -2,7 +2,7 @@
 //! to 128 bits (xxh3) and kept in sharded maps, so memory per counter is small and fixed
 //! whatever the descriptor values. The store is bounded: a shard that is full first drops its
 //! expired windows, and if it is still full refuses new counters with
-//! [`StorageError::Full`](super::StorageError::Full) rather than silently forgetting live ones.
+//! [`StorageError::Full`] rather than silently forgetting live ones.
 //! A sweeper (see [`MemoryStore::sweep`]) drops expired windows in the background.
 
 use std::collections::HashMap;
