@@ -115,4 +115,9 @@ impl CounterStore for MemoryStore {
     async fn ready(&self) -> bool {
         true
     }
+
+    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+        let held = u64::try_from(self.len()).unwrap_or(u64::MAX);
+        vec![("turnstile_memory_counters", String::new(), held)]
+    }
 }

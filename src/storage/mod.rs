@@ -62,6 +62,12 @@ pub trait CounterStore: Send + Sync + 'static {
 
     /// Whether the store can currently serve (for readiness). Must not block for long.
     fn ready(&self) -> impl Future<Output = bool> + Send;
+
+    /// Point-in-time gauges for the metrics endpoint: `(name, labels, value)`, labels already in
+    /// Prometheus form (e.g. `server="10.0.0.1:11211"`) or empty.
+    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+        Vec::new()
+    }
 }
 
 impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
@@ -71,5 +77,9 @@ impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
 
     fn ready(&self) -> impl Future<Output = bool> + Send {
         (**self).ready()
+    }
+
+    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+        (**self).gauges()
     }
 }

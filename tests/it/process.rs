@@ -248,6 +248,11 @@ async fn http_endpoints_and_metrics() {
         ),
         "{metrics}"
     );
+    assert_eq!(
+        metric(&metrics, "turnstile_memory_counters{}"),
+        Some(1),
+        "one live counter"
+    );
     let prom = http_get(p.prometheus, "/metrics")
         .expect("prometheus port")
         .1;

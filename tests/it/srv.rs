@@ -163,4 +163,22 @@ async fn the_binary_counts_on_srv_discovered_memcached() {
         out
     };
     assert_eq!(remaining, vec![1, 0, 0]);
+    let metrics = p.metrics();
+    let server = format!("server=\"127.0.0.1:{}\"", mc.port);
+    assert!(
+        metrics.contains(&format!("turnstile_memcached_up{{{server}}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "turnstile_memcached_pipelined_connections{{{server}}}"
+        )),
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics
+            .matches("# TYPE turnstile_memcached_up gauge")
+            .count(),
+        1
+    );
 }

@@ -319,6 +319,36 @@ impl CounterStore for MemcachedStore {
         Ok(counts)
     }
 
+    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+        let topology = self.inner.topology.load();
+        let mut out = Vec::new();
+        for server in &topology.servers {
+            let label = format!("server=\"{}\"", server.name);
+            let pool = server.pool.state();
+            out.push((
+                "turnstile_memcached_up",
+                label.clone(),
+                u64::from(server.is_up()),
+            ));
+            out.push((
+                "turnstile_memcached_pool_connections",
+                label.clone(),
+                u64::from(pool.connections),
+            ));
+            out.push((
+                "turnstile_memcached_pool_idle",
+                label.clone(),
+                u64::from(pool.idle_connections),
+            ));
+            out.push((
+                "turnstile_memcached_pipelined_connections",
+                label,
+                server.open_pipelines(),
+            ));
+        }
+        out
+    }
+
     async fn ready(&self) -> bool {
         let topology = self.inner.topology.load();
         for server in &topology.servers {

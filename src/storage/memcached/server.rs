@@ -75,6 +75,16 @@ impl Server {
         Ok(pipe)
     }
 
+    /// How many pipelined connections are open.
+    pub(crate) fn open_pipelines(&self) -> u64 {
+        let open = self
+            .pipes
+            .iter()
+            .filter(|s| s.current.load().as_ref().is_some_and(|p| !p.is_closed()))
+            .count();
+        u64::try_from(open).unwrap_or(u64::MAX)
+    }
+
     /// Forgets the pipelined connections (after a failure), so the next use reconnects.
     pub(crate) fn drop_pipelines(&self) {
         for slot in &self.pipes {
