@@ -262,7 +262,7 @@ impl Parts {
             )),
         ];
         if let Some((listener, path)) = prometheus {
-            let router = crate::http::prometheus_router(&path, Arc::clone(&self.metrics));
+            let router = crate::http::prometheus_router(&path, Arc::clone(&state));
             http_tasks.push(tokio::spawn(crate::http::serve(
                 listener,
                 router,

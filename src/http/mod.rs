@@ -19,7 +19,6 @@ use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
-use crate::metrics::Metrics;
 use crate::storage::CounterStore;
 
 /// `PORT`: `/healthcheck` and `/json`.
@@ -41,8 +40,10 @@ pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
 }
 
 /// The Prometheus endpoint at `path`.
-pub fn prometheus_router(path: &str, metrics: Arc<Metrics>) -> Router {
-    Router::new().route(path, get(move || async move { prometheus_text(&metrics) }))
+pub fn prometheus_router<S: CounterStore>(path: &str, state: Arc<ServiceState<S>>) -> Router {
+    Router::new()
+        .route(path, get(metrics::<S>))
+        .with_state(state)
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves.
@@ -54,14 +55,6 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-fn prometheus_text(metrics: &Metrics) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
-    )
-        .into_response()
 }
 
 async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
