@@ -51,3 +51,103 @@ pub(crate) fn is_dynamic(applied: &Applied<'_>) -> bool {
         Some(rule) => rule.detailed_metric || rule.path.iter().any(|l| l.value_to_metric),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{is_dynamic, segments};
+    use crate::config::{LoadOptions, parse_files};
+    use crate::limiter::{Applied, Entry, LimitOverride};
+    use crate::rules::Unit;
+
+    const RULES: &str = r#"
+domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: { unit: second, requests_per_unit: 5 }
+  - key: key7
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 70 }
+  - key: route
+    value: "api/*"
+    share_threshold: true
+    descriptors:
+      - key: method
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: wild
+    value: "foo*"
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: vtm
+    value_to_metric: true
+    descriptors:
+      - key: inner
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+"#;
+
+    fn key(entries: &[(&str, &str)]) -> (String, bool) {
+        let loaded =
+            parse_files(&[("t.yaml".into(), RULES.into())], LoadOptions::default()).expect("rules");
+        let domain = loaded.rules.domain("test-domain").expect("domain");
+        let limit = domain.lookup(entries.iter().copied()).expect("a limit");
+        let entries: Vec<Entry> = entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect();
+        let applied = Applied::Rule(limit);
+        (
+            segments("test-domain", &entries, &applied).join("."),
+            is_dynamic(&applied),
+        )
+    }
+
+    #[test]
+    fn the_reference_stats_keys() {
+        assert_eq!(
+            key(&[("key1", "value1"), ("subkey1", "x")]),
+            ("test-domain.key1_value1.subkey1".into(), false)
+        );
+        assert_eq!(key(&[("key7", "X")]), ("test-domain.key7_X".into(), true));
+        assert_eq!(
+            key(&[("route", "api/v1"), ("method", "GET")]),
+            ("test-domain.route_api/*.method".into(), false)
+        );
+        assert_eq!(
+            key(&[("wild", "foo1")]),
+            ("test-domain.wild_foo*".into(), false)
+        );
+        assert_eq!(
+            key(&[("vtm", "abc"), ("inner", "z")]),
+            ("test-domain.vtm_abc.inner".into(), true)
+        );
+        assert_eq!(
+            key(&[("key7", "a:b|c")]).0,
+            "test-domain.key7_a_b_c",
+            "':' and '|' become '_'"
+        );
+    }
+
+    #[test]
+    fn overrides_use_the_request_entries() {
+        let entries = vec![
+            Entry {
+                key: "k".into(),
+                value: "v".into(),
+            },
+            Entry {
+                key: "bare".into(),
+                value: String::new(),
+            },
+        ];
+        let applied = Applied::Override(LimitOverride {
+            requests_per_unit: 1,
+            unit: Unit::Minute,
+        });
+        assert_eq!(segments("d", &entries, &applied).join("."), "d.k_v.bare");
+        assert!(is_dynamic(&applied));
+    }
+}
