@@ -49,8 +49,22 @@ fn command(env: &[(&str, String)]) -> Command {
 }
 
 impl Process {
-    /// Starts the binary with rules in `dir` (RUNTIME_ROOT/ratelimit/config) plus `env`, and waits until it answers.
+    /// Starts the binary with rules in `dir` (RUNTIME_ROOT/ratelimit/config) plus `env`, and waits until it is healthy.
     pub fn start(root: &Path, env: &[(&str, &str)]) -> Process {
+        let p = Self::spawn(root, env);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "turnstile did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        p
+    }
+
+    /// Starts the binary and waits until its HTTP port answers (healthy or not).
+    pub fn spawn(root: &Path, env: &[(&str, &str)]) -> Process {
         let (grpc, http, debug, prometheus) = (free_port(), free_port(), free_port(), free_port());
         let mut all: Vec<(&str, String)> = vec![
             ("RUNTIME_ROOT", root.display().to_string()),
@@ -79,11 +93,8 @@ impl Process {
             dir: root.join("ratelimit/config"),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "turnstile did not become healthy"
-            );
+        while http_get(p.http, "/healthcheck").is_none() {
+            assert!(Instant::now() < deadline, "turnstile did not start");
             std::thread::sleep(Duration::from_millis(25));
         }
         p
@@ -383,4 +394,53 @@ async fn statsd_sink_pushes_reference_names() {
             received.push('\n');
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_without_a_valid_config_then_fixing_it() {
+    let root =
+        rules_root("domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n");
+    let p = Process::spawn(
+        &root,
+        &[
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+        ],
+    );
+    assert_eq!(
+        http_get(p.http, "/healthcheck"),
+        Some((500, "unhealthy: config".into()))
+    );
+    let mut client = p.client().await;
+    let status = client
+        .should_rate_limit(req1("ops", &[("user", "x")]))
+        .await
+        .expect_err("no configuration");
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            tonic::Code::Unavailable,
+            "no rate limit configuration loaded"
+        )
+    );
+    assert_eq!(
+        metric(&p.metrics(), "ratelimit_service_config_load_error"),
+        Some(1)
+    );
+
+    std::fs::write(p.dir.join("rules.yaml"), RULES).expect("fix the rules");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the fixed configuration was not loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resp = client
+        .should_rate_limit(req1("ops", &[("user", "x")]))
+        .await
+        .expect("answers now")
+        .into_inner();
+    assert_eq!(resp.statuses[0].limit_remaining, 1);
 }
