@@ -1,4 +1,5 @@
-//! Lifecycle of the real binary: SIGTERM under load (health flips at once, calls are answered
+//! Lifecycle of the real binary: start-up (bad settings and bad rules stop it with distinct exit
+//! codes; forced start without a valid config, then a fix), SIGTERM under load (health flips at once, calls are answered
 //! through the drain, exit 0, JSON logs), and `GRPC_MAX_CONNECTION_AGE` recycling connections
 //! without failed calls.
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::process::{Process, RULES, http_get, rules_root};
+use crate::process::{Process, RULES, command, http_get, metric, rules_root};
 use crate::support::req1;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,5 +135,85 @@ fn max_connection_age_recycles_connections_without_failing_calls() {
         0,
         "no call fails across GOAWAYs: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn exit_of(env: &[(&str, String)]) -> (Option<i32>, String) {
+    let out = command(env).output().expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_without_a_valid_config_then_fixing_it() {
+    let root =
+        rules_root("domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n");
+    let p = Process::spawn(
+        &root,
+        &[
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+        ],
+    );
+    assert_eq!(
+        http_get(p.http, "/healthcheck"),
+        Some((500, "unhealthy: config".into()))
+    );
+    let mut client = p.client().await;
+    let status = client
+        .should_rate_limit(req1("ops", &[("user", "x")]))
+        .await
+        .expect_err("no configuration");
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            tonic::Code::Unavailable,
+            "no rate limit configuration loaded"
+        )
+    );
+    assert_eq!(
+        metric(&p.metrics(), "ratelimit_service_config_load_error"),
+        Some(1)
+    );
+
+    std::fs::write(p.dir.join("rules.yaml"), RULES).expect("fix the rules");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the fixed configuration was not loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resp = client
+        .should_rate_limit(req1("ops", &[("user", "x")]))
+        .await
+        .expect("answers now")
+        .into_inner();
+    assert_eq!(resp.statuses[0].limit_remaining, 1);
+}
+
+#[test]
+fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
+    let (code, stderr) = exit_of(&[("GRPC_PORT", "80x".into())]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("GRPC_PORT"), "{stderr}");
+    let (code, stderr) = exit_of(&[("NEAR_LIMIT_RATIO", "1.5".into())]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("NEAR_LIMIT_RATIO"), "{stderr}");
+    let root =
+        rules_root("domain: x\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight }\n");
+    let (code, stderr) = exit_of(&[
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+    ]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(
+        stderr.contains(
+            "rules.yaml:4:25: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"
+        ),
+        "{stderr}"
     );
 }

@@ -38,7 +38,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn command(env: &[(&str, String)]) -> Command {
+pub fn command(env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstile"));
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default());
@@ -149,37 +149,6 @@ pub fn metric(text: &str, series: &str) -> Option<u64> {
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-}
-
-fn exit_of(env: &[(&str, String)]) -> (Option<i32>, String) {
-    let out = command(env).output().expect("run");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[test]
-fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
-    let (code, stderr) = exit_of(&[("GRPC_PORT", "80x".into())]);
-    assert_eq!(code, Some(64), "{stderr}");
-    assert!(stderr.contains("GRPC_PORT"), "{stderr}");
-    let (code, stderr) = exit_of(&[("NEAR_LIMIT_RATIO", "1.5".into())]);
-    assert_eq!(code, Some(64), "{stderr}");
-    assert!(stderr.contains("NEAR_LIMIT_RATIO"), "{stderr}");
-    let root =
-        rules_root("domain: x\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight }\n");
-    let (code, stderr) = exit_of(&[
-        ("RUNTIME_ROOT", root.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-    ]);
-    assert_eq!(code, Some(78), "{stderr}");
-    assert!(
-        stderr.contains(
-            "rules.yaml:4:25: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'"
-        ),
-        "{stderr}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,53 +363,4 @@ async fn statsd_sink_pushes_reference_names() {
             received.push('\n');
         }
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn starting_without_a_valid_config_then_fixing_it() {
-    let root =
-        rules_root("domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n");
-    let p = Process::spawn(
-        &root,
-        &[
-            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
-        ],
-    );
-    assert_eq!(
-        http_get(p.http, "/healthcheck"),
-        Some((500, "unhealthy: config".into()))
-    );
-    let mut client = p.client().await;
-    let status = client
-        .should_rate_limit(req1("ops", &[("user", "x")]))
-        .await
-        .expect_err("no configuration");
-    assert_eq!(
-        (status.code(), status.message()),
-        (
-            tonic::Code::Unavailable,
-            "no rate limit configuration loaded"
-        )
-    );
-    assert_eq!(
-        metric(&p.metrics(), "ratelimit_service_config_load_error"),
-        Some(1)
-    );
-
-    std::fs::write(p.dir.join("rules.yaml"), RULES).expect("fix the rules");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "the fixed configuration was not loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let resp = client
-        .should_rate_limit(req1("ops", &[("user", "x")]))
-        .await
-        .expect("answers now")
-        .into_inner();
-    assert_eq!(resp.statuses[0].limit_remaining, 1);
 }
