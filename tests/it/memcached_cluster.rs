@@ -218,3 +218,31 @@ async fn fail_open_globally_or_per_rule() {
     );
     assert!(clock.now() > 0);
 }
+
+#[tokio::test]
+async fn a_memcached_restart_between_calls_fails_no_call() {
+    let Some(mut mc) = Memcached::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = memcached_store(&[&mc], &clock, Duration::from_millis(200), false);
+    let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;
+    // Open every pipelined connection of the server.
+    for _ in 0..4 {
+        assert!(s.try_call(req1("burst", &[("user", "idle")])).await.is_ok());
+    }
+    // Each connection sees the server go away and is replaced on its next use.
+    mc.restart();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..4u32 {
+        let resp = s
+            .try_call(req1("burst", &[("user", "idle")]))
+            .await
+            .unwrap_or_else(|e| panic!("call {i} after the restart: {e:?}"));
+        assert_eq!(
+            resp.statuses[0].limit_remaining,
+            49 - i,
+            "the restarted memcached counts from zero"
+        );
+    }
+}

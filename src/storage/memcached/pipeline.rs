@@ -6,6 +6,8 @@
 //! ahead of the bb8 + async-memcached pool (see BENCHMARKS.md). Only meta commands are sent.
 
 use std::io::{self, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -40,6 +42,9 @@ struct Command {
 #[derive(Debug, Clone)]
 pub(crate) struct Pipeline {
     commands: mpsc::UnboundedSender<Command>,
+    /// Cleared when the reader stops (the server closed the connection or sent garbage), so the
+    /// next caller reconnects instead of queueing on a dead connection.
+    alive: Arc<AtomicBool>,
 }
 
 /// Appends the key, base64-encoded, to `out` (no intermediate string).
@@ -79,16 +84,18 @@ impl Pipeline {
         let (commands, queue) = mpsc::unbounded_channel::<Command>();
         let (pending_tx, pending_rx) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(writer(write, queue, pending_tx));
-        tokio::spawn(reader(
-            BufReader::with_capacity(64 * 1024, read),
-            pending_rx,
-        ));
-        Ok(Pipeline { commands })
+        let alive = Arc::new(AtomicBool::new(true));
+        let reading = Alive(Arc::clone(&alive));
+        tokio::spawn(async move {
+            let _reading = reading;
+            reader(BufReader::with_capacity(64 * 1024, read), pending_rx).await;
+        });
+        Ok(Pipeline { commands, alive })
     }
 
     /// Whether the connection has stopped (an I/O error or the server closed it).
     pub(crate) fn is_closed(&self) -> bool {
-        self.commands.is_closed()
+        self.commands.is_closed() || !self.alive.load(Ordering::Acquire)
     }
 
     /// Sends `count` command lines (written together) and waits for their answers, in order.
@@ -140,13 +147,34 @@ async fn writer(
     }
 }
 
+/// Marks the connection dead when the reader stops, however it stops.
+struct Alive(Arc<AtomicBool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 async fn reader(
     mut read: BufReader<tokio::net::tcp::OwnedReadHalf>,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut line = String::new();
     let mut data = Vec::new();
-    while let Some((count, caller)) = pending.recv().await {
+    loop {
+        // Wait for the next caller, but notice a closed connection while idle, so the next
+        // caller reconnects instead of failing. Answers only ever follow their caller's entry
+        // (the writer queues it before writing), so pending entries come first.
+        let (count, caller) = tokio::select! {
+            biased;
+            next = pending.recv() => match next {
+                Some(next) => next,
+                None => return,
+            },
+            // End of stream, an error, or bytes nobody asked for: the connection is done.
+            _ = read.fill_buf() => return,
+        };
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
             line.clear();
