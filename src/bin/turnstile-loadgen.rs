@@ -7,6 +7,7 @@
 //! `--keys` is the key cardinality (values `v0…v{N-1}`, random), `--hot-share` the fraction of
 //! descriptors that use the single value `hot`, `--rate` caps the total request rate (0 = as fast
 //! as possible), `--unique` sends every value once (for memory-footprint runs),
+//! `--spin` paces by spinning on the runtime thread (best latency when the core is free),
 //! `--requests N` stops after N requests, `--dump-body FILE` writes one gRPC-framed request
 //! for h2load's `--data` and exits.
 
@@ -36,6 +37,7 @@ struct Args {
     key: String,
     rate: f64,
     unique: bool,
+    spin: bool,
     dump_body: Option<String>,
     requests: u64,
 }
@@ -54,6 +56,7 @@ fn parse() -> Result<Args, String> {
         key: "user".into(),
         rate: 0.0,
         unique: false,
+        spin: false,
         dump_body: None,
         requests: u64::MAX,
     };
@@ -61,6 +64,10 @@ fn parse() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         if flag == "--unique" {
             a.unique = true;
+            continue;
+        }
+        if flag == "--spin" {
+            a.spin = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -114,8 +121,8 @@ struct Counts {
 /// hands out one permit per request.
 type Permits = Option<Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>>>;
 
-fn pacer(rate: f64, end: Instant) -> Permits {
-    if rate <= 0.0 {
+fn pacer(rate: f64, end: Instant, spin: bool) -> Permits {
+    if rate <= 0.0 || spin {
         return None;
     }
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -142,14 +149,25 @@ async fn worker(
     seed: u64,
     end: Instant,
     permits: Permits,
+    spin_interval: Option<Duration>,
+    phase: f64,
 ) -> Vec<u32> {
     let mut rng = Rng(seed | 1);
+    let mut next = Instant::now() + spin_interval.map_or(Duration::ZERO, |i| i.mul_f64(phase));
     let mut latencies = Vec::with_capacity(100_000);
     while Instant::now() < end && counts.issued.fetch_add(1, Ordering::Relaxed) < args.requests {
         if let Some(permits) = &permits
             && permits.lock().await.recv().await.is_none()
         {
             break;
+        }
+        if let Some(interval) = spin_interval {
+            // `--spin`: keep the runtime thread busy (it never parks, so answers are picked up
+            // at once) and start each request at its exact instant.
+            next += interval;
+            while Instant::now() < next {
+                tokio::task::yield_now().await;
+            }
         }
         let descriptors = (0..args.descriptors)
             .map(|d| {
@@ -251,11 +269,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let counts = Arc::new(Counts::default());
         let started = Instant::now();
         let end = started + Duration::from_secs_f64(args.duration);
-        let permits = pacer(args.rate, end);
+        let permits = pacer(args.rate, end, args.spin);
+        let spin_interval = (args.spin && args.rate > 0.0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.rate));
         let mut tasks = Vec::new();
         for i in 0..args.concurrency.max(1) {
             let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
-            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, permits.clone())));
+            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, permits.clone(), spin_interval, i as f64 / args.concurrency.max(1) as f64)));
         }
         let mut all = Vec::new();
         for task in tasks {
