@@ -142,16 +142,27 @@ fn pacer(rate: f64, end: Instant, spin: bool) -> Permits {
     Some(Arc::new(tokio::sync::Mutex::new(rx)))
 }
 
+/// How a worker paces its requests (nothing set: as fast as possible).
+struct Pacing {
+    permits: Permits,
+    spin_interval: Option<Duration>,
+    /// Where in the interval this worker's slots fall (0..1), so spinning workers are staggered.
+    phase: f64,
+}
+
 async fn worker(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
     counts: Arc<Counts>,
     seed: u64,
     end: Instant,
-    permits: Permits,
-    spin_interval: Option<Duration>,
-    phase: f64,
+    pacing: Pacing,
 ) -> Vec<u32> {
+    let Pacing {
+        permits,
+        spin_interval,
+        phase,
+    } = pacing;
     let mut rng = Rng(seed | 1);
     let mut next = Instant::now() + spin_interval.map_or(Duration::ZERO, |i| i.mul_f64(phase));
     let mut latencies = Vec::with_capacity(100_000);
@@ -274,7 +285,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut tasks = Vec::new();
         for i in 0..args.concurrency.max(1) {
             let client = RateLimitServiceClient::new(channels[i % channels.len()].clone());
-            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, permits.clone(), spin_interval, i as f64 / args.concurrency.max(1) as f64)));
+            tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, Pacing { permits: permits.clone(), spin_interval, phase: i as f64 / args.concurrency.max(1) as f64 })));
         }
         let mut all = Vec::new();
         for task in tasks {
