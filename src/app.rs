@@ -16,7 +16,7 @@ use crate::health::Health;
 use crate::limiter::{Limiter, LimiterSettings};
 use crate::metrics::Metrics;
 use crate::reload::{Reloader, RulesHandle};
-use crate::server::ServerOptions;
+use crate::server::{GrpcListener, ServerOptions};
 use crate::settings::{Backend, Settings};
 use crate::storage::CounterStore;
 use crate::storage::memcached::srv::Resolver;
@@ -206,8 +206,29 @@ impl Parts {
             health: Arc::clone(&self.health),
         });
 
-        let grpc_addr = format!("{}:{}", s.grpc_host, s.grpc_port);
-        let grpc = bind(&grpc_addr).await?;
+        let (grpc_addr, grpc) = match &s.grpc_uds {
+            None => {
+                let addr = format!("{}:{}", s.grpc_host, s.grpc_port);
+                let listener = bind(&addr).await?;
+                (addr, GrpcListener::Tcp(listener))
+            }
+            Some(path) => {
+                if s.tls.is_some() {
+                    return Err(AppError::Unsupported(
+                        "GRPC_UDS cannot be combined with GRPC_SERVER_USE_TLS".into(),
+                    ));
+                }
+                // A socket file left by an earlier process would make the bind fail.
+                let _ = std::fs::remove_file(path);
+                let addr = format!("unix:{}", path.display());
+                let listener =
+                    tokio::net::UnixListener::bind(path).map_err(|source| AppError::Bind {
+                        addr: addr.clone(),
+                        source,
+                    })?;
+                (addr, GrpcListener::Unix(listener))
+            }
+        };
         let http = bind(&s.http_addr).await?;
         let debug = bind(&s.debug_addr).await?;
         let prometheus = match &s.prometheus {

@@ -27,6 +27,21 @@ pub const HEALTH_SERVICE_NAMES: [&str; 2] =
 /// How often the counter store's readiness is re-checked.
 const READINESS_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Where gRPC is served: TCP, or a Unix domain socket (`GRPC_UDS`).
+#[derive(Debug)]
+pub enum GrpcListener {
+    /// A TCP listener (TLS applies when configured).
+    Tcp(TcpListener),
+    /// A Unix domain socket listener (plain text; the socket's file permissions guard it).
+    Unix(tokio::net::UnixListener),
+}
+
+impl From<TcpListener> for GrpcListener {
+    fn from(listener: TcpListener) -> Self {
+        GrpcListener::Tcp(listener)
+    }
+}
+
 /// Transport options.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
@@ -50,7 +65,7 @@ pub enum ServeError {
 
 /// Serves gRPC on `listener` until `shutdown` resolves, then finishes in-flight calls.
 pub async fn serve<S: CounterStore>(
-    listener: TcpListener,
+    listener: impl Into<GrpcListener>,
     state: Arc<ServiceState<S>>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
@@ -89,16 +104,22 @@ pub async fn serve<S: CounterStore>(
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
-    let served = match options.tls {
-        None => {
+    let served = match (listener.into(), options.tls) {
+        (GrpcListener::Tcp(listener), None) => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
-        Some(config) => {
+        (GrpcListener::Tcp(listener), Some(config)) => {
             router
                 .serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown)
+                .await
+        }
+        (GrpcListener::Unix(listener), _) => {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
     };

@@ -40,6 +40,8 @@ pub struct Settings {
     pub grpc_host: String,
     /// `GRPC_PORT`.
     pub grpc_port: u16,
+    /// `GRPC_UDS`: serve gRPC on this Unix socket instead of `GRPC_HOST:GRPC_PORT`.
+    pub grpc_uds: Option<PathBuf>,
     /// The directory of rule files: `--config-dir`, or
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
     pub config_dir: PathBuf,
@@ -267,6 +269,9 @@ impl Settings {
         Ok(Settings {
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
             grpc_port: r.parsed("GRPC_PORT", 8081)?,
+            grpc_uds: Some(r.string("GRPC_UDS", ""))
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
             config_dir,
             ignore_dotfiles: r.bool("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false)?,

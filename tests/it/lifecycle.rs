@@ -217,3 +217,36 @@ fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
         "{stderr}"
     );
 }
+
+#[test]
+fn grpc_on_a_unix_socket() {
+    let Some(venv) = crate::support::peers_venv() else {
+        crate::support::missing("the peer virtualenv (Python grpcio)");
+        return;
+    };
+    let root = rules_root(RULES);
+    let socket = root.join("rls.sock");
+    let p = Process::start(&root, &[("GRPC_UDS", socket.to_str().expect("path"))]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/wire_check.py");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(script)
+        .args(["loop", &format!("unix:{}", socket.display()), "0.5"])
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let counts: Vec<u64> = stdout
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(
+        counts.len(),
+        2,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        counts[0] > 0 && counts[1] == 0,
+        "calls over the socket: {stdout}"
+    );
+    drop(p);
+}

@@ -129,7 +129,10 @@ def loop(addr, seconds):
     import time
     ok = failed = 0
     request = rls_pb2.RateLimitRequest(domain="ops", descriptors=[Desc(entries=[Desc.Entry(key="user", value="loop")])])
-    with grpc.insecure_channel(addr) as channel:
+    # grpcio's default :authority for a unix: target is the percent-encoded socket path, which
+    # the server's HTTP/2 stack (h2) rejects as malformed; name a plain authority instead.
+    options = [("grpc.default_authority", "localhost")] if addr.startswith("unix:") else []
+    with grpc.insecure_channel(addr, options=options) as channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
