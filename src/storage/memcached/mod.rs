@@ -244,7 +244,22 @@ impl Inner {
             match self.client {
                 MemcachedClient::Pipelined => self.pipelined(server, hits, now).await,
                 MemcachedClient::Pool => {
-                    try_join_all(hits.iter().map(|hit| self.pooled(server, hit, now))).await
+                    let distinct = hits
+                        .iter()
+                        .enumerate()
+                        .all(|(i, h)| hits[..i].iter().all(|o| o.key != h.key));
+                    if distinct {
+                        // One connection per hit, all at once.
+                        try_join_all(hits.iter().map(|hit| self.pooled(server, hit, now))).await
+                    } else {
+                        // The same counter twice: in order, so each answer is the count after
+                        // exactly the hits before it.
+                        let mut counts = Vec::with_capacity(hits.len());
+                        for hit in hits {
+                            counts.push(self.pooled(server, hit, now).await?);
+                        }
+                        Ok(counts)
+                    }
                 }
             }
         };
