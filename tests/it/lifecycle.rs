@@ -4,7 +4,6 @@
 //! without failed calls.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -98,10 +97,6 @@ async fn sigterm_under_load_fails_no_call_and_exits_zero() {
 
 #[test]
 fn max_connection_age_recycles_connections_without_failing_calls() {
-    let Some(venv) = crate::support::peers_venv() else {
-        crate::support::missing("the peer virtualenv (Python grpcio)");
-        return;
-    };
     let root = rules_root(RULES);
     let p = Process::start(
         &root,
@@ -112,30 +107,11 @@ fn max_connection_age_recycles_connections_without_failing_calls() {
     );
     // Several connection ages pass; every GOAWAY lets in-flight calls finish and grpcio
     // reconnects on its own (as Envoy does).
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/wire_check.py");
-    let out = Command::new(venv.join("bin/python"))
-        .arg(script)
-        .args(["loop", &format!("127.0.0.1:{}", p.grpc), "2"])
-        .output()
-        .expect("python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let counts: Vec<u64> = stdout
-        .split_whitespace()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    assert_eq!(
-        counts.len(),
-        2,
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(counts[0] > 10, "{stdout}");
-    assert_eq!(
-        counts[1],
-        0,
-        "no call fails across GOAWAYs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let Some((ok, failed)) = grpcio_loop(&format!("127.0.0.1:{}", p.grpc), "2") else {
+        return;
+    };
+    assert!(ok > 10, "{ok} calls");
+    assert_eq!(failed, 0, "no call fails across GOAWAYs");
 }
 
 fn exit_of(env: &[(&str, String)]) -> (Option<i32>, String) {
@@ -220,33 +196,26 @@ fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
 
 #[test]
 fn grpc_on_a_unix_socket() {
-    let Some(venv) = crate::support::peers_venv() else {
-        crate::support::missing("the peer virtualenv (Python grpcio)");
-        return;
-    };
     let root = rules_root(RULES);
     let socket = root.join("rls.sock");
-    let p = Process::start(&root, &[("GRPC_UDS", socket.to_str().expect("path"))]);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/wire_check.py");
-    let out = Command::new(venv.join("bin/python"))
-        .arg(script)
-        .args(["loop", &format!("unix:{}", socket.display()), "0.5"])
-        .output()
-        .expect("python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let _p = Process::start(&root, &[("GRPC_UDS", socket.to_str().expect("path"))]);
+    let Some((ok, failed)) = grpcio_loop(&format!("unix:{}", socket.display()), "0.5") else {
+        return;
+    };
+    assert!(
+        ok > 0 && failed == 0,
+        "calls over the socket: {ok} ok, {failed} failed"
+    );
+}
+
+/// Calls ShouldRateLimit in a loop for `seconds` on one grpcio channel: `(ok, failed)`, or
+/// `None` when the peer virtualenv is missing (reported).
+fn grpcio_loop(addr: &str, seconds: &str) -> Option<(u64, u64)> {
+    let stdout = crate::peers::python(&["loop", addr, seconds])?;
     let counts: Vec<u64> = stdout
         .split_whitespace()
         .filter_map(|n| n.parse().ok())
         .collect();
-    assert_eq!(
-        counts.len(),
-        2,
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        counts[0] > 0 && counts[1] == 0,
-        "calls over the socket: {stdout}"
-    );
-    drop(p);
+    assert_eq!(counts.len(), 2, "{stdout}");
+    Some((counts[0], counts[1]))
 }

@@ -21,7 +21,7 @@ fn script() -> PathBuf {
 }
 
 /// Runs the peer script; `None` when the peer virtualenv is missing (reported).
-fn python(args: &[&str]) -> Option<String> {
+pub(crate) fn python(args: &[&str]) -> Option<String> {
     let Some(venv) = peers_venv() else {
         crate::support::missing("the peer virtualenv (.venv-peers with grpcio and xds-protos)");
         return None;
