@@ -110,8 +110,11 @@ impl Reloader {
     pub async fn run(self) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let mut seen = fingerprint(&self.dir);
+        let mut watcher = None;
         loop {
-            let _watcher = watch(&self.dir, tx.clone());
+            if watcher.is_none() {
+                watcher = watch(&self.dir, tx.clone());
+            }
             let changed = tokio::select! {
                 event = rx.recv() => event.is_some(),
                 () = tokio::time::sleep(POLL) => {
@@ -122,6 +125,8 @@ impl Reloader {
             if !changed {
                 continue;
             }
+            // Something moved: watch afresh after this round (a swapped symlink has a new target).
+            watcher = None;
             // Debounce: wait until the events stop for a moment.
             loop {
                 tokio::time::sleep(DEBOUNCE).await;
