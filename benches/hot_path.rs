@@ -10,7 +10,6 @@ use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::grpc::request_from_pb;
 use turnstile::limiter::{Limiter, counter_key};
-use turnstile::metrics::Metrics;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
@@ -109,12 +108,7 @@ fn decision(c: &mut Criterion) {
     let rules = rules();
     let clock = ManualClock::new(1_796_000_000);
     let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
-    let limiter = Limiter::new(
-        store,
-        Arc::new(clock),
-        Default::default(),
-        Arc::new(Metrics::new(1000, 0.8, &[])),
-    );
+    let limiter = Limiter::new(store, Arc::new(clock), Default::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");

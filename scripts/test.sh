@@ -45,15 +45,22 @@ export TURNSTILE_REQUIRE_PEERS=1
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 echo "==> cargo test"
 log=$(mktemp)
 status=0
 cargo test --locked 2>&1 | tee "$log" || status=$?
+# The README's run command, exactly as written, must serve and answer (counted as one test).
+smoke=skipped
+if [ "$status" = 0 ]; then
+  if ./scripts/readme-smoke.sh; then smoke=passed; else smoke=failed; fi
+fi
 # One closing line for the whole run (cargo prints one per test binary, the last being the
 # doc tests, which has none).
-awk '/^test result:/ {p += $4; f += $6} END {printf "all tests: %d passed, %d failed\n", p, f}' "$log"
+awk -v smoke="$smoke" '/^test result:/ {p += $4; f += $6}
+  END {p += (smoke == "passed"); f += (smoke == "failed"); printf "all tests: %d passed, %d failed\n", p, f}' "$log"
 rm -f "$log"
+[ "$smoke" = failed ] && exit 1
 exit "$status"

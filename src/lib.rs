@@ -18,24 +18,31 @@
 //! limiter::Verdict → grpc::response → protobuf response (StorageError → UNAVAILABLE)
 //! ```
 //!
-//! # Architecture invariants
+//! # Layers
 //!
-//! | module | owns | must not use |
+//! Each module may use only the crate modules named in its row (`tests/it/architecture.rs`
+//! checks every `crate::` path of every module against this table, and that the table has no
+//! cycle). Lower rows never reach up: the decision knows nothing of protocols, metrics observe
+//! the decision and the store without being called by them, and only `app` wires everything.
+//!
+//! | module | owns | may use |
 //! |---|---|---|
-//! | `rules` | the compiled, immutable rule model and matching | YAML, tonic, pb, storage, tokio |
-//! | `config` | YAML text → `RuleSet`, errors with file:line:col | tonic, pb, storage |
-//! | `reload` | the live, atomically swapped rule set | pb, storage |
-//! | `limiter` | the decision: windows, keys, verdicts | pb, tonic, YAML, memcached crates |
-//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached` | rules, limiter, pb |
-//! | `grpc` | the protocol edge (RLS) | YAML, memcached crates |
-//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | YAML, memcached crates |
-//! | `metrics` | counters in hits, Prometheus text, statsd sink | pb, YAML, storage crates |
-//! | `health` | readiness components (backend, config, shutdown) | everything else |
-//! | `tls` | gRPC server TLS/mTLS with certificate reload | business logic |
-//! | `settings` | process settings from the environment and flags | everything else |
-//! | `server` | the gRPC server: RLS, health, reflection | business logic |
-//! | `app` | the process: start-up, listeners, reload, drain | business logic |
-//! | `telemetry` | log set-up (text or reference-style JSON) | everything else |
+//! | `clock` | the injected wall clock | |
+//! | `settings` | process settings from the environment and flags | |
+//! | `telemetry` | log set-up (text or reference-style JSON) | |
+//! | `health` | readiness components (backend, config, shutdown) | |
+//! | `pb` | the generated protobuf types | |
+//! | `rules` | the compiled, immutable rule model and matching | |
+//! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
+//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached` | `clock` |
+//! | `limiter` | the decision: windows, keys, verdicts | `clock`, `rules`, `storage` |
+//! | `metrics` | counters in hits, Prometheus text, statsd sink, the instrumented store | `limiter`, `rules`, `storage` |
+//! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
+//! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |
+//! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
+//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `storage` |
+//! | `server` | the gRPC server: RLS, health, reflection | `grpc`, `health`, `pb`, `storage`, `tls` |
+//! | `app` | the service as one value: build, bind, serve, drain | every module |
 
 pub mod app;
 pub mod clock;

@@ -16,6 +16,7 @@ use crate::config::{ConfigErrors, Loaded};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::rules::RuleSet;
+use crate::telemetry::LIFECYCLE;
 
 /// The rules being served; empty until a configuration has loaded.
 #[derive(Debug, Default)]
@@ -73,7 +74,8 @@ pub fn announce(loaded: &Loaded) {
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
-    tracing::warn!(
+    tracing::info!(
+        target: LIFECYCLE,
         files = loaded.files,
         domains = loaded.rules.domain_count(),
         "rate limit configuration loaded"

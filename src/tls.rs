@@ -76,19 +76,16 @@ impl ReloadingCert {
     }
 
     /// Checks the files every second and reloads on a change, until the task is dropped.
-    pub fn spawn_watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut seen = (modified(&this.cert), modified(&this.key));
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let now = (modified(&this.cert), modified(&this.key));
-                if now != seen {
-                    seen = now;
-                    this.reload();
-                }
+    pub async fn watch(self: Arc<Self>) {
+        let mut seen = (modified(&self.cert), modified(&self.key));
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = (modified(&self.cert), modified(&self.key));
+            if now != seen {
+                seen = now;
+                self.reload();
             }
-        })
+        }
     }
 }
 

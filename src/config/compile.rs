@@ -67,7 +67,7 @@ impl FileCompiler<'_> {
             return;
         }
         let domain = domains.entry(name.clone()).or_default();
-        self.level(raw.descriptors, &mut domain.root, &[], "", &name);
+        self.level(raw.descriptors.0, &mut domain.root, &[], "", &name);
     }
 
     fn level(
@@ -145,7 +145,7 @@ impl FileCompiler<'_> {
         let limit = raw.rate_limit.take().map(|rl| {
             let rl_pos = Pos::from(rl.referenced);
             self.limit(
-                rl.value,
+                rl.value.0,
                 rl_pos,
                 &raw,
                 &node_path,
@@ -160,7 +160,7 @@ impl FileCompiler<'_> {
             children: Level::default(),
         };
         self.level(
-            raw.descriptors,
+            raw.descriptors.0,
             &mut node.children,
             &node_path,
             &format!("{path}."),
@@ -230,8 +230,8 @@ impl FileCompiler<'_> {
             ok = false;
         }
         let name = raw.name.filter(|n| !n.is_empty());
-        let mut replaces = Vec::with_capacity(raw.replaces.len());
-        for (i, replace) in raw.replaces.iter().enumerate() {
+        let mut replaces = Vec::with_capacity(raw.replaces.0.len());
+        for (i, replace) in raw.replaces.0.iter().enumerate() {
             let at = Pos::from(replace.referenced);
             let rpath = format!("{path}.replaces[{i}]");
             match replace.value.name.as_deref() {
@@ -274,7 +274,7 @@ fn nodes_has_pattern(nodes: &KeyNodes, text: &str) -> bool {
 
 fn meta_value(raw: &RawMeta) -> MetaValue {
     match raw {
-        RawMeta::Null(()) => MetaValue::Null,
+        RawMeta::Null => MetaValue::Null,
         RawMeta::Bool(b) => MetaValue::Bool(*b),
         // Protobuf `Value` numbers are doubles; large integers lose precision as in the reference.
         RawMeta::Int(i) => MetaValue::Number(*i as f64),

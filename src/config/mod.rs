@@ -7,6 +7,7 @@
 
 mod compile;
 mod error;
+mod messages;
 mod raw;
 
 pub use error::{ConfigError, ConfigErrors};

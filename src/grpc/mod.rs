@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::health::Health;
 use crate::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::reload::RulesHandle;
@@ -29,6 +30,8 @@ pub struct ServiceState<S> {
     pub rules: Arc<RulesHandle>,
     /// The decision and its counter store.
     pub limiter: Limiter<S>,
+    /// Where decided requests are recorded.
+    pub metrics: Arc<Metrics>,
     /// Response shaping.
     pub response: ResponseSettings,
     /// Readiness components.
@@ -56,7 +59,7 @@ impl<S: CounterStore> RateLimitService for RateLimitHandler<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
         let result = self.decide(request.into_inner()).await;
-        self.state.limiter.metrics().request_done(started.elapsed());
+        self.state.metrics.request_done(started.elapsed());
         result.map(Response::new)
     }
 }
@@ -67,7 +70,7 @@ impl<S: CounterStore> RateLimitHandler<S> {
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        let metrics = self.state.limiter.metrics();
+        let metrics = &self.state.metrics;
         let request =
             request_from_pb(request).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let Some(rules) = self.state.rules.load() else {

@@ -9,27 +9,7 @@ use crate::limiter::{Code, Request, Status, Verdict};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
 use crate::rules::{MetaValue, Unit};
-
-/// Names of the response headers (`LIMIT_*_HEADER`).
-#[derive(Debug, Clone)]
-pub struct HeaderNames {
-    /// `LIMIT_LIMIT_HEADER`, default `RateLimit-Limit`.
-    pub limit: String,
-    /// `LIMIT_REMAINING_HEADER`, default `RateLimit-Remaining`.
-    pub remaining: String,
-    /// `LIMIT_RESET_HEADER`, default `RateLimit-Reset`.
-    pub reset: String,
-}
-
-impl Default for HeaderNames {
-    fn default() -> Self {
-        Self {
-            limit: "RateLimit-Limit".into(),
-            remaining: "RateLimit-Remaining".into(),
-            reset: "RateLimit-Reset".into(),
-        }
-    }
-}
+pub use crate::settings::HeaderNames;
 
 /// What goes into a response beyond the statuses.
 #[derive(Debug, Clone, Default)]

@@ -135,17 +135,6 @@ async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) ->
 }
 
 async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
-    let mut text = state.limiter.metrics().render();
-    let mut gauges = state.limiter.store().gauges();
-    // Each metric's series together, under one TYPE line.
-    gauges.sort_by_key(|g| g.0);
-    let mut last = "";
-    for (name, labels, value) in gauges {
-        if name != last {
-            text.push_str(&format!("# TYPE {name} gauge\n"));
-            last = name;
-        }
-        text.push_str(&format!("{name}{{{labels}}} {value}\n"));
-    }
+    let text = state.metrics.render(&state.limiter.store().gauges());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

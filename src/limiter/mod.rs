@@ -16,10 +16,8 @@ pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Status, Verdict};
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::clock::Clock;
-use crate::metrics::Metrics;
 use crate::rules::{LevelMatch, RuleSet};
 use crate::storage::{CounterStore, Hit, Op, StorageError};
 use window::Window;
@@ -45,31 +43,19 @@ pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
-    metrics: Arc<Metrics>,
     local_cache: Option<local_cache::OverLimitCache>,
 }
 
 impl<S: CounterStore> Limiter<S> {
-    /// A limiter over `store`, recording counter-store calls in `metrics`.
-    pub fn new(
-        store: S,
-        clock: Arc<dyn Clock>,
-        settings: LimiterSettings,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    /// A limiter over `store`.
+    pub fn new(store: S, clock: Arc<dyn Clock>, settings: LimiterSettings) -> Self {
         let local_cache = local_cache::OverLimitCache::new(settings.local_cache_bytes);
         Self {
             store,
             clock,
             settings,
-            metrics,
             local_cache,
         }
-    }
-
-    /// The metrics this limiter records into.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// The counter store.
@@ -170,11 +156,7 @@ impl<S: CounterStore> Limiter<S> {
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
-            let started = Instant::now();
-            let result = self.store.hit(&hits).await;
-            self.metrics
-                .backend_call(started.elapsed(), result.as_ref().err());
-            match result {
+            match self.store.hit(&hits).await {
                 Ok(counts) => counts,
                 Err(err) => return self.fail_open(err, statuses, &counted),
             }

@@ -6,13 +6,22 @@
 //! metrics. Label cardinality is bounded: past `max_keys` distinct stats keys, further keys are
 //! counted under `key1="__overflow__"` (the reference's stats grow without bound, its #275).
 //!
-//! Recorded once per request, from the verdict. Must not touch: protobuf, YAML, storage crates.
+//! Metrics observe the rest of the service and are never called by it: the gRPC edge records a
+//! decided request from its verdict, [`Instrumented`] wraps the counter store to time its calls,
+//! and stores report typed [`Gauge`]s that only this module names. What each metric is called
+//! in Prometheus and in statsd is one table (`table`).
+//!
+//! Must not touch: protobuf, YAML, storage crates.
 
 mod histogram;
+mod instrumented;
 mod render;
 mod split;
 mod stats_key;
 pub mod statsd;
+mod table;
+
+pub use instrumented::Instrumented;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +32,7 @@ use histogram::Histogram;
 use split::{Split, split_hits};
 
 use crate::limiter::{Request, Verdict};
-use crate::storage::StorageError;
+use crate::storage::{Gauge, StorageError};
 
 /// The per-stats-key counters.
 #[derive(Debug, Default)]
@@ -112,7 +121,7 @@ impl Metrics {
     }
 
     /// Counts a counter-store call and its latency.
-    pub fn backend_call(&self, elapsed: Duration, error: Option<&StorageError>) {
+    fn backend_call(&self, elapsed: Duration, error: Option<&StorageError>) {
         self.backend_time.observe(elapsed);
         match error {
             Some(StorageError::Timeout(_)) => {
@@ -274,67 +283,57 @@ impl Metrics {
         }
     }
 
-    /// Every counter under its reference statsd name, with its current value.
-    pub(crate) fn statsd_counters(&self) -> Vec<(String, u64)> {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut out = vec![
-            (
-                "ratelimit.service.config_load_success".to_owned(),
-                load(&self.config_load_success),
-            ),
-            (
-                "ratelimit.service.config_load_error".to_owned(),
-                load(&self.config_load_error),
-            ),
-            (
-                "ratelimit.service.global_shadow_mode".to_owned(),
-                load(&self.global_shadow_mode),
-            ),
-            (
-                "ratelimit.service.call.should_rate_limit.redis_error".to_owned(),
-                load(&self.store_failed_requests),
-            ),
-            (
-                "ratelimit.service.call.should_rate_limit.service_error".to_owned(),
-                load(&self.service_errors),
-            ),
-            (
-                "ratelimit_server.ShouldRateLimit.total_requests".to_owned(),
-                load(&self.total_requests),
-            ),
-        ];
+    /// Every stats key with its counters, sorted.
+    fn limits_sorted(&self) -> Vec<(Vec<String>, Arc<LimitStats>)> {
         let limits = self
             .limits
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (segments, s) in limits.iter() {
-            let base = format!("ratelimit.service.rate_limit.{}", segments.join("."));
-            out.push((format!("{base}.total_hits"), load(&s.total_hits)));
-            out.push((format!("{base}.over_limit"), load(&s.over_limit)));
-            out.push((format!("{base}.near_limit"), load(&s.near_limit)));
-            out.push((format!("{base}.within_limit"), load(&s.within_limit)));
-            out.push((format!("{base}.shadow_mode"), load(&s.shadow_mode)));
-            out.push((
-                format!("{base}.over_limit_with_local_cache"),
-                load(&s.over_limit_with_local_cache),
-            ));
-        }
+        let mut out: Vec<_> = limits
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .collect();
         drop(limits);
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Every unknown domain seen with its count, sorted.
+    fn domains_not_found_sorted(&self) -> Vec<(String, u64)> {
         let not_found = self
             .domain_not_found
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (domain, n) in not_found.iter() {
-            out.push((
-                format!("ratelimit.service.rate_limit.{domain}.domain_not_found"),
-                load(n),
-            ));
+        let mut out: Vec<_> = not_found
+            .iter()
+            .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
+            .collect();
+        drop(not_found);
+        out.sort();
+        out
+    }
+
+    /// Every counter under its reference statsd name, with its current value.
+    pub(crate) fn statsd_counters(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = table::COUNTERS
+            .iter()
+            .filter_map(|row| Some((row.statsd?.to_owned(), (row.read)(self))))
+            .collect();
+        for (segments, stats) in self.limits_sorted() {
+            let base = format!("ratelimit.service.rate_limit.{}", segments.join("."));
+            for row in table::LIMIT_STATS {
+                out.push((format!("{base}.{}", row.stat), (row.read)(&stats)));
+            }
+        }
+        let (stat, _) = table::DOMAIN_NOT_FOUND;
+        for (domain, n) in self.domains_not_found_sorted() {
+            out.push((format!("ratelimit.service.rate_limit.{domain}.{stat}"), n));
         }
         out
     }
 
-    /// Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
-        render::render(self)
+    /// Prometheus text exposition of every metric, followed by the counter store's `gauges`.
+    pub fn render(&self, gauges: &[Gauge]) -> String {
+        render::render(self, gauges)
     }
 }

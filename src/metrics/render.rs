@@ -1,10 +1,18 @@
-//! Prometheus text exposition (format 0.0.4) of [`Metrics`](super::Metrics).
+//! Prometheus text exposition (format 0.0.4) of [`Metrics`](super::Metrics) and a store's
+//! gauges, driven by the rows of [`table`](super::table).
+//!
+//! Written here rather than with a Prometheus client crate on purpose: the hot path records
+//! into atomics found through one cached `Arc` per configured limit (no label hashing per
+//! request), the cardinality bound folds request-derived keys into `__overflow__` before
+//! anything is stored, and the text format is the few lines below. A client crate's label
+//! families would add a hash lookup with owned label sets to every recorded hit.
 
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
 
 use super::Metrics;
 use super::histogram::{BOUNDS, Histogram};
+use super::table::{COUNTERS, DOMAIN_NOT_FOUND, GaugeSample, LIMIT_STATS, gauge_samples};
+use crate::storage::Gauge;
 
 /// Escapes a label value.
 pub(crate) fn escape(value: &str) -> String {
@@ -14,153 +22,81 @@ pub(crate) fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64, labels: &str) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}"
-    );
-}
-
-fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, labels: &str) {
-    let (buckets, count, sum) = h.snapshot();
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-    let sep = if labels.is_empty() { "" } else { "," };
-    for (bound, n) in BOUNDS.iter().zip(&buckets) {
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+/// Joins a series' own labels with the `EXTRA_TAGS` labels.
+fn labels(own: &str, extra: &str) -> String {
+    match (own.is_empty(), extra.is_empty()) {
+        (_, true) => own.to_owned(),
+        (true, false) => extra.to_owned(),
+        (false, false) => format!("{own},{extra}"),
     }
-    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, extra: &str) {
+    let (buckets, count, sum) = h.snapshot();
+    header(out, name, help, "histogram");
+    let sep = if extra.is_empty() { "" } else { "," };
+    for (bound, n) in BOUNDS.iter().zip(&buckets) {
+        let _ = writeln!(out, "{name}_bucket{{{extra}{sep}le=\"{bound}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{extra}{sep}le=\"+Inf\"}} {count}");
     let _ = writeln!(
         out,
-        "{name}_sum{{{labels}}} {sum}\n{name}_count{{{labels}}} {count}"
+        "{name}_sum{{{extra}}} {sum}\n{name}_count{{{extra}}} {count}"
     );
 }
 
-pub(crate) fn render(m: &Metrics) -> String {
+/// The `domain`, `key1`, `key2` labels of a stats key (the reference's Prometheus mapping:
+/// everything after the first key is joined with `.` into `key2`).
+fn stats_key_labels(segments: &[String]) -> String {
+    let mut out = format!(
+        "domain=\"{}\"",
+        escape(segments.first().map_or("", String::as_str))
+    );
+    if let Some(key1) = segments.get(1) {
+        let _ = write!(out, ",key1=\"{}\"", escape(key1));
+    }
+    if segments.len() > 2 {
+        let _ = write!(out, ",key2=\"{}\"", escape(&segments[2..].join(".")));
+    }
+    out
+}
+
+pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     let mut out = String::with_capacity(4096);
     let extra = m.extra_labels.trim_start_matches(',');
-    let with = |labels: String| {
-        if m.extra_labels.is_empty() {
-            labels
-        } else {
-            format!("{labels}{}", m.extra_labels)
-        }
-    };
 
-    let limits = m
-        .limits
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut keys: Vec<_> = limits.iter().collect();
-    keys.sort_by(|a, b| a.0.cmp(b.0));
-    type Pick = fn(&super::LimitStats) -> u64;
-    let stats: [(&str, &str, Pick); 6] = [
-        ("total_hits", "hits on matched limits", |s| {
-            s.total_hits.load(Ordering::Relaxed)
-        }),
-        ("over_limit", "hits over the limit", |s| {
-            s.over_limit.load(Ordering::Relaxed)
-        }),
-        ("near_limit", "hits above the near-limit threshold", |s| {
-            s.near_limit.load(Ordering::Relaxed)
-        }),
-        ("within_limit", "hits within the limit", |s| {
-            s.within_limit.load(Ordering::Relaxed)
-        }),
-        ("shadow_mode", "hits over a shadow-mode limit", |s| {
-            s.shadow_mode.load(Ordering::Relaxed)
-        }),
-        (
-            "over_limit_with_local_cache",
-            "hits refused by the local over-limit cache",
-            |s| s.over_limit_with_local_cache.load(Ordering::Relaxed),
-        ),
-    ];
-    for (stat, help, pick) in stats {
-        let name = format!("ratelimit_service_rate_limit_{stat}");
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (segments, s) in &keys {
-            let mut labels = format!(
-                "domain=\"{}\"",
-                escape(segments.first().map_or("", String::as_str))
-            );
-            if let Some(key1) = segments.get(1) {
-                let _ = write!(labels, ",key1=\"{}\"", escape(key1));
-            }
-            if segments.len() > 2 {
-                let _ = write!(labels, ",key2=\"{}\"", escape(&segments[2..].join(".")));
-            }
-            let _ = writeln!(out, "{name}{{{}}} {}", with(labels), pick(s));
+    let limits = m.limits_sorted();
+    for row in LIMIT_STATS {
+        let name = format!("ratelimit_service_rate_limit_{}", row.stat);
+        header(&mut out, &name, row.help, "counter");
+        for (segments, stats) in &limits {
+            let series = labels(&stats_key_labels(segments), extra);
+            let _ = writeln!(out, "{name}{{{series}}} {}", (row.read)(stats));
         }
     }
-    drop(limits);
 
-    let not_found = m
-        .domain_not_found
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let name = "ratelimit_service_rate_limit_domain_not_found";
-    let _ = writeln!(
-        out,
-        "# HELP {name} requests for a domain with no configuration\n# TYPE {name} counter"
-    );
-    let mut domains: Vec<_> = not_found.iter().collect();
-    domains.sort_by(|a, b| a.0.cmp(b.0));
-    for (domain, n) in domains {
-        let _ = writeln!(
-            out,
-            "{name}{{{}}} {}",
-            with(format!("domain=\"{}\"", escape(domain))),
-            n.load(Ordering::Relaxed)
-        );
+    let (stat, help) = DOMAIN_NOT_FOUND;
+    let name = format!("ratelimit_service_rate_limit_{stat}");
+    header(&mut out, &name, help, "counter");
+    for (domain, n) in m.domains_not_found_sorted() {
+        let series = labels(&format!("domain=\"{}\"", escape(&domain)), extra);
+        let _ = writeln!(out, "{name}{{{series}}} {n}");
     }
-    drop(not_found);
 
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    counter(
-        &mut out,
-        "ratelimit_service_config_load_success",
-        "successful configuration loads",
-        load(&m.config_load_success),
-        extra,
-    );
-    counter(
-        &mut out,
-        "ratelimit_service_config_load_error",
-        "failed configuration loads",
-        load(&m.config_load_error),
-        extra,
-    );
-    counter(
-        &mut out,
-        "ratelimit_service_global_shadow_mode",
-        "requests let through by SHADOW_MODE",
-        load(&m.global_shadow_mode),
-        extra,
-    );
-    let name = "ratelimit_service_should_rate_limit_error";
-    let _ = writeln!(
-        out,
-        "# HELP {name} failed ShouldRateLimit calls\n# TYPE {name} counter"
-    );
-    let _ = writeln!(
-        out,
-        "{name}{{{}}} {}",
-        with("err_type=\"redis_error\"".into()),
-        load(&m.store_failed_requests)
-    );
-    let _ = writeln!(
-        out,
-        "{name}{{{}}} {}",
-        with("err_type=\"service_error\"".into()),
-        load(&m.service_errors)
-    );
-    counter(
-        &mut out,
-        "ratelimit_service_total_requests",
-        "ShouldRateLimit calls",
-        load(&m.total_requests),
-        &with("grpc_method=\"ShouldRateLimit\"".into()),
-    );
+    let mut previous = "";
+    for row in COUNTERS {
+        if row.prometheus != previous {
+            header(&mut out, row.prometheus, row.help, "counter");
+            previous = row.prometheus;
+        }
+        let series = labels(row.labels, extra);
+        let _ = writeln!(out, "{}{{{series}}} {}", row.prometheus, (row.read)(m));
+    }
+
     histogram(
         &mut out,
         "ratelimit_service_response_time_seconds",
@@ -175,33 +111,20 @@ pub(crate) fn render(m: &Metrics) -> String {
         &m.backend_time,
         extra,
     );
-    counter(
-        &mut out,
-        "turnstile_backend_errors_total",
-        "failed counter-store calls (any cause)",
-        load(&m.backend_errors),
-        extra,
-    );
-    counter(
-        &mut out,
-        "turnstile_backend_timeouts_total",
-        "counter-store calls past their deadline",
-        load(&m.backend_timeouts),
-        extra,
-    );
-    counter(
-        &mut out,
-        "turnstile_backend_failed_open_total",
-        "requests answered OK because the counter store failed and fail-open applied",
-        load(&m.failed_open),
-        extra,
-    );
-    counter(
-        &mut out,
-        "turnstile_stats_keys_overflow_total",
-        "stats keys folded into __overflow__ by the cardinality bound",
-        load(&m.stats_overflow),
-        extra,
-    );
+
+    let mut samples: Vec<GaugeSample> = Vec::new();
+    for gauge in gauges {
+        gauge_samples(gauge, &mut samples);
+    }
+    // Each gauge's series together, under one HELP/TYPE header.
+    samples.sort_by_key(|s| s.0);
+    let mut previous = "";
+    for (name, help, own, value) in samples {
+        if name != previous {
+            header(&mut out, name, help, "gauge");
+            previous = name;
+        }
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels(&own, extra));
+    }
     out
 }

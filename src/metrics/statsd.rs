@@ -20,12 +20,13 @@ pub struct StatsdError {
     problem: String,
 }
 
-/// Starts pushing `metrics` to `addr` (`host:port`) every `every`.
-pub fn spawn(
+/// The sink pushing `metrics` to `addr` (`host:port`) every `every`, for as long as the
+/// returned future is polled.
+pub fn sink(
     metrics: Arc<Metrics>,
     addr: &str,
     every: Duration,
-) -> Result<tokio::task::JoinHandle<()>, StatsdError> {
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, StatsdError> {
     let fail = |problem: String| StatsdError {
         addr: addr.to_owned(),
         problem,
@@ -45,13 +46,13 @@ pub fn spawn(
         .map_err(|e| fail(e.to_string()))?;
     let sink = BufferedUdpMetricSink::from(target, socket).map_err(|e| fail(e.to_string()))?;
     let client = StatsdClient::from_sink("", sink);
-    Ok(tokio::spawn(async move {
+    Ok(async move {
         let mut sent: HashMap<String, u64> = HashMap::new();
         loop {
             tokio::time::sleep(every).await;
             flush(&metrics, &client, &mut sent);
         }
-    }))
+    })
 }
 
 fn flush(metrics: &Metrics, client: &StatsdClient, sent: &mut HashMap<String, u64>) {

@@ -24,13 +24,99 @@ pub struct SettingsError {
     pub problem: String,
 }
 
-/// Which counter store to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which counter store to use (`BACKEND_TYPE`), with the settings that only it reads.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Backend {
     /// In-process (`memory`, the default).
-    Memory,
+    Memory {
+        /// `MEMORY_MAX_KEYS`: the bound on live counters.
+        max_keys: usize,
+    },
     /// memcached (`memcache`).
-    Memcached,
+    Memcached(MemcachedSettings),
+}
+
+/// The memcached backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemcachedSettings {
+    /// Where the servers are.
+    pub servers: MemcachedServers,
+    /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
+    pub pool_size: u32,
+    /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
+    pub timeout: Duration,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`.
+    pub jitter_max_seconds: u64,
+    /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`.
+    pub transport: MemcachedTransport,
+}
+
+/// `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`: exactly one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemcachedServers {
+    /// `MEMCACHE_HOST_PORT` split on commas (never empty).
+    List(Vec<String>),
+    /// `MEMCACHE_SRV`, re-resolved every `refresh` (`MEMCACHE_SRV_REFRESH`; `None` = never)
+    /// through `resolver` (`MEMCACHE_SRV_RESOLVER`; `None` = the system's).
+    Srv {
+        /// The SRV name.
+        name: String,
+        /// How often to look it up again.
+        refresh: Option<Duration>,
+        /// The DNS server to ask.
+        resolver: Option<std::net::SocketAddr>,
+    },
+}
+
+/// How commands reach memcached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemcachedTransport {
+    /// Pipelined meta commands on a few shared connections (`MEMCACHE_CLIENT=pipelined`, the
+    /// default).
+    Pipelined,
+    /// Meta commands on a pool, one in flight per connection (`MEMCACHE_CLIENT=pool`).
+    Pool,
+    /// Classic `incr`/`add` on a pool (`MEMCACHE_CLASSIC_PROTOCOL=true`, memcached < 1.6).
+    Classic,
+}
+
+/// The names of the `RateLimit-*` response headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// `LIMIT_LIMIT_HEADER`.
+    pub limit: String,
+    /// `LIMIT_REMAINING_HEADER`.
+    pub remaining: String,
+    /// `LIMIT_RESET_HEADER`.
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// The Prometheus listener (`USE_PROMETHEUS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prometheus {
+    /// `PROMETHEUS_ADDR` (`:9090` means every interface).
+    pub addr: String,
+    /// `PROMETHEUS_PATH`.
+    pub path: String,
+}
+
+/// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionAge {
+    /// GOAWAY is sent once a connection is this old, so clients rebalance.
+    pub age: Duration,
+    /// Then the connection has this long to finish its calls.
+    pub grace: Duration,
 }
 
 /// Every process setting.
@@ -51,7 +137,7 @@ pub struct Settings {
     pub merge_domains: bool,
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: start even when the first load fails.
     pub force_start_without_config: bool,
-    /// `BACKEND_TYPE`.
+    /// `BACKEND_TYPE` and its backend's settings.
     pub backend: Backend,
     /// `CACHE_KEY_PREFIX`.
     pub key_prefix: String,
@@ -64,29 +150,9 @@ pub struct Settings {
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`.
     pub response_headers: bool,
     /// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
-    pub header_names: [String; 3],
-    /// `MEMORY_MAX_KEYS`: the memory store's bound on live counters.
-    pub memory_max_keys: usize,
+    pub header_names: HeaderNames,
     /// `BACKEND_FAIL_OPEN`: answer OK instead of UNAVAILABLE when the counter store fails.
     pub fail_open: bool,
-    /// `MEMCACHE_HOST_PORT` split on commas.
-    pub memcache_servers: Vec<String>,
-    /// `MEMCACHE_SRV`.
-    pub memcache_srv: String,
-    /// `MEMCACHE_SRV_REFRESH`.
-    pub memcache_srv_refresh: Duration,
-    /// `MEMCACHE_SRV_RESOLVER`: the DNS server for SRV lookups (default: `/etc/resolv.conf`).
-    pub memcache_srv_resolver: Option<std::net::SocketAddr>,
-    /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per memcached server.
-    pub memcache_pool_size: u32,
-    /// `MEMCACHE_TIMEOUT`: the deadline of one memcached operation.
-    pub memcache_timeout: Duration,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`.
-    pub expiration_jitter: u64,
-    /// `MEMCACHE_CLASSIC_PROTOCOL`: use `incr`/`add` instead of meta commands (memcached < 1.6).
-    pub memcache_classic: bool,
-    /// `MEMCACHE_CLIENT` is `pipelined` (the default; `pool` is the other choice).
-    pub memcache_pipelined: bool,
     /// `LOG_LEVEL`.
     pub log_level: String,
     /// `LOG_FORMAT` is `json`.
@@ -96,7 +162,7 @@ pub struct Settings {
     /// `DEBUG_HOST` and `DEBUG_PORT`: the debug listener (`/rlconfig`, `/metrics`).
     pub debug_addr: String,
     /// `USE_PROMETHEUS`: serve `PROMETHEUS_PATH` on `PROMETHEUS_ADDR`.
-    pub prometheus: Option<(String, String)>,
+    pub prometheus: Option<Prometheus>,
     /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` (UDP).
     pub statsd: Option<String>,
     /// `STATS_FLUSH_INTERVAL`: how often statsd counters are pushed.
@@ -107,9 +173,6 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// `STATS_MAX_KEYS`: bound on distinct request-derived stats keys.
     pub stats_max_keys: usize,
-    /// `RUNTIME_WATCH_ROOT`: watch `RUNTIME_ROOT` (symlink swaps) rather than the config
-    /// directory alone. Turnstile watches both in either case; kept for compatibility.
-    pub watch_root: bool,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
     pub healthy_needs_config: bool,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache (0 = off).
@@ -118,7 +181,7 @@ pub struct Settings {
     /// health reports NOT_SERVING.
     pub drain: Duration,
     /// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE`.
-    pub max_connection_age: (Duration, Duration),
+    pub max_connection_age: ConnectionAge,
     /// `GRPC_SERVER_USE_TLS` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
     /// `GRPC_CLIENT_TLS_CACERT` (mTLS).
     pub tls: Option<TlsSettings>,
@@ -211,6 +274,74 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     }))
 }
 
+fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
+    let kind = r.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
+    match kind.as_str() {
+        "" | "memory" => Ok(Backend::Memory {
+            max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
+        }),
+        "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
+        other => Err(err(
+            "BACKEND_TYPE",
+            other,
+            "expected memory or memcache (redis is not supported)",
+        )),
+    }
+}
+
+fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
+    let list: Vec<String> = r
+        .string("MEMCACHE_HOST_PORT", "")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let srv = r.string("MEMCACHE_SRV", "");
+    let servers = match (list.is_empty(), srv.is_empty()) {
+        (false, true) => MemcachedServers::List(list),
+        (true, false) => MemcachedServers::Srv {
+            name: srv,
+            refresh: Some(r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?)
+                .filter(|d| !d.is_zero()),
+            resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
+                v if v.is_empty() => None,
+                v => Some(
+                    v.parse()
+                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
+                ),
+            },
+        },
+        _ => {
+            return Err(err(
+                "MEMCACHE_HOST_PORT",
+                &list.join(","),
+                "BACKEND_TYPE=memcache needs exactly one of MEMCACHE_HOST_PORT and MEMCACHE_SRV",
+            ));
+        }
+    };
+    let pool_size = r.parsed("MEMCACHE_MAX_IDLE_CONNS", 8u32)?;
+    if pool_size == 0 {
+        return Err(err("MEMCACHE_MAX_IDLE_CONNS", "0", "at least 1"));
+    }
+    let client = r.string("MEMCACHE_CLIENT", "pipelined");
+    let transport = match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?, client.as_str()) {
+        (true, _) => MemcachedTransport::Classic,
+        (false, "pipelined") => MemcachedTransport::Pipelined,
+        (false, "pool") => MemcachedTransport::Pool,
+        (false, other) => {
+            return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool"));
+        }
+    };
+    Ok(MemcachedSettings {
+        servers,
+        pool_size,
+        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(10))?,
+        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
+        transport,
+    })
+}
+
 impl Settings {
     /// Reads settings from `env`; `config_dir` (from `--config-dir`) wins over `RUNTIME_*`.
     pub fn from_env(
@@ -218,21 +349,7 @@ impl Settings {
         config_dir: Option<PathBuf>,
     ) -> Result<Settings, SettingsError> {
         let r = Reader { env };
-        let backend = match r
-            .string("BACKEND_TYPE", "memory")
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "" | "memory" => Backend::Memory,
-            "memcache" | "memcached" => Backend::Memcached,
-            other => {
-                return Err(err(
-                    "BACKEND_TYPE",
-                    other,
-                    "expected memory or memcache (redis is not supported)",
-                ));
-            }
-        };
+        let backend = backend(&r)?;
         let config_dir = config_dir.unwrap_or_else(|| {
             let mut dir = PathBuf::from(r.string("RUNTIME_ROOT", "/srv/runtime_data/current"));
             dir.push(r.string("RUNTIME_SUBDIRECTORY", ""));
@@ -243,29 +360,13 @@ impl Settings {
         if key_prefix.len() > 64 {
             return Err(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
         }
-        let memcache_servers: Vec<String> = r
-            .string("MEMCACHE_HOST_PORT", "")
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
-        let memcache_srv = r.string("MEMCACHE_SRV", "");
-        if backend == Backend::Memcached && memcache_servers.is_empty() == memcache_srv.is_empty() {
-            return Err(err(
-                "MEMCACHE_HOST_PORT",
-                &memcache_servers.join(","),
-                "BACKEND_TYPE=memcache needs exactly one of MEMCACHE_HOST_PORT and MEMCACHE_SRV",
-            ));
-        }
         let log_format = r.string("LOG_FORMAT", "text").to_ascii_lowercase();
         if log_format != "text" && log_format != "json" {
             return Err(err("LOG_FORMAT", &log_format, "expected text or json"));
         }
-        let memcache_pool_size = r.parsed("MEMCACHE_MAX_IDLE_CONNS", 8u32)?;
-        if memcache_pool_size == 0 {
-            return Err(err("MEMCACHE_MAX_IDLE_CONNS", "0", "at least 1"));
-        }
+        // Accepted for compatibility: Turnstile always watches the directory and its two
+        // parents, which covers what the reference's flag chooses between.
+        r.bool("RUNTIME_WATCH_ROOT", true)?;
         Ok(Settings {
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
             grpc_port: r.parsed("GRPC_PORT", 8081)?,
@@ -282,32 +383,12 @@ impl Settings {
             quota_mode: r.bool("QUOTA_MODE", false)?,
             dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false)?,
             response_headers: r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
-            header_names: [
-                r.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-                r.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-                r.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            ],
-            memory_max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
+            header_names: HeaderNames {
+                limit: r.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                remaining: r.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                reset: r.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            },
             fail_open: r.bool("BACKEND_FAIL_OPEN", false)?,
-            memcache_servers,
-            memcache_srv,
-            memcache_srv_refresh: r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?,
-            memcache_srv_resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
-                v if v.is_empty() => None,
-                v => Some(
-                    v.parse()
-                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
-                ),
-            },
-            memcache_pool_size,
-            memcache_timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(10))?,
-            expiration_jitter: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
-            memcache_classic: r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?,
-            memcache_pipelined: match r.string("MEMCACHE_CLIENT", "pipelined").as_str() {
-                "pipelined" => true,
-                "pool" => false,
-                other => return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool")),
-            },
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: log_format == "json",
             http_addr: host_port(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
@@ -315,11 +396,9 @@ impl Settings {
                 &r.string("DEBUG_HOST", "0.0.0.0"),
                 r.parsed("DEBUG_PORT", 6070u16)?,
             ),
-            prometheus: r.bool("USE_PROMETHEUS", false)?.then(|| {
-                (
-                    listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
-                    r.string("PROMETHEUS_PATH", "/metrics"),
-                )
+            prometheus: r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
+                addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
+                path: r.string("PROMETHEUS_PATH", "/metrics"),
             }),
             statsd: if r.bool("USE_STATSD", false)? {
                 Some(format!(
@@ -334,14 +413,13 @@ impl Settings {
             extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
             near_limit_ratio: near_limit_ratio(&r)?,
             stats_max_keys: r.parsed("STATS_MAX_KEYS", 10_000usize)?,
-            watch_root: r.bool("RUNTIME_WATCH_ROOT", true)?,
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             local_cache_bytes: r.parsed("LOCAL_CACHE_SIZE_IN_BYTES", 0u64)?,
             drain: Duration::from_secs(r.parsed("SHUTDOWN_DRAIN_SECONDS", 5u64)?),
-            max_connection_age: (
-                r.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
-                r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
-            ),
+            max_connection_age: ConnectionAge {
+                age: r.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
+                grace: r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+            },
             tls: tls(&r)?,
         })
     }

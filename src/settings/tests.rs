@@ -19,9 +19,28 @@ fn defaults_match_the_reference() {
         s.config_dir,
         PathBuf::from("/srv/runtime_data/current/config")
     );
-    assert_eq!(s.backend, Backend::Memory);
-    assert_eq!(s.expiration_jitter, 300);
-    assert_eq!(s.header_names[0], "RateLimit-Limit");
+    assert_eq!(
+        s.backend,
+        Backend::Memory {
+            max_keys: 1_000_000
+        }
+    );
+    assert_eq!(s.header_names.limit, "RateLimit-Limit");
+    let m = with(&[
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", "a:1, b:2"),
+    ])
+    .expect("memcached");
+    let Backend::Memcached(m) = m.backend else {
+        panic!("memcached backend expected");
+    };
+    assert_eq!(m.jitter_max_seconds, 300);
+    assert_eq!(m.timeout, Duration::from_millis(10));
+    assert_eq!(m.transport, MemcachedTransport::Pipelined);
+    assert_eq!(
+        m.servers,
+        MemcachedServers::List(vec!["a:1".into(), "b:2".into()])
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::{CounterStore, Hit, Op, StorageError};
+use super::{CounterStore, Gauge, Hit, Op, StorageError};
 use crate::clock::Clock;
 
 const SHARDS: usize = 64;
@@ -51,6 +51,15 @@ impl MemoryStore {
             dropped += before - map.len();
         }
         dropped
+    }
+
+    /// Sweeps every `period`, for as long as the returned future is polled.
+    pub async fn sweep_every(self: std::sync::Arc<Self>, period: std::time::Duration) {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            self.sweep();
+        }
     }
 
     /// How many counters are held (live or not yet swept).
@@ -116,8 +125,9 @@ impl CounterStore for MemoryStore {
         true
     }
 
-    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
-        let held = u64::try_from(self.len()).unwrap_or(u64::MAX);
-        vec![("turnstile_memory_counters", String::new(), held)]
+    fn gauges(&self) -> Vec<Gauge> {
+        vec![Gauge::MemoryCounters(
+            u64::try_from(self.len()).unwrap_or(u64::MAX),
+        )]
     }
 }

@@ -54,6 +54,25 @@ pub enum StorageError {
     Full(String),
 }
 
+/// A point-in-time reading of a store's state. Typed, so that the store says what it knows and
+/// only `metrics` decides names, labels and format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gauge {
+    /// Live counters held by the in-process store.
+    MemoryCounters(u64),
+    /// One memcached server as the client sees it.
+    MemcachedServer {
+        /// `host:port`.
+        server: String,
+        /// Not in backoff after failures.
+        up: bool,
+        /// Connections open.
+        connections: u64,
+        /// Connections open and idle (pooled transports; pipelined connections are shared).
+        idle_connections: u64,
+    },
+}
+
 /// A shared counter store.
 pub trait CounterStore: Send + Sync + 'static {
     /// Applies every hit and returns the count after each, in order. Either all answers come
@@ -63,9 +82,8 @@ pub trait CounterStore: Send + Sync + 'static {
     /// Whether the store can currently serve (for readiness). Must not block for long.
     fn ready(&self) -> impl Future<Output = bool> + Send;
 
-    /// Point-in-time gauges for the metrics endpoint: `(name, labels, value)`, labels already in
-    /// Prometheus form (e.g. `server="10.0.0.1:11211"`) or empty.
-    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+    /// Point-in-time readings of the store; `metrics` names and renders them.
+    fn gauges(&self) -> Vec<Gauge> {
         Vec::new()
     }
 }
@@ -79,7 +97,7 @@ impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
         (**self).ready()
     }
 
-    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+    fn gauges(&self) -> Vec<Gauge> {
         (**self).gauges()
     }
 }

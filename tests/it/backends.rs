@@ -41,7 +41,7 @@ impl Backend {
                 // memcached expires items in real time, so the frozen test clock stands at the
                 // real present (absolute expiry times beyond 30 days must be in the future).
                 let clock = ManualClock::new(SystemClock.now());
-                let store = memcached_store(&[&mc], &clock, Duration::from_millis(500), false);
+                let store = memcached_store(&[&mc], &clock, Duration::from_millis(500));
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
                     _memcached: Some(mc),

@@ -68,12 +68,8 @@ async fn no_configuration_loaded_is_unavailable() {
     let store = turnstile::storage::memory::MemoryStore::new(10, Arc::new(clock.clone()));
     let state = Arc::new(turnstile::grpc::ServiceState {
         rules: Arc::new(empty),
-        limiter: turnstile::limiter::Limiter::new(
-            store,
-            Arc::new(clock),
-            Default::default(),
-            Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),
-        ),
+        limiter: turnstile::limiter::Limiter::new(store, Arc::new(clock), Default::default()),
+        metrics: Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),
         response: Default::default(),
         health: Arc::new(turnstile::health::Health::new(false, false)),
     });
@@ -147,7 +143,7 @@ async fn stats_cardinality_is_bounded() {
     for i in 0..1_100 {
         s.call(req1("d", &[("unspec", &format!("v{i}"))])).await;
     }
-    let text = s.metrics.render();
+    let text = s.metrics.render(&[]);
     let series = text
         .lines()
         .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use turnstile::config::{LoadOptions, load_dir, parse_files};
+use turnstile::rules::MetaValue;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
@@ -48,23 +49,39 @@ fn every_invalid_fixture_names_file_line_and_column() {
         ),
         (
             "misspelled_key.yaml",
-            "misspelled_key.yaml:4:5: error loading config file: unknown field `ratelimit`",
+            "misspelled_key.yaml:4:5: error loading config file: unknown key 'ratelimit' (did you mean 'rate_limit'?)",
         ),
         (
             "misspelled_key2.yaml",
-            "misspelled_key2.yaml:4:33: error loading config file: unknown field `requestsperunit`",
+            "misspelled_key2.yaml:4:33: error loading config file: unknown key 'requestsperunit' (did you mean 'requests_per_unit'?)",
         ),
         (
             "negative_requests.yaml",
-            "negative_requests.yaml:4:52: error loading config file: invalid u32",
+            "negative_requests.yaml:4:52: error loading config file: expected a whole number from 0 to 4294967295",
         ),
         (
             "non_map_list.yaml",
-            "non_map_list.yaml:2:15: error loading config file: expected mapping",
+            "non_map_list.yaml:2:15: error loading config file: expected a descriptor map (`key`, and optionally `value`, `rate_limit`, `descriptors`, ...), found the text 'a'",
         ),
         (
             "non_string_key.yaml",
-            "non_string_key.yaml:1:1: error loading config file: unknown field `0.25`",
+            "non_string_key.yaml:1:1: error loading config file: unknown key '0.25': not a rule file key",
+        ),
+        (
+            "descriptors_not_a_list.yaml",
+            "descriptors_not_a_list.yaml:2:1: error loading config file: expected a list of descriptor maps, found the text 'a'",
+        ),
+        (
+            "rate_limit_not_a_map.yaml",
+            "rate_limit_not_a_map.yaml:4:5: error loading config file: expected a rate_limit map (`unit` and `requests_per_unit`, or `unlimited: true`, ...), found the number 5",
+        ),
+        (
+            "top_level_list.yaml",
+            "top_level_list.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found a list",
+        ),
+        (
+            "top_level_scalar.yaml",
+            "top_level_scalar.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found the number 0.25",
         ),
         (
             "replaces_empty.yaml",
@@ -112,6 +129,54 @@ fn all_errors_of_a_file_are_reported_at_once() {
     assert!(lines[2].starts_with(
         "several_errors.yaml:7:42: descriptors[2].rate_limit.unit: should not specify"
     ));
+}
+
+#[test]
+fn scalars_of_any_type_are_read_as_their_literal_text() {
+    let path = fixtures().join("valid/scalars_as_text.yaml");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let loaded = parse_files(
+        &[("scalars_as_text.yaml".into(), text)],
+        LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut keys: Vec<String> = loaded
+        .rules
+        .limits()
+        .iter()
+        .map(|l| l.full_key.clone())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["12.0x10_on", "12.1e3_010", "12.k_true", "12.meta", "12.y"]
+    );
+    let named: Vec<Option<&str>> = loaded
+        .rules
+        .limits()
+        .iter()
+        .map(|l| l.name.as_deref())
+        .collect();
+    assert!(named.contains(&Some("1.50")), "{named:?}");
+    let meta = loaded
+        .rules
+        .limits()
+        .into_iter()
+        .find(|l| l.full_key == "12.meta")
+        .and_then(|l| l.metadata.clone());
+    let Some(MetaValue::Map(meta)) = meta else {
+        panic!("metadata map expected: {meta:?}");
+    };
+    let meta_keys: Vec<&str> = meta.keys().map(String::as_str).collect();
+    for key in ["y", "n", "on", "off", "1", "true"] {
+        assert!(meta_keys.contains(&key), "{key} in {meta_keys:?}");
+    }
+    let empty = parse_files(
+        &[("e.yaml".into(), "domain: e\ndescriptors:\n".into())],
+        LoadOptions::default(),
+    )
+    .expect("`descriptors:` with nothing after it loads");
+    assert_eq!(empty.rules.domain_count(), 1);
 }
 
 #[test]

@@ -114,7 +114,7 @@ fn envoy_turnstile_memcached_end_to_end() {
     .expect("example");
     let root = rules_root(&rules);
     let addr = mc.addr();
-    let mut turnstile = Process::start(
+    let turnstile = Process::start(
         &root,
         &[
             ("BACKEND_TYPE", "memcache"),
@@ -167,8 +167,7 @@ fn envoy_turnstile_memcached_end_to_end() {
     assert_eq!(quota, vec![200, 200, 429]);
 
     // Turnstile stopped: failure_mode_deny refuses the request (status_on_error, 500).
-    let _ = turnstile.child.kill();
-    let _ = turnstile.child.wait();
+    turnstile.stop().expect("turnstile stops cleanly");
     let (status, _, _) = request(
         listener,
         "/twoheader",

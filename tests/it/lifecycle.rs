@@ -1,33 +1,139 @@
-//! Lifecycle of the real binary: start-up (bad settings and bad rules stop it with distinct exit
-//! codes; forced start without a valid config, then a fix), SIGTERM under load (health flips at once, calls are answered
-//! through the drain, exit 0, JSON logs), and `GRPC_MAX_CONNECTION_AGE` recycling connections
-//! without failed calls.
+//! Lifecycle: start-up (bad settings and bad rules stop the binary with distinct exit codes; a
+//! forced start without a valid config, then a fix), SIGTERM under load on the real binary
+//! (health flips at once, calls are answered through the drain, exit 0, JSON logs), a second
+//! signal ending the drain at once, start-up logs at the default level, and
+//! `GRPC_MAX_CONNECTION_AGE` recycling connections without failed calls.
 
-use std::io::Read;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
 use crate::process::{Process, RULES, command, http_get, metric, rules_root};
 use crate::support::req1;
 
+/// The real binary, its ports read from its own "serving" log line (every listener on port 0).
+struct Binary {
+    child: Child,
+    logs: BufReader<ChildStderr>,
+    /// Log lines read so far.
+    seen: Vec<String>,
+    grpc: u16,
+    http: u16,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The port after `name: 127.0.0.1:` in a logged `Addresses`.
+fn port_after(line: &str, name: &str) -> Option<u16> {
+    let at = line.find(&format!("{name}: "))? + name.len() + 2;
+    let rest = line[at..].trim_start_matches("Some(");
+    let end = rest.find([',', ')', ' ', '"'])?;
+    rest[..end].rsplit(':').next()?.parse().ok()
+}
+
+impl Binary {
+    fn start(env: &[(&str, &str)]) -> Binary {
+        let root = rules_root(RULES);
+        let mut all: Vec<(&str, String)> = vec![
+            ("RUNTIME_ROOT", root.display().to_string()),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+            ("GRPC_HOST", "127.0.0.1".into()),
+            ("GRPC_PORT", "0".into()),
+            ("HOST", "127.0.0.1".into()),
+            ("PORT", "0".into()),
+            ("DEBUG_HOST", "127.0.0.1".into()),
+            ("DEBUG_PORT", "0".into()),
+        ];
+        all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let mut child = command(&all)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let logs = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut binary = Binary {
+            child,
+            logs,
+            seen: Vec::new(),
+            grpc: 0,
+            http: 0,
+        };
+        let serving = binary.wait_for_log("serving");
+        binary.grpc = port_after(&serving, "grpc").expect("grpc port in the log");
+        binary.http = port_after(&serving, "http").expect("http port in the log");
+        binary
+    }
+
+    /// Reads log lines until one contains `text` (the process ending first fails the test).
+    fn wait_for_log(&mut self, text: &str) -> String {
+        loop {
+            let mut line = String::new();
+            let n = self.logs.read_line(&mut line).expect("read the log");
+            assert!(
+                n > 0,
+                "the log ended before {text:?}:\n{}",
+                self.seen.join("")
+            );
+            self.seen.push(line.clone());
+            if line.contains(text) {
+                return line;
+            }
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([name, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// The rest of the log, after the process exits, and the exit code.
+    fn wait(mut self) -> (Option<i32>, String) {
+        let code = self.child.wait().expect("wait").code();
+        let mut rest = self.seen.join("");
+        let mut line = String::new();
+        while self.logs.read_line(&mut line).unwrap_or(0) > 0 {
+            rest.push_str(&line);
+            line.clear();
+        }
+        (code, rest)
+    }
+}
+
+/// Polls `done` every 10 ms until it holds, failing after `limit`.
+async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_fails_no_call_and_exits_zero() {
-    let root = rules_root(RULES);
-    let mut p = Process::start(
-        &root,
-        &[
-            ("SHUTDOWN_DRAIN_SECONDS", "2"),
-            ("LOG_FORMAT", "json"),
-            ("LOG_LEVEL", "info"),
-        ],
-    );
+    let p = Binary::start(&[
+        ("SHUTDOWN_DRAIN_SECONDS", "2"),
+        ("LOG_FORMAT", "json"),
+        ("LOG_LEVEL", "info"),
+    ]);
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut callers = Vec::new();
     for _ in 0..8 {
-        let mut client = p.client().await;
+        let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
+            .await
+            .expect("connect");
         let (stop, ok, failed) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
         callers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -41,47 +147,38 @@ async fn sigterm_under_load_fails_no_call_and_exits_zero() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let signalled = Command::new("kill")
-        .args(["-TERM", &p.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(signalled.success());
+    until(Duration::from_secs(10), "calls are answered", || {
+        ok.load(Ordering::Relaxed) > 100
+    })
+    .await;
+    p.signal("-TERM");
     // Health flips at once; calls keep being answered during the drain.
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(500) {
-        assert!(
-            Instant::now() < deadline,
-            "health did not turn unhealthy at once"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(
+        Duration::from_secs(1),
+        "health did not turn unhealthy at once",
+        || http_get(p.http, "/healthcheck").map(|r| r.0) == Some(500),
+    )
+    .await;
     let during = ok.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(
-        ok.load(Ordering::Relaxed) > during,
-        "calls are answered during the drain"
-    );
+    until(
+        Duration::from_millis(1500),
+        "calls are answered during the drain",
+        || ok.load(Ordering::Relaxed) > during + 100,
+    )
+    .await;
     // Clients stop sending (as Envoy does once its health check sees NOT_SERVING).
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         caller.await.expect("caller");
     }
-    let status = p.child.wait().expect("wait");
-    assert_eq!(status.code(), Some(0));
+    let (code, logs) = p.wait();
+    assert_eq!(code, Some(0), "{logs}");
     assert_eq!(
         failed.load(Ordering::Relaxed),
         0,
         "{} calls answered, none may fail",
         ok.load(Ordering::Relaxed)
     );
-    let mut logs = String::new();
-    p.child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut logs)
-        .expect("logs");
     let line = logs
         .lines()
         .find(|l| l.contains("shutting down"))
@@ -89,10 +186,37 @@ async fn sigterm_under_load_fails_no_call_and_exits_zero() {
     for field in [
         "\"@timestamp\":\"",
         "\"@message\":\"shutting down",
-        "\"level\":\"warning\"",
+        "\"level\":\"info\"",
     ] {
         assert!(line.contains(field), "{field} in {line}");
     }
+}
+
+#[test]
+fn a_second_signal_ends_the_drain_and_start_up_logs_are_info() {
+    // The reference's default LOG_LEVEL (warn): start-up is still visible, and not as warnings.
+    let mut p = Binary::start(&[("SHUTDOWN_DRAIN_SECONDS", "600"), ("LOG_FORMAT", "json")]);
+    p.signal("-INT");
+    p.wait_for_log("shutting down");
+    let started = Instant::now();
+    p.signal("-INT");
+    let (code, logs) = p.wait();
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "a second signal stops at once, not after the 600 s drain"
+    );
+    for event in ["rate limit configuration loaded", "\"@message\":\"serving"] {
+        let line = logs
+            .lines()
+            .find(|l| l.contains(event))
+            .unwrap_or_else(|| panic!("{event} missing at the default level:\n{logs}"));
+        assert!(line.contains("\"level\":\"info\""), "{line}");
+    }
+    assert!(
+        !logs.contains("\"level\":\"warning\""),
+        "a normal start and stop logs no warning:\n{logs}"
+    );
 }
 
 #[test]

@@ -24,8 +24,8 @@ async fn concurrent_burst_over_two_replicas_admits_exactly_the_limit() {
     };
     let clock = ManualClock::new(SystemClock.now());
     // The replicas list the servers in different orders: the ring maps keys the same way.
-    let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2), false);
-    let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2), false);
+    let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2));
+    let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2));
     let a = start_with(
         store_a,
         clock.clone(),
@@ -126,7 +126,7 @@ async fn killing_memcached_is_unavailable_and_a_restart_restores_service() {
     };
     let clock = ManualClock::new(SystemClock.now());
     let timeout = Duration::from_millis(100);
-    let store = memcached_store(&[&mc], &clock, timeout, false);
+    let store = memcached_store(&[&mc], &clock, timeout);
     let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;
     let call = || s.try_call(req1("burst", &[("user", "u")]));
     assert_eq!(call().await.expect("up").statuses[0].limit_remaining, 49);
@@ -172,7 +172,7 @@ async fn fail_open_globally_or_per_rule() {
     let rules = "domain: d\ndescriptors:\n  - key: open\n    rate_limit: { unit: minute, requests_per_unit: 5, fail_open: true }\n  - key: closed\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
     let clock = ManualClock::new(SystemClock.now());
     let per_rule = start_with(
-        memcached_store(&[&mc], &clock, Duration::from_millis(100), false),
+        memcached_store(&[&mc], &clock, Duration::from_millis(100)),
         clock.clone(),
         &[("d.yaml", rules)],
         Options::default(),
@@ -186,7 +186,7 @@ async fn fail_open_globally_or_per_rule() {
         ..Default::default()
     };
     let everywhere = start_with(
-        memcached_store(&[&mc], &clock, Duration::from_millis(100), false),
+        memcached_store(&[&mc], &clock, Duration::from_millis(100)),
         clock.clone(),
         &[("d.yaml", rules)],
         global,
@@ -205,7 +205,7 @@ async fn fail_open_globally_or_per_rule() {
     assert_eq!(status.code(), GrpcCode::Unavailable);
     let resp = everywhere.call(req1("d", &[("closed", "x")])).await;
     assert_eq!(resp.overall_code(), Code::Ok);
-    let metrics = everywhere.metrics.render();
+    let metrics = everywhere.metrics.render(&[]);
     assert!(
         metrics.contains("turnstile_backend_failed_open_total{} 1"),
         "{metrics}"
@@ -213,7 +213,7 @@ async fn fail_open_globally_or_per_rule() {
     assert!(
         per_rule
             .metrics
-            .render()
+            .render(&[])
             .contains("ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 1")
     );
     assert!(clock.now() > 0);
@@ -225,7 +225,7 @@ async fn a_memcached_restart_between_calls_fails_no_call() {
         return;
     };
     let clock = ManualClock::new(SystemClock.now());
-    let store = memcached_store(&[&mc], &clock, Duration::from_millis(200), false);
+    let store = memcached_store(&[&mc], &clock, Duration::from_millis(200));
     let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;
     // Open every pipelined connection of the server.
     for _ in 0..4 {

@@ -49,7 +49,7 @@ proptest! {
         let rules = crate::support::rules(&[("m.yaml", RULES)], false);
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
-        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default(), Arc::new(turnstile::metrics::Metrics::new(100, 0.8, &[])));
+        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
         let mut model: HashMap<(&str, u8, u64), u64> = HashMap::new();
         for step in steps {
             match step {

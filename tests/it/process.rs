@@ -1,34 +1,42 @@
-//! The real binary, as an operator runs it: settings from the environment (bad ones stop
-//! start-up with a distinct exit code), HTTP `/healthcheck`, `/json`, `/rlconfig`, `/metrics`
-//! and the Prometheus port, hot reload (good file, broken file, Kubernetes `..data` symlink
-//! swap), JSON logs, and SIGTERM under load with zero failed calls.
+//! The service as an operator runs it, built by `App` in process from settings given as an
+//! environment map (listeners on port 0, so no port races): HTTP `/healthcheck`, `/json`,
+//! `/rlconfig`, `/metrics` and the Prometheus port, hot reload (good file, broken file,
+//! Kubernetes `..data` symlink swap) and the statsd sink. The few tests that need the real
+//! binary (exit codes, signals, logs, `check-config`) use [`command`].
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use tokio::sync::oneshot;
+use turnstile::app::{App, AppError};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use turnstile::settings::Settings;
 
-use crate::support::{free_port, req1, unique};
+use crate::support::{req1, unique};
 
 pub const RULES: &str = "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
 
-/// A running `turnstile` process, killed on drop.
+/// A running service (an `App` on a runtime of its own, on its own thread), stopped on drop.
 pub struct Process {
-    pub child: Child,
     pub grpc: u16,
     pub http: u16,
     pub debug: u16,
     pub prometheus: u16,
     pub dir: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), AppError>>>,
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -38,6 +46,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// The real binary with exactly `env` (and `PATH`).
 pub fn command(env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstile"));
     cmd.env_clear()
@@ -48,8 +57,31 @@ pub fn command(env: &[(&str, String)]) -> Command {
     cmd
 }
 
+/// The settings for rules under `root` (RUNTIME_ROOT/ratelimit/config), every listener on a
+/// loopback port 0, no drain, plus `env`.
+pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
+    let mut all: HashMap<String, String> = [
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", "0".into()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", "0".into()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", "0".into()),
+        ("USE_PROMETHEUS", "true".into()),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
+        ("SHUTDOWN_DRAIN_SECONDS", "0".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    all.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    Settings::from_env(&move |k| all.get(k).cloned(), None).expect("settings")
+}
+
 impl Process {
-    /// Starts the binary with rules in `dir` (RUNTIME_ROOT/ratelimit/config) plus `env`, and waits until it is healthy.
+    /// Starts the service with rules under `root` plus `env`, and waits until it is healthy.
     pub fn start(root: &Path, env: &[(&str, &str)]) -> Process {
         let p = Self::spawn(root, env);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -63,41 +95,46 @@ impl Process {
         p
     }
 
-    /// Starts the binary and waits until its HTTP port answers (healthy or not).
+    /// Starts the service; it is bound (and its ports answer) when this returns.
     pub fn spawn(root: &Path, env: &[(&str, &str)]) -> Process {
-        let (grpc, http, debug, prometheus) = (free_port(), free_port(), free_port(), free_port());
-        let mut all: Vec<(&str, String)> = vec![
-            ("RUNTIME_ROOT", root.display().to_string()),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-            ("GRPC_HOST", "127.0.0.1".into()),
-            ("GRPC_PORT", grpc.to_string()),
-            ("HOST", "127.0.0.1".into()),
-            ("PORT", http.to_string()),
-            ("DEBUG_HOST", "127.0.0.1".into()),
-            ("DEBUG_PORT", debug.to_string()),
-            ("USE_PROMETHEUS", "true".into()),
-            ("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}")),
-        ];
-        all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        let child = command(&all)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn turnstile");
-        let p = Process {
-            child,
-            grpc,
-            http,
-            debug,
-            prometheus,
+        Self::try_spawn(settings(root, env), root).expect("the service starts")
+    }
+
+    /// Builds and runs an `App` from `settings`; the build's error if it fails.
+    pub fn try_spawn(settings: Settings, root: &Path) -> Result<Process, AppError> {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (built_tx, built_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let app = match App::build(settings).await {
+                    Ok(app) => app,
+                    Err(e) => {
+                        let _ = built_tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let _ = built_tx.send(Ok(app.addresses().clone()));
+                let stopped = async move {
+                    let _ = stopped.await;
+                };
+                app.run_until(stopped, std::future::ready(())).await
+            })
+        });
+        let addresses = built_rx.recv().expect("the app thread answers")?;
+        Ok(Process {
+            grpc: addresses.grpc.map_or(0, |a| a.port()),
+            http: addresses.http.port(),
+            debug: addresses.debug.port(),
+            prometheus: addresses.prometheus.map_or(0, |a| a.port()),
             dir: root.join("ratelimit/config"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http_get(p.http, "/healthcheck").is_none() {
-            assert!(Instant::now() < deadline, "turnstile did not start");
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        p
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
@@ -108,6 +145,14 @@ impl Process {
 
     pub fn metrics(&self) -> String {
         http_get(self.debug, "/metrics").expect("metrics").1
+    }
+
+    /// Stops the service (no drain) and returns how it ended.
+    pub fn stop(mut self) -> Result<(), AppError> {
+        self.stop.take();
+        self.thread
+            .take()
+            .map_or(Ok(()), |t| t.join().expect("app thread"))
     }
 }
 
@@ -229,7 +274,7 @@ async fn http_endpoints_and_metrics() {
         "{metrics}"
     );
     assert_eq!(
-        metric(&metrics, "turnstile_memory_counters{}"),
+        metric(&metrics, "turnstile_memory_counters{cluster=\"test\"}"),
         Some(1),
         "one live counter"
     );

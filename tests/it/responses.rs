@@ -167,7 +167,7 @@ async fn local_over_limit_cache(backend: Backend) {
         codes,
         vec![Code::Ok, Code::OverLimit, Code::OverLimit, Code::OverLimit]
     );
-    let text = s.metrics.render();
+    let text = s.metrics.render(&[]);
     let value = |series: &str| {
         text.lines()
             .find(|l| l.starts_with(series))

@@ -9,7 +9,6 @@ use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::grpc::request_from_pb;
 use turnstile::limiter::Limiter;
-use turnstile::metrics::Metrics;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
@@ -76,7 +75,7 @@ proptest! {
     ) {
         let rules = crate::support::rules(&[("d.yaml", RULES)], false);
         let clock = ManualClock::new(1_796_000_000);
-        let limiter = Limiter::new(MemoryStore::new(10_000, Arc::new(clock.clone())), Arc::new(clock), Default::default(), Arc::new(Metrics::new(100, 0.8, &[])));
+        let limiter = Limiter::new(MemoryStore::new(10_000, Arc::new(clock.clone())), Arc::new(clock), Default::default());
         let count = descriptors.len();
         let pb = RateLimitRequest { domain, descriptors, hits_addend: hits };
         if let Ok(request) = request_from_pb(pb) {

@@ -2,6 +2,7 @@
 //! list, a refresh that follows a change, a failed lookup that keeps the servers, and the real
 //! binary counting on discovered servers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,15 +17,24 @@ use crate::support::{Memcached, req1, unique};
 
 type Records = Arc<Mutex<Option<Vec<(String, u16)>>>>;
 
-/// A DNS server answering every SRV question with `records` (`None`: NXDOMAIN).
-async fn fake_dns(records: Records) -> std::net::SocketAddr {
+/// A DNS server answering every SRV question with `records` (`None`: NXDOMAIN); the counter
+/// counts the questions it answered.
+async fn fake_dns(records: Records) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
     let addr = socket.local_addr().expect("addr");
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&answered);
     tokio::spawn(async move {
         let mut buf = [0u8; 512];
         while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            let mut msg = buf[..n].to_vec();
+            // The header and the question only (a client's EDNS OPT record is dropped).
+            let mut end = 12;
+            while end < n && buf[end] != 0 {
+                end += usize::from(buf[end]) + 1;
+            }
+            let mut msg = buf[..(end + 5).min(n)].to_vec();
             msg[2] = 0x81;
+            msg[6..12].fill(0);
             let current = records.lock().expect("records").clone();
             match current {
                 None => msg[3] = 0x83,
@@ -46,9 +56,10 @@ async fn fake_dns(records: Records) -> std::net::SocketAddr {
                 }
             }
             let _ = socket.send_to(&msg, from).await;
+            count.fetch_add(1, Ordering::SeqCst);
         }
     });
-    addr
+    (addr, answered)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,17 +68,14 @@ async fn discovery_refresh_and_failed_lookups() {
         return;
     };
     let records: Records = Arc::new(Mutex::new(Some(vec![("127.0.0.1".into(), mc2.port)])));
-    let resolver = Resolver {
-        server: fake_dns(Arc::clone(&records)).await,
-        search: vec![],
-    };
+    let (dns, questions) = fake_dns(Arc::clone(&records)).await;
+    let resolver = Resolver::at(dns).expect("resolver");
     let options = MemcachedOptions {
         servers: vec![],
         pool_size: 4,
         timeout: Duration::from_millis(500),
         jitter_max_seconds: 0,
-        classic_protocol: false,
-        client: Default::default(),
+        transport: Default::default(),
     };
     let clock = ManualClock::new(SystemClock.now());
     let store = MemcachedStore::discover(
@@ -93,11 +101,11 @@ async fn discovery_refresh_and_failed_lookups() {
         vec![1]
     );
 
-    let _refresh = store.spawn_refresh(
+    let _refresh = tokio::spawn(store.clone().refresh_every(
         "_memcache._tcp.mc.test".into(),
         resolver.clone(),
         Duration::from_millis(100),
-    );
+    ));
     *records.lock().expect("records") = Some(vec![
         ("127.0.0.1".into(), mc2.port),
         ("127.0.0.1".into(), mc1.port),
@@ -119,8 +127,15 @@ async fn discovery_refresh_and_failed_lookups() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The name disappears: wait until the refresh has asked (and been told NXDOMAIN) at least
+    // twice more, then the servers must be unchanged.
     *records.lock().expect("records") = None;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let asked = questions.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while questions.load(Ordering::SeqCst) < asked + 2 {
+        assert!(Instant::now() < deadline, "the refresh stopped asking");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         store.servers(),
         want,
@@ -133,10 +148,10 @@ async fn discovery_refresh_and_failed_lookups() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_counts_on_srv_discovered_memcached() {
+async fn the_service_counts_on_srv_discovered_memcached() {
     let Some(mc) = Memcached::start() else { return };
     let records: Records = Arc::new(Mutex::new(Some(vec![("127.0.0.1".into(), mc.port)])));
-    let dns = fake_dns(records).await;
+    let (dns, _) = fake_dns(records).await;
     let root = rules_root(RULES);
     let dns = dns.to_string();
     let p = Process::start(
@@ -170,9 +185,7 @@ async fn the_binary_counts_on_srv_discovered_memcached() {
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!(
-            "turnstile_memcached_pipelined_connections{{{server}}}"
-        )),
+        metrics.contains(&format!("turnstile_memcached_connections{{{server}}}")),
         "{metrics}"
     );
     assert_eq!(

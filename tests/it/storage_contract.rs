@@ -9,7 +9,7 @@ use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::{CounterStore, Hit, MAX_KEY_LEN, Op};
 
 use crate::support::{Memcached, memcached_store_with, unique};
-use turnstile::storage::memcached::MemcachedClient;
+use turnstile::storage::memcached::MemcachedTransport;
 
 fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
     Hit {
@@ -120,10 +120,10 @@ async fn memory_store() {
     );
 }
 
-async fn memcached(client: MemcachedClient, classic: bool) {
+async fn memcached(transport: MemcachedTransport) {
     let Some(mc) = Memcached::start() else { return };
     let clock = ManualClock::new(SystemClock.now());
-    let store = memcached_store_with(client, &[&mc], &clock, Duration::from_millis(500), classic);
+    let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
     contract(store.clone(), &clock).await;
     // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
     // second early, never later than asked).
@@ -146,15 +146,15 @@ async fn memcached(client: MemcachedClient, classic: bool) {
 
 #[tokio::test]
 async fn memcached_pipelined_meta_store() {
-    memcached(MemcachedClient::Pipelined, false).await;
+    memcached(MemcachedTransport::Pipelined).await;
 }
 
 #[tokio::test]
 async fn memcached_pooled_meta_store() {
-    memcached(MemcachedClient::Pool, false).await;
+    memcached(MemcachedTransport::Pool).await;
 }
 
 #[tokio::test]
 async fn memcached_classic_store() {
-    memcached(MemcachedClient::Pool, true).await;
+    memcached(MemcachedTransport::Classic).await;
 }

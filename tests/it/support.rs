@@ -15,7 +15,7 @@ use turnstile::clock::{Clock, ManualClock};
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::grpc::{ResponseSettings, ServiceState};
 use turnstile::limiter::{Limiter, LimiterSettings};
-use turnstile::metrics::Metrics;
+use turnstile::metrics::{Instrumented, Metrics};
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
@@ -23,7 +23,7 @@ use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::Rat
 use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use turnstile::reload::RulesHandle;
 use turnstile::storage::CounterStore;
-use turnstile::storage::memcached::{MemcachedClient, MemcachedOptions, MemcachedStore};
+use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 use turnstile::storage::memory::MemoryStore;
 
 /// A fixed, mid-window start time used by most tests (1,000,000 s: HOUR window starts 997,200).
@@ -105,9 +105,11 @@ pub async fn start_with<S: CounterStore>(
     let handle = Arc::new(RulesHandle::new(Some(rules(files, options.merge))));
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let metrics = Arc::new(Metrics::new(1_000, 0.8, &[]));
+    let store = Instrumented::new(store, Arc::clone(&metrics));
     let state = Arc::new(ServiceState {
         rules: handle,
-        limiter: Limiter::new(store, dyn_clock, options.limiter, Arc::clone(&metrics)),
+        limiter: Limiter::new(store, dyn_clock, options.limiter),
+        metrics: Arc::clone(&metrics),
         response: options.response,
         health: Arc::new(turnstile::health::Health::new(false, true)),
     });
@@ -292,31 +294,28 @@ impl Drop for Memcached {
 
 /// A memcached store over `servers` on `clock`.
 pub fn memcached_store_with(
-    client: MemcachedClient,
+    transport: MemcachedTransport,
     servers: &[&Memcached],
     clock: &ManualClock,
     timeout: Duration,
-    classic: bool,
 ) -> MemcachedStore {
     let options = MemcachedOptions {
         servers: servers.iter().map(|m| m.addr()).collect(),
         pool_size: 16,
         timeout,
         jitter_max_seconds: 0,
-        classic_protocol: classic,
-        client,
+        transport,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
 }
 
-/// A memcached store with the default (pipelined) client.
+/// A memcached store with the default (pipelined) transport.
 pub fn memcached_store(
     servers: &[&Memcached],
     clock: &ManualClock,
     timeout: Duration,
-    classic: bool,
 ) -> MemcachedStore {
-    memcached_store_with(MemcachedClient::default(), servers, clock, timeout, classic)
+    memcached_store_with(MemcachedTransport::default(), servers, clock, timeout)
 }
 
 /// The peer virtualenv made by `scripts/test.sh` (`TURNSTILE_PEERS_VENV` or `.venv-peers`).

@@ -1,17 +1,17 @@
-//! The memcached counter store (`BACKEND_TYPE=memcache`). The only place that knows bb8 and
-//! async-memcached.
+//! The memcached counter store (`BACKEND_TYPE=memcache`).
 //!
 //! Each counter is one atomic meta arithmetic command (`ma <b64 key> b N<ttl> J<hits> D<hits> v`)
 //! that creates the counter with its TTL or adds to it, and returns the count after the hit in
 //! one round trip, so the decision never rests on a read taken before the write. Keys go out
-//! base64-encoded. A request's hits go to their servers (on a consistent-hash ring)
-//! concurrently on pooled connections, so a request costs one round trip of latency whatever
-//! its number of descriptors. Every operation has a deadline; failures are typed, name the
+//! base64-encoded. A request's hits are grouped by server (on a consistent-hash ring), each
+//! group goes out through the server's transport (the `transport` module) as one batch, and the servers are asked
+//! concurrently, so a request costs one round trip of latency whatever its number of
+//! descriptors. Every operation has a deadline; failures are typed, name the
 //! server, and put it into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
-mod connection;
-mod pipeline;
+mod pipelined;
+mod pooled;
 mod ring;
 mod server;
 pub mod srv;
@@ -23,13 +23,14 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
-use super::{CounterStore, Hit, StorageError};
+use super::{CounterStore, Gauge, Hit, StorageError};
 use crate::clock::Clock;
-use connection::Protocol;
-use pipeline::Reply;
+use pipelined::Pipelined;
+use pooled::{Pooled, Protocol};
 use ring::Ring;
 use server::Server;
 use srv::Resolver;
+use transport::{Command, Transport};
 
 /// memcached reads any exptime above this (30 days) as an absolute Unix time.
 const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
@@ -39,31 +40,28 @@ const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
 pub struct MemcachedOptions {
     /// `host:port` of every server.
     pub servers: Vec<String>,
-    /// Connections per server.
+    /// Connections per server (pooled transports).
     pub pool_size: u32,
     /// Deadline of one operation, connection included.
     pub timeout: Duration,
     /// Extra TTL of up to this many seconds, spread per key (`EXPIRATION_JITTER_MAX_SECONDS`).
     pub jitter_max_seconds: u64,
-    /// Use classic `incr`/`add` instead of meta commands (servers older than 1.6); implies
-    /// the pooled client.
-    pub classic_protocol: bool,
-    /// Which client carries the commands.
-    pub client: MemcachedClient,
+    /// Which transport carries the commands.
+    pub transport: MemcachedTransport,
 }
 
 /// How commands reach a memcached server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MemcachedClient {
-    /// A few shared connections, each pipelining every caller's commands (the default).
+pub enum MemcachedTransport {
+    /// Meta commands on a few shared connections, each pipelining every caller's commands
+    /// (the default).
     #[default]
     Pipelined,
-    /// A bb8 pool of async-memcached connections, one command in flight per connection.
+    /// Meta commands on a bb8 pool of async-memcached connections, one in flight each.
     Pool,
+    /// Classic `incr`/`add` on the pool, for servers older than 1.6.
+    Classic,
 }
-
-/// Pipelined connections per server: two keep a write in flight while the other fills.
-const PIPELINES_PER_SERVER: usize = 2;
 
 /// The memcached counter store.
 #[derive(Debug, Clone)]
@@ -81,8 +79,7 @@ struct Topology {
 #[derive(Debug)]
 struct Inner {
     topology: ArcSwap<Topology>,
-    protocol: Protocol,
-    client: MemcachedClient,
+    transport: MemcachedTransport,
     pool_size: u32,
     timeout: Duration,
     jitter_max_seconds: u64,
@@ -97,11 +94,6 @@ impl MemcachedStore {
                 "no memcached servers configured".into(),
             ));
         }
-        let protocol = if options.classic_protocol {
-            Protocol::Classic
-        } else {
-            Protocol::Meta
-        };
         let empty = Topology {
             servers: Vec::new(),
             ring: Ring::new(&[]),
@@ -109,12 +101,7 @@ impl MemcachedStore {
         let store = Self {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
-                protocol,
-                client: if options.classic_protocol {
-                    MemcachedClient::Pool
-                } else {
-                    options.client
-                },
+                transport: options.transport,
                 pool_size: options.pool_size,
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
@@ -136,34 +123,26 @@ impl MemcachedStore {
             .lookup(srv_name)
             .await
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
-        tracing::warn!(servers = ?options.servers, "memcached servers discovered");
+        tracing::info!(servers = ?options.servers, "memcached servers discovered");
         Self::new(options, clock)
     }
 
-    /// Re-resolves `srv_name` every `every` (`MEMCACHE_SRV_REFRESH`); a failed lookup keeps the
-    /// current servers.
-    pub fn spawn_refresh(
-        &self,
-        srv_name: String,
-        resolver: Resolver,
-        every: Duration,
-    ) -> tokio::task::JoinHandle<()> {
-        let store = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                match resolver.lookup(&srv_name).await {
-                    Ok(servers) if servers != store.servers() => {
-                        tracing::warn!(?servers, "memcached servers changed");
-                        store.set_servers(servers);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "memcached SRV refresh failed; keeping the current servers");
-                    }
+    /// Re-resolves `srv_name` every `every` (`MEMCACHE_SRV_REFRESH`) for as long as the
+    /// returned future is polled; a failed lookup keeps the current servers.
+    pub async fn refresh_every(self, srv_name: String, resolver: Resolver, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            match resolver.lookup(&srv_name).await {
+                Ok(servers) if servers != self.servers() => {
+                    tracing::info!(?servers, "memcached servers changed");
+                    self.set_servers(servers);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "memcached SRV refresh failed; keeping the current servers");
                 }
             }
-        })
+        }
     }
 
     /// Replaces the server list; servers that stay keep their connections.
@@ -174,12 +153,7 @@ impl MemcachedStore {
             .map(
                 |name| match current.servers.iter().find(|s| &s.name == name) {
                     Some(existing) => Arc::clone(existing),
-                    None => Arc::new(Server::new(
-                        name.clone(),
-                        self.inner.pool_size,
-                        PIPELINES_PER_SERVER,
-                        self.inner.timeout,
-                    )),
+                    None => Arc::new(Server::new(name.clone(), self.inner.transport(name))),
                 },
             )
             .collect();
@@ -227,6 +201,23 @@ impl Inner {
         }
     }
 
+    /// A transport to `server` of the configured kind.
+    fn transport(&self, server: &str) -> Box<dyn Transport> {
+        let pooled = |protocol| {
+            Box::new(Pooled::new(
+                server.to_owned(),
+                self.pool_size,
+                self.timeout,
+                protocol,
+            ))
+        };
+        match self.transport {
+            MemcachedTransport::Pipelined => Box::new(Pipelined::new(server.to_owned())),
+            MemcachedTransport::Pool => pooled(Protocol::Meta),
+            MemcachedTransport::Classic => pooled(Protocol::Classic),
+        }
+    }
+
     /// The counts after `hits`, which all belong to `server`.
     async fn apply(
         &self,
@@ -240,60 +231,43 @@ impl Inner {
                 server.name
             )));
         }
-        let operation = async {
-            match self.client {
-                MemcachedClient::Pipelined => self.pipelined(server, hits, now).await,
-                MemcachedClient::Pool => {
-                    let distinct = hits
-                        .iter()
-                        .enumerate()
-                        .all(|(i, h)| hits[..i].iter().all(|o| o.key != h.key));
-                    if distinct {
-                        // One connection per hit, all at once.
-                        try_join_all(hits.iter().map(|hit| self.pooled(server, hit, now))).await
-                    } else {
-                        // The same counter twice: in order, so each answer is the count after
-                        // exactly the hits before it.
-                        let mut counts = Vec::with_capacity(hits.len());
-                        for hit in hits {
-                            counts.push(self.pooled(server, hit, now).await?);
-                        }
-                        Ok(counts)
-                    }
-                }
+        let commands: Vec<Command<'_>> = hits
+            .iter()
+            .map(|hit| Command {
+                key: &hit.key,
+                op: hit.op,
+                exptime: self.exptime(&hit.key, hit.expires_at, now),
+            })
+            .collect();
+        let result = tokio::time::timeout(self.timeout, server.transport.apply(&commands)).await;
+        let error = match result {
+            Ok(Ok(counts)) => {
+                server.record_success();
+                return Ok(counts);
             }
-        };
-        let result = match tokio::time::timeout(self.timeout, operation).await {
-            Ok(result) => result,
+            Ok(Err(err)) => err,
             Err(_) => {
                 server.record_failure();
-                server.drop_pipelines();
+                server.transport.reset();
                 return Err(StorageError::Timeout(format!(
                     "memcached {} did not answer within {:?}",
                     server.name, self.timeout
                 )));
             }
         };
-        match result {
-            Ok(counts) => {
-                server.record_success();
-                Ok(counts)
-            }
-            Err(async_memcached::Error::Protocol(status)) => {
-                server.record_success();
-                Err(StorageError::Protocol(format!(
-                    "memcached {}: {status:?}",
-                    server.name
-                )))
-            }
-            Err(err) => {
-                server.record_failure();
-                server.drop_pipelines();
-                Err(StorageError::Unavailable(format!(
-                    "memcached {}: {err}",
-                    server.name
-                )))
-            }
+        if error.is_connection_fault() {
+            server.record_failure();
+            server.transport.reset();
+            Err(StorageError::Unavailable(format!(
+                "memcached {}: {error}",
+                server.name
+            )))
+        } else {
+            server.record_success();
+            Err(StorageError::Protocol(format!(
+                "memcached {}: {error}",
+                server.name
+            )))
         }
     }
 }
@@ -334,34 +308,21 @@ impl CounterStore for MemcachedStore {
         Ok(counts)
     }
 
-    fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+    fn gauges(&self) -> Vec<Gauge> {
         let topology = self.inner.topology.load();
-        let mut out = Vec::new();
-        for server in &topology.servers {
-            let label = format!("server=\"{}\"", server.name);
-            let pool = server.pool.state();
-            out.push((
-                "turnstile_memcached_up",
-                label.clone(),
-                u64::from(server.is_up()),
-            ));
-            out.push((
-                "turnstile_memcached_pool_connections",
-                label.clone(),
-                u64::from(pool.connections),
-            ));
-            out.push((
-                "turnstile_memcached_pool_idle",
-                label.clone(),
-                u64::from(pool.idle_connections),
-            ));
-            out.push((
-                "turnstile_memcached_pipelined_connections",
-                label,
-                server.open_pipelines(),
-            ));
-        }
-        out
+        topology
+            .servers
+            .iter()
+            .map(|server| {
+                let connections = server.transport.connections();
+                Gauge::MemcachedServer {
+                    server: server.name.clone(),
+                    up: server.is_up(),
+                    connections: connections.open,
+                    idle_connections: connections.idle,
+                }
+            })
+            .collect()
     }
 
     async fn ready(&self) -> bool {
@@ -370,20 +331,8 @@ impl CounterStore for MemcachedStore {
             if server.is_up() {
                 return true;
             }
-            let probe = async {
-                match self.inner.client {
-                    MemcachedClient::Pipelined => {
-                        let pipe = server.pipeline().await.ok()?;
-                        (pipe.call(b"mn\r\n".to_vec(), 1).await.ok()? == vec![Reply::Noop])
-                            .then_some(String::new())
-                    }
-                    MemcachedClient::Pool => {
-                        let mut conn = server.pool.get().await.ok()?;
-                        conn.version().await.ok()
-                    }
-                }
-            };
-            if let Ok(Some(_)) = tokio::time::timeout(self.inner.timeout * 10, probe).await {
+            let probe = server.transport.probe();
+            if let Ok(Ok(())) = tokio::time::timeout(self.inner.timeout * 10, probe).await {
                 server.record_success();
                 return true;
             }

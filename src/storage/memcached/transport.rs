@@ -1,76 +1,76 @@
-//! The two ways commands reach a server: the pooled async-memcached connections (one command in
-//! flight per connection) and the pipelined connections (a request's commands for the server in
-//! one write). Both return the count after each hit, in order.
+//! How counter commands reach one memcached server: the [`Transport`] trait and its error type.
+//! Two transports implement it: [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol
+//! connections shared by every caller, one write per batch; the default) and
+//! [`Pooled`](super::pooled::Pooled) (async-memcached connections in a bb8 pool, one command in
+//! flight each; meta commands, or the classic `incr`/`add` family for memcached < 1.6). The
+//! store, the ring and the health tracking above it know only this trait, so a new transport
+//! (or the Redis backend's) follows the same shape.
+//!
+//! Must not touch: rules, limiter, the store's grouping of hits by server.
 
-use super::Inner;
-use super::connection;
-use super::pipeline::{self, Reply};
-use super::server::Server;
-use crate::storage::{Hit, Op};
+use std::fmt;
 
-impl Inner {
-    pub(super) async fn pooled(
-        &self,
-        server: &Server,
-        hit: &Hit,
-        now: u64,
-    ) -> Result<u64, async_memcached::Error> {
-        let mut conn = server.pool.get().await.map_err(|e| match e {
-            bb8::RunError::User(e) => e,
-            bb8::RunError::TimedOut => async_memcached::Error::ConnectionClosed,
-        })?;
-        match hit.op {
-            Op::Add(n) => {
-                let exptime = self.exptime(&hit.key, hit.expires_at, now);
-                connection::add(&mut conn, self.protocol, &hit.key, n, exptime).await
-            }
-            Op::Sub(n) => connection::sub(&mut conn, self.protocol, &hit.key, n).await,
-        }
-    }
+use futures_util::future::BoxFuture;
 
-    /// All of a request's commands for one server in one pipelined write.
-    pub(super) async fn pipelined(
-        &self,
-        server: &Server,
-        hits: &[&Hit],
-        now: u64,
-    ) -> Result<Vec<u64>, async_memcached::Error> {
-        let mut lines = Vec::with_capacity(hits.len() * 64);
-        for hit in hits {
-            match hit.op {
-                Op::Add(n) => {
-                    pipeline::push_add(
-                        &mut lines,
-                        &hit.key,
-                        n,
-                        self.exptime(&hit.key, hit.expires_at, now),
-                    );
-                }
-                Op::Sub(n) => pipeline::push_sub(&mut lines, &hit.key, n),
-            }
-        }
-        let pipe = server
-            .pipeline()
-            .await
-            .map_err(async_memcached::Error::Connect)?;
-        let replies = pipe
-            .call(lines, hits.len())
-            .await
-            .map_err(async_memcached::Error::Io)?;
-        replies
-            .into_iter()
-            .map(|reply| match reply {
-                Reply::Value(n) => Ok(n),
-                Reply::NotFound => Ok(0),
-                Reply::Noop => Err(protocol_error("unexpected MN".into())),
-                Reply::Error(e) => Err(protocol_error(e)),
-            })
-            .collect()
+use crate::storage::Op;
+
+/// One counter command for a server.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Command<'a> {
+    /// The counter key (sent base64-encoded by meta transports).
+    pub(super) key: &'a str,
+    /// Add (0 = read only) or refund.
+    pub(super) op: Op,
+    /// memcached's exptime for a counter this command creates.
+    pub(super) exptime: u64,
+}
+
+/// Why a transport could not answer.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TransportError {
+    /// No connection could be made.
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    /// The connection broke while the commands were out.
+    #[error("connection failed: {0}")]
+    Io(std::io::Error),
+    /// The server answered something we cannot use; it is reachable.
+    #[error("unexpected answer: {0}")]
+    Protocol(String),
+}
+
+impl TransportError {
+    /// Whether the error says something about the server's reachability (it then counts
+    /// towards marking the server down), as opposed to a bad answer from a live server.
+    pub(super) fn is_connection_fault(&self) -> bool {
+        !matches!(self, TransportError::Protocol(_))
     }
 }
 
-pub(super) fn protocol_error(text: String) -> async_memcached::Error {
-    async_memcached::Error::Protocol(async_memcached::Status::Error(
-        async_memcached::ErrorKind::Protocol(Some(text)),
-    ))
+/// Connections a transport holds to its server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Connections {
+    /// Open.
+    pub(super) open: u64,
+    /// Open and not carrying a command now (pooled transports; pipelined ones share
+    /// connections and report 0).
+    pub(super) idle: u64,
+}
+
+/// A way of carrying counter commands to one server.
+pub(super) trait Transport: Send + Sync + fmt::Debug {
+    /// Applies every command, in order for the same key, and returns the count after each.
+    fn apply<'a>(
+        &'a self,
+        commands: &'a [Command<'a>],
+    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>>;
+
+    /// One cheap round trip that proves the server answers.
+    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// Forgets the current connections after a failure, so the next use reconnects.
+    fn reset(&self);
+
+    /// The connections held now.
+    fn connections(&self) -> Connections;
 }

@@ -1,19 +1,28 @@
-//! One memcached connection (async-memcached) in a bb8 pool, and the counter operations on it:
-//! the meta arithmetic command that creates-or-increments atomically and returns the count
-//! after the hit, and the classic `incr` → `add` → `incr` fallback for servers without meta
-//! commands.
+//! The pooled transport: async-memcached connections in a bb8 pool per server, one command in
+//! flight per connection, and the counter operations on them: the meta arithmetic command that
+//! creates-or-increments atomically and returns the count after the hit, and the classic
+//! `incr` → `add` → `incr` fallback for servers without meta commands. The only place that
+//! knows bb8 and async-memcached.
+
+use std::time::Duration;
 
 use async_memcached::{AsciiProtocol, Client, Error, MetaProtocol, Status};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use bb8::Pool;
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, try_join_all};
+
+use super::transport::{Command, Connections, Transport, TransportError};
+use crate::storage::Op;
 
 /// Creates pooled connections; the check-out test is off (it costs a round trip per use), and
 /// a connection whose operation was cancelled reports itself broken and is dropped.
 #[derive(Debug)]
-pub(crate) struct Manager {
+pub(super) struct Manager {
     /// `host:port`; the host is resolved on every connect (IPv4 preferred: the client crate
     /// speaks IPv4 only).
-    pub(crate) server: String,
+    server: String,
 }
 
 impl bb8::ManageConnection for Manager {
@@ -35,7 +44,7 @@ impl bb8::ManageConnection for Manager {
 }
 
 /// Resolves `host:port`, preferring IPv4 (the client crate speaks IPv4 only).
-pub(crate) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAddr> {
+pub(super) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAddr> {
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(server).await?.collect();
     addrs
         .iter()
@@ -52,7 +61,7 @@ pub(crate) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAdd
 
 /// Which command family a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Protocol {
+pub(super) enum Protocol {
     /// `ma` (memcached ≥ 1.6).
     Meta,
     /// `incr`/`add`/`decr`/`get`.
@@ -76,7 +85,7 @@ fn not_found(err: &Error) -> bool {
 
 /// Adds `n` (0 = read only; a missing counter is not created) and returns the count after.
 /// `exptime` is memcached's: seconds, or an absolute Unix time beyond 30 days.
-pub(crate) async fn add(
+async fn add(
     conn: &mut Client,
     protocol: Protocol,
     key: &str,
@@ -134,12 +143,7 @@ async fn classic_add(conn: &mut Client, key: &str, n: u64, exptime: u64) -> Resu
 }
 
 /// Refunds `n` (never below zero; a missing counter stays missing) and returns the count after.
-pub(crate) async fn sub(
-    conn: &mut Client,
-    protocol: Protocol,
-    key: &str,
-    n: u64,
-) -> Result<u64, Error> {
+async fn sub(conn: &mut Client, protocol: Protocol, key: &str, n: u64) -> Result<u64, Error> {
     let result = match protocol {
         Protocol::Meta => {
             let b64 = STANDARD.encode(key);
@@ -152,5 +156,104 @@ pub(crate) async fn sub(
     match result {
         Err(e) if not_found(&e) => Ok(0),
         other => other,
+    }
+}
+
+impl From<Error> for TransportError {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::Connect(e) => TransportError::Connect(e),
+            Error::Io(e) => TransportError::Io(e),
+            Error::Protocol(status) => TransportError::Protocol(format!("{status:?}")),
+            other => TransportError::Io(std::io::Error::other(other.to_string())),
+        }
+    }
+}
+
+/// The pooled transport to one server.
+#[derive(Debug)]
+pub(super) struct Pooled {
+    pool: Pool<Manager>,
+    protocol: Protocol,
+}
+
+impl Pooled {
+    /// A pool of up to `size` connections to `server`, made lazily; checking a connection out
+    /// waits at most `timeout`.
+    pub(super) fn new(server: String, size: u32, timeout: Duration, protocol: Protocol) -> Self {
+        let pool = Pool::builder()
+            .max_size(size)
+            .min_idle(None)
+            .test_on_check_out(false)
+            .connection_timeout(timeout)
+            .build_unchecked(Manager { server });
+        Self { pool, protocol }
+    }
+
+    async fn connection(&self) -> Result<bb8::PooledConnection<'_, Manager>, TransportError> {
+        self.pool.get().await.map_err(|e| match e {
+            bb8::RunError::User(e) => e.into(),
+            bb8::RunError::TimedOut => TransportError::Connect(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no pooled connection became free in time",
+            )),
+        })
+    }
+
+    async fn one(&self, command: &Command<'_>) -> Result<u64, TransportError> {
+        let mut conn = self.connection().await?;
+        let count = match command.op {
+            Op::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
+            Op::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
+        };
+        Ok(count?)
+    }
+}
+
+impl Transport for Pooled {
+    fn apply<'a>(
+        &'a self,
+        commands: &'a [Command<'a>],
+    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
+        async move {
+            let distinct = commands
+                .iter()
+                .enumerate()
+                .all(|(i, c)| commands[..i].iter().all(|o| o.key != c.key));
+            if distinct {
+                // One connection per command, all at once.
+                try_join_all(commands.iter().map(|c| self.one(c))).await
+            } else {
+                // The same counter twice: in order, so each answer is the count after exactly
+                // the hits before it.
+                let mut counts = Vec::with_capacity(commands.len());
+                for command in commands {
+                    counts.push(self.one(command).await?);
+                }
+                Ok(counts)
+            }
+        }
+        .boxed()
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        async move {
+            let mut conn = self.connection().await?;
+            conn.version().await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn reset(&self) {
+        // Broken connections report themselves (`has_broken`) and are dropped by the pool.
+    }
+
+    fn connections(&self) -> Connections {
+        let state = self.pool.state();
+        Connections {
+            open: u64::from(state.connections),
+            idle: u64::from(state.idle_connections),
+        }
     }
 }

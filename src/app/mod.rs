@@ -1,0 +1,377 @@
+//! The service as one value: [`App::build`] loads the rules, builds the counter store the
+//! settings name, binds every listener and prepares the background tasks; [`App::run_until`]
+//! serves until its shutdown future resolves, then drains: health turns NOT_SERVING at once,
+//! calls are still answered for the drain period (cut short by the `hurry` future), then the
+//! listeners close, in-flight calls finish and every background task (sweeper, reload watcher,
+//! statsd sink, TLS and SRV refresh) stops with them. The binary runs it with signals; tests run
+//! it in process on port 0 and learn the bound addresses from [`App::addresses`].
+//!
+//! Owns wiring only: no decision, protocol or storage logic lives here.
+
+mod signals;
+mod store;
+
+pub use store::Store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::grpc::{ResponseSettings, ServiceState};
+use crate::health::Health;
+use crate::limiter::{Limiter, LimiterSettings};
+use crate::metrics::{Instrumented, Metrics};
+use crate::reload::{Reloader, RulesHandle};
+use crate::server::{GrpcListener, ServerOptions};
+use crate::settings::Settings;
+use crate::telemetry::LIFECYCLE;
+
+/// Why the process stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The rule files are invalid (exit 78, `EX_CONFIG`).
+    #[error("invalid rate limit configuration:\n{0}")]
+    Config(#[from] ConfigErrors),
+    /// A listener could not be bound (exit 1).
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address as configured.
+        addr: String,
+        /// Why the bind failed.
+        source: std::io::Error,
+    },
+    /// The counter store could not be set up (exit 1).
+    #[error("setting up the counter store: {0}")]
+    Storage(#[from] crate::storage::StorageError),
+    /// The TLS files cannot be used (exit 1).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// A setting names something this build does not support (exit 64).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The server failed (exit 1).
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServeError),
+}
+
+impl AppError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            AppError::Config(_) => 78,
+            AppError::Unsupported(_) => 64,
+            _ => 1,
+        }
+    }
+}
+
+/// The state every listener serves.
+pub type AppState = ServiceState<Instrumented<Store>>;
+
+/// Where the app listens, as bound (port 0 in the settings becomes the port chosen).
+#[derive(Debug, Clone)]
+pub struct Addresses {
+    /// gRPC over TCP (`None` when served on a Unix socket, `GRPC_UDS`).
+    pub grpc: Option<SocketAddr>,
+    /// `/healthcheck` and `/json`.
+    pub http: SocketAddr,
+    /// `/rlconfig` and `/metrics`.
+    pub debug: SocketAddr,
+    /// The Prometheus endpoint, when enabled.
+    pub prometheus: Option<SocketAddr>,
+}
+
+struct Listeners {
+    grpc: GrpcListener,
+    http: TcpListener,
+    debug: TcpListener,
+    prometheus: Option<(TcpListener, String)>,
+}
+
+/// The whole service, built and bound, not yet serving.
+pub struct App {
+    state: Arc<AppState>,
+    listeners: Listeners,
+    addresses: Addresses,
+    server: ServerOptions,
+    drain: Duration,
+    tasks: JoinSet<()>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("addresses", &self.addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+fn load_options(settings: &Settings) -> LoadOptions {
+    LoadOptions {
+        ignore_dotfiles: settings.ignore_dotfiles,
+        merge_domains: settings.merge_domains,
+    }
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
+}
+
+fn local(listener: &TcpListener, addr: &str) -> Result<SocketAddr, AppError> {
+    listener.local_addr().map_err(|source| AppError::Bind {
+        addr: addr.to_owned(),
+        source,
+    })
+}
+
+impl App {
+    /// Builds the service from `settings`: rules, store, listeners, background tasks. Must be
+    /// called inside a Tokio runtime; nothing is served until [`App::run_until`].
+    pub async fn build(settings: Settings) -> Result<App, AppError> {
+        let mut tasks = JoinSet::new();
+        let metrics = Arc::new(Metrics::new(
+            settings.stats_max_keys,
+            settings.near_limit_ratio,
+            &settings.extra_tags,
+        ));
+        let rules = initial_rules(&settings, &metrics)?;
+        if let Some(addr) = &settings.statsd {
+            let sink =
+                crate::metrics::statsd::sink(Arc::clone(&metrics), addr, settings.stats_flush)
+                    .map_err(|e| AppError::Unsupported(e.to_string()))?;
+            tasks.spawn(sink);
+        }
+        let health = Arc::new(Health::new(settings.healthy_needs_config, rules.is_some()));
+        let rules = Arc::new(RulesHandle::new(rules));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let (store, store_tasks) = store::build(&settings.backend, &clock).await?;
+        for task in store_tasks {
+            tasks.spawn(task);
+        }
+        let state = Arc::new(ServiceState {
+            rules: Arc::clone(&rules),
+            limiter: Limiter::new(
+                Instrumented::new(store, Arc::clone(&metrics)),
+                clock,
+                limiter_settings(&settings),
+            ),
+            metrics: Arc::clone(&metrics),
+            response: ResponseSettings {
+                headers: settings
+                    .response_headers
+                    .then(|| settings.header_names.clone()),
+                dynamic_metadata: settings.dynamic_metadata,
+            },
+            health: Arc::clone(&health),
+        });
+        let (listeners, addresses) = bind_all(&settings).await?;
+        let reloader = Reloader {
+            handle: rules,
+            load: {
+                let (dir, options) = (settings.config_dir.clone(), load_options(&settings));
+                Box::new(move || config::load_dir(&dir, options))
+            },
+            dir: settings.config_dir.clone(),
+            metrics,
+            health,
+        };
+        tasks.spawn(reloader.run());
+        let tls = match &settings.tls {
+            None => None,
+            Some(files) => {
+                let (config, cert) = crate::tls::server_config(files)?;
+                tasks.spawn(cert.watch());
+                Some(config)
+            }
+        };
+        let age = settings.max_connection_age;
+        Ok(App {
+            state,
+            listeners,
+            addresses,
+            server: ServerOptions {
+                max_connection_age: Some((age.age, age.grace)),
+                tls,
+            },
+            drain: settings.drain,
+            tasks,
+        })
+    }
+
+    /// Where the app listens.
+    pub fn addresses(&self) -> &Addresses {
+        &self.addresses
+    }
+
+    /// The state the listeners serve (rules, limiter, metrics, health).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then drains for the drain period (or until `hurry`
+    /// resolves, whichever is first) and stops everything.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        hurry: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), AppError> {
+        let App {
+            state,
+            listeners,
+            addresses,
+            server,
+            drain,
+            mut tasks,
+        } = self;
+        tracing::info!(target: LIFECYCLE, ?addresses, "serving");
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let health = Arc::clone(&state.health);
+        tasks.spawn(async move {
+            shutdown.await;
+            health.begin_shutdown();
+            tracing::info!(
+                target: LIFECYCLE,
+                ?drain,
+                "shutting down: health is NOT_SERVING; answering calls during the drain period (a second signal stops at once)"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(drain) => {}
+                () = hurry => tracing::info!(target: LIFECYCLE, "drain cut short"),
+            }
+            let _ = stop_tx.send(true);
+        });
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        let mut http = JoinSet::new();
+        let api = crate::http::api_router(Arc::clone(&state));
+        http.spawn(crate::http::serve(listeners.http, api, stopped()));
+        let debug = crate::http::debug_router(Arc::clone(&state));
+        http.spawn(crate::http::serve(listeners.debug, debug, stopped()));
+        if let Some((listener, path)) = listeners.prometheus {
+            let router = crate::http::prometheus_router(&path, Arc::clone(&state));
+            http.spawn(crate::http::serve(listener, router, stopped()));
+        }
+        let served = crate::server::serve(listeners.grpc, state, server, stopped()).await;
+        while let Some(done) = http.join_next().await {
+            if let Ok(Err(e)) = done {
+                tracing::error!(error = %e, "HTTP listener failed");
+            }
+        }
+        tasks.shutdown().await;
+        tracing::info!(target: LIFECYCLE, "stopped");
+        served.map_err(AppError::from)
+    }
+}
+
+fn initial_rules(
+    settings: &Settings,
+    metrics: &Metrics,
+) -> Result<Option<crate::rules::RuleSet>, AppError> {
+    match config::load_dir(&settings.config_dir, load_options(settings)) {
+        Ok(loaded) => {
+            crate::reload::announce(&loaded);
+            metrics.config_loaded(true);
+            Ok(Some(loaded.rules))
+        }
+        Err(errors) if settings.force_start_without_config => {
+            tracing::error!("starting without configuration: {errors}");
+            metrics.config_loaded(false);
+            Ok(None)
+        }
+        Err(errors) => Err(errors.into()),
+    }
+}
+
+fn limiter_settings(s: &Settings) -> LimiterSettings {
+    LimiterSettings {
+        key_prefix: s.key_prefix.clone(),
+        shadow_mode: s.shadow_mode,
+        quota_mode: s.quota_mode,
+        fail_open: s.fail_open,
+        local_cache_bytes: s.local_cache_bytes,
+    }
+}
+
+async fn bind_all(s: &Settings) -> Result<(Listeners, Addresses), AppError> {
+    let (grpc, grpc_addr) = match &s.grpc_uds {
+        None => {
+            let addr = format!("{}:{}", s.grpc_host, s.grpc_port);
+            let listener = bind(&addr).await?;
+            let bound = local(&listener, &addr)?;
+            (GrpcListener::Tcp(listener), Some(bound))
+        }
+        Some(path) => {
+            if s.tls.is_some() {
+                return Err(AppError::Unsupported(
+                    "GRPC_UDS cannot be combined with GRPC_SERVER_USE_TLS".into(),
+                ));
+            }
+            // A socket file left by an earlier process would make the bind fail.
+            let _ = std::fs::remove_file(path);
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| AppError::Bind {
+                    addr: format!("unix:{}", path.display()),
+                    source,
+                })?;
+            (GrpcListener::Unix(listener), None)
+        }
+    };
+    let http = bind(&s.http_addr).await?;
+    let debug = bind(&s.debug_addr).await?;
+    let prometheus = match &s.prometheus {
+        Some(p) => Some((bind(&p.addr).await?, p.path.clone())),
+        None => None,
+    };
+    let addresses = Addresses {
+        grpc: grpc_addr,
+        http: local(&http, &s.http_addr)?,
+        debug: local(&debug, &s.debug_addr)?,
+        prometheus: match (&prometheus, &s.prometheus) {
+            (Some((listener, _)), Some(p)) => Some(local(listener, &p.addr)?),
+            _ => None,
+        },
+    };
+    let listeners = Listeners {
+        grpc,
+        http,
+        debug,
+        prometheus,
+    };
+    Ok((listeners, addresses))
+}
+
+/// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the
+/// drain at once).
+pub async fn run(settings: Settings) -> Result<(), AppError> {
+    let app = App::build(settings).await?;
+    let (first, second) = signals::first_and_second();
+    app.run_until(first, second).await
+}
+
+/// `turnstile check-config DIR`: prints `all rate limit configs ok` or every error.
+pub fn check_config(dir: &std::path::Path, options: LoadOptions) -> Result<String, ConfigErrors> {
+    config::load_dir(dir, options).map(|loaded| {
+        let mut out = String::new();
+        for warning in loaded.warnings {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
+        out.push_str("all rate limit configs ok");
+        out
+    })
+}

@@ -1,0 +1,115 @@
+//! The counter store the settings name, built and wrapped for the service: one enum over the
+//! backends so the rest of the process is not generic over them, and the background work each
+//! backend needs (the memory store's sweeper, SRV refresh) handed back as futures for the app
+//! to own and stop.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::settings::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
+use crate::storage::memcached::srv::Resolver;
+use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
+use crate::storage::memory::MemoryStore;
+use crate::storage::{CounterStore, Gauge, Hit, StorageError};
+
+/// How often the memory store drops expired counters.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// A background future owned by the app.
+pub(super) type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The configured counter store.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// In process.
+    Memory(Arc<MemoryStore>),
+    /// memcached.
+    Memcached(MemcachedStore),
+}
+
+impl CounterStore for Store {
+    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        match self {
+            Store::Memory(s) => s.hit(hits).await,
+            Store::Memcached(s) => s.hit(hits).await,
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        match self {
+            Store::Memory(s) => s.ready().await,
+            Store::Memcached(s) => s.ready().await,
+        }
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        match self {
+            Store::Memory(s) => s.gauges(),
+            Store::Memcached(s) => s.gauges(),
+        }
+    }
+}
+
+/// Builds the store of `backend` and the background tasks it needs.
+pub(super) async fn build(
+    backend: &Backend,
+    clock: &Arc<dyn Clock>,
+) -> Result<(Store, Vec<Task>), StorageError> {
+    match backend {
+        Backend::Memory { max_keys } => {
+            let store = Arc::new(MemoryStore::new(*max_keys, Arc::clone(clock)));
+            let sweeper: Task = Box::pin(Arc::clone(&store).sweep_every(SWEEP_EVERY));
+            Ok((Store::Memory(store), vec![sweeper]))
+        }
+        Backend::Memcached(settings) => memcached_store(settings, clock).await,
+    }
+}
+
+async fn memcached_store(
+    s: &MemcachedSettings,
+    clock: &Arc<dyn Clock>,
+) -> Result<(Store, Vec<Task>), StorageError> {
+    let mut options = MemcachedOptions {
+        servers: Vec::new(),
+        pool_size: s.pool_size,
+        timeout: s.timeout,
+        jitter_max_seconds: s.jitter_max_seconds,
+        transport: match s.transport {
+            MemcachedTransport::Pipelined => memcached::MemcachedTransport::Pipelined,
+            MemcachedTransport::Pool => memcached::MemcachedTransport::Pool,
+            MemcachedTransport::Classic => memcached::MemcachedTransport::Classic,
+        },
+    };
+    match &s.servers {
+        MemcachedServers::List(servers) => {
+            options.servers = servers.clone();
+            let store = MemcachedStore::new(options, Arc::clone(clock))?;
+            Ok((Store::Memcached(store), Vec::new()))
+        }
+        MemcachedServers::Srv {
+            name,
+            refresh,
+            resolver,
+        } => {
+            let resolver = match resolver {
+                Some(server) => Resolver::at(*server),
+                None => Resolver::system(),
+            }
+            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+            let store =
+                MemcachedStore::discover(name, &resolver, options, Arc::clone(clock)).await?;
+            let tasks: Vec<Task> = match refresh {
+                Some(every) => vec![Box::pin(store.clone().refresh_every(
+                    name.clone(),
+                    resolver,
+                    *every,
+                ))],
+                None => Vec::new(),
+            };
+            Ok((Store::Memcached(store), tasks))
+        }
+    }
+}
