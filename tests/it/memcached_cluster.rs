@@ -12,6 +12,7 @@ use tonic_health::pb::health_client::HealthClient;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::LimiterSettings;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::storage::{CounterStore, Gauge};
 
 use crate::support::{Memcached, Options, TestServer, memcached_store, req1, start_with};
 
@@ -226,14 +227,23 @@ async fn a_memcached_restart_between_calls_fails_no_call() {
     };
     let clock = ManualClock::new(SystemClock.now());
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(200));
+    let watched = store.clone();
     let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;
     // Open every pipelined connection of the server.
     for _ in 0..4 {
         assert!(s.try_call(req1("burst", &[("user", "idle")])).await.is_ok());
     }
-    // Each connection sees the server go away and is replaced on its next use.
+    let open = || match watched.gauges().first() {
+        Some(Gauge::MemcachedServer { connections, .. }) => *connections,
+        other => panic!("a memcached server gauge expected: {other:?}"),
+    };
+    assert_eq!(open(), 2, "both pipelined connections are open");
+    // Each idle connection sees the server go away, so the next use reconnects.
     mc.restart();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the idle connections notice the restart", || async {
+        open() == 0
+    })
+    .await;
     for i in 0..4u32 {
         let resp = s
             .try_call(req1("burst", &[("user", "idle")]))

@@ -199,7 +199,9 @@ pub fn missing(what: &str) {
     eprintln!("SKIPPED: {what} is not installed; run ./scripts/test.sh to install it");
 }
 
-/// A free loopback port (bound, then released).
+/// A free loopback port (bound, then released): only for peers that cannot bind port 0 and
+/// report it (memcached, whose start retries when the port was taken meanwhile, and Envoy's
+/// bootstrap ports). Turnstile itself always binds port 0.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -227,16 +229,23 @@ impl Memcached {
             missing("memcached");
             return None;
         };
-        let mut mc = Memcached {
-            port: free_port(),
-            child: None,
-        };
-        mc.spawn(&binary);
-        Some(mc)
+        // memcached cannot be told to pick a port: try free ones until one is ours (another
+        // process may take a port between our probe and memcached's bind).
+        for _ in 0..10 {
+            let mut mc = Memcached {
+                port: free_port(),
+                child: None,
+            };
+            if mc.spawn(&binary) {
+                return Some(mc);
+            }
+        }
+        panic!("memcached did not start on any of 10 free ports");
     }
 
-    fn spawn(&mut self, binary: &PathBuf) {
-        let child = Command::new(binary)
+    /// Starts the process on `self.port`; false if it exits (the port was taken).
+    fn spawn(&mut self, binary: &PathBuf) -> bool {
+        let mut child = Command::new(binary)
             .args([
                 "-l",
                 "127.0.0.1",
@@ -253,9 +262,11 @@ impl Memcached {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn memcached");
-        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
             assert!(
                 Instant::now() < deadline,
                 "memcached did not start on {}",
@@ -263,6 +274,8 @@ impl Memcached {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.child = Some(child);
+        true
     }
 
     /// `127.0.0.1:port`.
@@ -282,7 +295,7 @@ impl Memcached {
     pub fn restart(&mut self) {
         self.kill();
         let binary = memcached_binary().expect("memcached");
-        self.spawn(&binary);
+        assert!(self.spawn(&binary), "memcached restarts on {}", self.port);
     }
 }
 
