@@ -9,7 +9,8 @@ use serde_saphyr::Spanned;
 use super::error::ConfigError;
 use super::raw::{Pos, RawDescriptor, RawFile, RawMeta, RawRateLimit};
 use crate::rules::{
-    Domain, KeyNodes, Level, LevelMatch, Limit, MetaValue, Node, PathLevel, Pattern, Unit,
+    Domain, KeyNodes, Level, LevelMatch, Limit, MetaValue, Node, PathLevel, Pattern, PerUnit, Rate,
+    Unit,
 };
 
 /// Collects errors and warnings while compiling one file into the shared domain map.
@@ -214,6 +215,16 @@ impl FileCompiler<'_> {
         let unit_pos = raw.unit.as_ref().map_or(pos, |u| Pos::from(u.referenced));
         let unit_text = raw.unit.as_ref().map_or("", |u| u.value.as_str());
         let mut ok = true;
+        let rate = match (raw.unlimited, unit) {
+            (true, None) => Some(Rate::Unlimited {
+                written: raw.requests_per_unit,
+            }),
+            (false, Some(unit)) => Some(Rate::Limited(PerUnit {
+                requests_per_unit: raw.requests_per_unit,
+                unit,
+            })),
+            _ => None,
+        };
         if raw.unlimited && unit.is_some() {
             self.error(
                 unit_pos,
@@ -251,10 +262,9 @@ impl FileCompiler<'_> {
             }
         }
         let metadata = descriptor.metadata.as_ref().map(|m| meta_value(&m.value));
-        ok.then(|| Limit {
-            requests_per_unit: raw.requests_per_unit,
-            unit: unit.unwrap_or(Unit::Second),
-            unlimited: raw.unlimited,
+        let rate = rate.filter(|_| ok)?;
+        Some(Limit {
+            rate,
             name,
             replaces,
             shadow_mode: descriptor.shadow_mode,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use prost_types::{ListValue, Struct, Value, value::Kind};
 
-use crate::limiter::{Code, Request, Status, Verdict};
+use crate::limiter::{Code, Counting, Request, Status, Verdict};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
 use crate::rules::{MetaValue, Unit};
@@ -44,9 +44,9 @@ fn status(s: &Status<'_>) -> rate_limit_response::DescriptorStatus {
     rate_limit_response::DescriptorStatus {
         code: code(s.code),
         current_limit: s.limit.map(|l| rate_limit_response::RateLimit {
-            name: l.name().to_owned(),
-            requests_per_unit: l.requests_per_unit(),
-            unit: unit(l.unit()),
+            name: l.applied.name().to_owned(),
+            requests_per_unit: l.rate.requests_per_unit,
+            unit: unit(l.rate.unit),
         }),
         limit_remaining: s.remaining,
         duration_until_reset: s.reset_in.map(|secs| prost_types::Duration {
@@ -101,7 +101,7 @@ fn headers(verdict: &Verdict<'_>, names: &HeaderNames) -> Vec<HeaderValue> {
         raw_value: Vec::new(),
     };
     vec![
-        header(&names.limit, limit.requests_per_unit().to_string()),
+        header(&names.limit, limit.rate.requests_per_unit.to_string()),
         header(&names.remaining, s.remaining.to_string()),
         header(&names.reset, s.reset_in.unwrap_or(0).to_string()),
     ]
@@ -179,9 +179,9 @@ fn dynamic_metadata(verdict: &Verdict<'_>, request: &Request) -> Struct {
     for s in verdict
         .statuses
         .iter()
-        .filter(|s| s.code == Code::Ok && !s.unlimited)
+        .filter(|s| s.code == Code::Ok && s.counting != Counting::Unlimited)
     {
-        if let Some(m) = s.limit.and_then(|l| l.metadata()) {
+        if let Some(m) = s.limit.and_then(|l| l.applied.metadata()) {
             match merged.as_mut() {
                 Some(acc) => acc.merge_from(m),
                 None => merged = Some(m.clone()),

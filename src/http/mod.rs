@@ -19,6 +19,7 @@ use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
+use crate::rules::Rate;
 use crate::storage::CounterStore;
 
 /// `PORT`: `/healthcheck` and `/json`.
@@ -117,14 +118,13 @@ async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) ->
         .limits()
         .iter()
         .map(|l| {
-            let unit = if l.unlimited {
-                "UNKNOWN"
-            } else {
-                l.unit.name()
+            let (unit, requests_per_unit) = match l.rate {
+                Rate::Limited(p) => (p.unit.name(), p.requests_per_unit),
+                Rate::Unlimited { written } => ("UNKNOWN", written),
             };
             format!(
-                "{}: unit={unit} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
-                l.full_key, l.requests_per_unit, l.shadow_mode, l.quota_mode
+                "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}, quota_mode: {}",
+                l.full_key, l.shadow_mode, l.quota_mode
             )
         })
         .collect();

@@ -13,7 +13,7 @@ mod window;
 
 pub use key::counter_key;
 pub use request::{Descriptor, Entry, LimitOverride, Request};
-pub use verdict::{Applied, Code, Status, Verdict};
+pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
 
 use std::sync::Arc;
 
@@ -119,13 +119,16 @@ impl<S: CounterStore> Limiter<S> {
                 continue;
             }
             let status = &mut statuses[index];
-            if limit.unlimited() {
-                status.unlimited = true;
+            let Some(rate) = limit.rate() else {
+                status.counting = Counting::Unlimited;
                 status.remaining = u32::MAX;
                 continue;
-            }
-            let window = Window::of(limit.unit(), now);
-            status.limit = Some(*limit);
+            };
+            let window = Window::of(rate.unit, now);
+            status.limit = Some(Limited {
+                applied: *limit,
+                rate,
+            });
             status.reset_in = Some(window.reset_in);
             status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
             let op = match (descriptor.refund, descriptor.hits) {
@@ -137,8 +140,7 @@ impl<S: CounterStore> Limiter<S> {
                 match op {
                     Op::Add(n) if cache.contains(&key, now) => {
                         status.mark_over();
-                        status.hits = n;
-                        status.from_local_cache = true;
+                        status.counting = Counting::LocalCache { hits: n };
                         continue;
                     }
                     Op::Sub(_) => cache.remove(&key),
@@ -165,11 +167,13 @@ impl<S: CounterStore> Limiter<S> {
         // 4. Per-descriptor codes, shadow mode.
         for ((&index, count), hit) in counted.iter().zip(counts).zip(&hits) {
             let status = &mut statuses[index];
-            let limit = u64::from(status.limit.map_or(0, |l| l.requests_per_unit()));
-            status.count_after = count;
-            status.hits = match hit.op {
-                Op::Add(n) => n,
-                Op::Sub(_) => 0,
+            let limit = u64::from(status.limit.map_or(0, |l| l.rate.requests_per_unit));
+            status.counting = Counting::Counted {
+                hits: match hit.op {
+                    Op::Add(n) => n,
+                    Op::Sub(_) => 0,
+                },
+                after: count,
             };
             let over = matches!(hit.op, Op::Add(_)) && count > limit;
             if over {
@@ -230,7 +234,7 @@ impl<S: CounterStore> Limiter<S> {
             self.settings.fail_open
                 || statuses[*i]
                     .limit
-                    .and_then(|l| l.rule().map(|r| r.fail_open))
+                    .and_then(|l| l.applied.rule().map(|r| r.fail_open))
                     .unwrap_or(false)
         };
         if !counted.iter().all(covered) {
@@ -239,7 +243,7 @@ impl<S: CounterStore> Limiter<S> {
         tracing::warn!(error = %err, "counter store failed; answering OK by the fail-open policy");
         for &index in counted {
             let status = &mut statuses[index];
-            status.remaining = status.limit.map_or(0, |l| l.requests_per_unit());
+            status.remaining = status.limit.map_or(0, |l| l.rate.requests_per_unit);
         }
         Ok(Verdict {
             overall: Code::Ok,

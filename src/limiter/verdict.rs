@@ -2,7 +2,7 @@
 //! plus the overall code. Borrowed from the rule set that produced it.
 
 use super::request::LimitOverride;
-use crate::rules::{Limit, MetaValue, Unit};
+use crate::rules::{Limit, MetaValue, PerUnit, Rate};
 
 /// A descriptor's or the request's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,19 +23,17 @@ pub enum Applied<'r> {
 }
 
 impl<'r> Applied<'r> {
-    /// Allowed hits per window.
-    pub fn requests_per_unit(&self) -> u32 {
+    /// What the limit allows when it is counted; `None` for an `unlimited` rule.
+    pub fn rate(&self) -> Option<PerUnit> {
         match self {
-            Applied::Rule(l) => l.requests_per_unit,
-            Applied::Override(o) => o.requests_per_unit,
-        }
-    }
-
-    /// The window unit.
-    pub fn unit(&self) -> Unit {
-        match self {
-            Applied::Rule(l) => l.unit,
-            Applied::Override(o) => o.unit,
+            Applied::Rule(l) => match l.rate {
+                Rate::Limited(rate) => Some(rate),
+                Rate::Unlimited { .. } => None,
+            },
+            Applied::Override(o) => Some(PerUnit {
+                requests_per_unit: o.requests_per_unit,
+                unit: o.unit,
+            }),
         }
     }
 
@@ -55,14 +53,50 @@ impl<'r> Applied<'r> {
         }
     }
 
-    /// Whether the limit is `unlimited`.
-    pub fn unlimited(&self) -> bool {
-        self.rule().is_some_and(|l| l.unlimited)
-    }
-
     /// The rule's metadata, if any.
     pub fn metadata(&self) -> Option<&'r MetaValue> {
         self.rule().and_then(|l| l.metadata.as_ref())
+    }
+}
+
+/// A limit that counts: where it came from and what it allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Limited<'r> {
+    /// The configured or requested limit.
+    pub applied: Applied<'r>,
+    /// Its rate (an applied limit that counts always has one).
+    pub rate: PerUnit,
+}
+
+/// What happened to a descriptor's counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// Nothing was counted: no limit applies (unknown domain, no match, replaced), or the
+    /// counter store failed and the fail-open policy answered.
+    None,
+    /// An `unlimited` limit matched: never counted.
+    Unlimited,
+    /// Counted in the store: `hits` added (0 for a refund or a check), `after` the count then.
+    Counted {
+        /// Hits this request added.
+        hits: u64,
+        /// The counter after them.
+        after: u64,
+    },
+    /// Answered OVER_LIMIT from the local over-limit cache, without counting.
+    LocalCache {
+        /// The hits the request would have added.
+        hits: u64,
+    },
+}
+
+impl Counting {
+    /// The hits this request added or would have added (0 when nothing counts).
+    pub fn hits(&self) -> u64 {
+        match *self {
+            Counting::Counted { hits, .. } | Counting::LocalCache { hits } => hits,
+            Counting::None | Counting::Unlimited => 0,
+        }
     }
 }
 
@@ -73,23 +107,17 @@ pub struct Status<'r> {
     pub code: Code,
     /// The limit reported as `current_limit`; `None` when no limit applies (unknown domain, no
     /// match, replaced) and for `unlimited` limits.
-    pub limit: Option<Applied<'r>>,
+    pub limit: Option<Limited<'r>>,
     /// `limit_remaining`.
     pub remaining: u32,
     /// `duration_until_reset` in seconds, for counted limits.
     pub reset_in: Option<u64>,
-    /// Hits this request added (0 for refunds and uncounted descriptors).
-    pub hits: u64,
-    /// The counter after this request's hits.
-    pub count_after: u64,
+    /// What was counted.
+    pub counting: Counting,
     /// The limit was over, but shadow mode (rule) answered OK.
     pub shadowed: bool,
     /// The descriptor counts in quota mode.
     pub quota: bool,
-    /// The descriptor matched an `unlimited` limit.
-    pub unlimited: bool,
-    /// Answered OVER_LIMIT from the local over-limit cache, without counting.
-    pub from_local_cache: bool,
 }
 
 impl Status<'_> {
@@ -100,12 +128,9 @@ impl Status<'_> {
             limit: None,
             remaining: 0,
             reset_in: None,
-            hits: 0,
-            count_after: 0,
+            counting: Counting::None,
             shadowed: false,
             quota: false,
-            unlimited: false,
-            from_local_cache: false,
         }
     }
 
@@ -113,7 +138,7 @@ impl Status<'_> {
     pub(crate) fn mark_over(&mut self) {
         let shadow = self
             .limit
-            .and_then(|l| l.rule().map(|r| r.shadow_mode))
+            .and_then(|l| l.applied.rule().map(|r| r.shadow_mode))
             .unwrap_or(false);
         self.code = if shadow { Code::Ok } else { Code::OverLimit };
         self.shadowed = shadow;

@@ -31,7 +31,7 @@ use std::time::Duration;
 use histogram::Histogram;
 use split::{Split, split_hits};
 
-use crate::limiter::{Request, Verdict};
+use crate::limiter::{Counting, Request, Verdict};
 use crate::storage::{Gauge, StorageError};
 
 /// The per-stats-key counters.
@@ -235,12 +235,14 @@ impl Metrics {
             return;
         }
         for (descriptor, status) in request.descriptors.iter().zip(&verdict.statuses) {
-            let Some(applied) = status.limit else {
+            let Some(limited) = status.limit else {
                 continue;
             };
-            if status.hits == 0 {
+            let hits = status.counting.hits();
+            if hits == 0 {
                 continue;
             }
+            let applied = limited.applied;
             let stats = match applied.rule() {
                 // Configuration-derived keys: found by the limit's precomputed full key, without
                 // building the segments again.
@@ -253,25 +255,24 @@ impl Metrics {
                     self.limit_stats(segments, true)
                 }
             };
-            let limit = u64::from(applied.requests_per_unit());
-            let split = if status.from_local_cache {
-                stats
-                    .over_limit_with_local_cache
-                    .fetch_add(status.hits, Ordering::Relaxed);
-                Split {
-                    within: 0,
-                    near: 0,
-                    over: status.hits,
+            let limit = u64::from(limited.rate.requests_per_unit);
+            let split = match status.counting {
+                Counting::Counted { after, .. } => {
+                    split_hits(limit, self.near_limit_ratio, after, hits)
                 }
-            } else {
-                split_hits(
-                    limit,
-                    self.near_limit_ratio,
-                    status.count_after,
-                    status.hits,
-                )
+                _ => {
+                    // Refused by the local cache: every hit is over, and counted as such.
+                    stats
+                        .over_limit_with_local_cache
+                        .fetch_add(hits, Ordering::Relaxed);
+                    Split {
+                        within: 0,
+                        near: 0,
+                        over: hits,
+                    }
+                }
             };
-            stats.total_hits.fetch_add(status.hits, Ordering::Relaxed);
+            stats.total_hits.fetch_add(hits, Ordering::Relaxed);
             stats
                 .within_limit
                 .fetch_add(split.within, Ordering::Relaxed);

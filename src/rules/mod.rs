@@ -106,15 +106,34 @@ pub struct PathLevel {
     pub value_to_metric: bool,
 }
 
+/// A number of hits allowed per window of one unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerUnit {
+    /// Allowed hits per window; 0 blocks everything.
+    pub requests_per_unit: u32,
+    /// The window unit.
+    pub unit: Unit,
+}
+
+/// What a configured limit allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// `requests_per_unit` per `unit`, counted.
+    Limited(PerUnit),
+    /// `unlimited: true`: never counted; answers OK with `limit_remaining` = `u32::MAX`.
+    /// `written` is the `requests_per_unit` the file gave (meaningless, kept for `/rlconfig`,
+    /// which prints it as the reference does).
+    Unlimited {
+        /// The file's `requests_per_unit`.
+        written: u32,
+    },
+}
+
 /// A limit from the configuration, with everything the decision and the response need.
 #[derive(Debug, Clone)]
 pub struct Limit {
-    /// Allowed hits per window; 0 blocks everything.
-    pub requests_per_unit: u32,
-    /// The window unit (unused when `unlimited`).
-    pub unit: Unit,
-    /// Never counted; answers OK with `limit_remaining` = `u32::MAX`.
-    pub unlimited: bool,
+    /// What the limit allows.
+    pub rate: Rate,
     /// `rate_limit.name`: returned as `current_limit.name` and used by `replaces`.
     pub name: Option<String>,
     /// Names of other limits this one drops from the same request.

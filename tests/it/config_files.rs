@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use turnstile::config::{LoadOptions, load_dir, parse_files};
-use turnstile::rules::MetaValue;
+use turnstile::rules::{MetaValue, PerUnit, Rate, Unit};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
@@ -242,16 +242,18 @@ fn duplicate_domains_fail_unless_merged() {
     .expect("merged");
     let domain = merged.rules.domain("d").expect("domain");
     assert_eq!(
-        domain
-            .lookup([("k1", "x")].into_iter())
-            .map(|l| l.requests_per_unit),
-        Some(10)
+        domain.lookup([("k1", "x")].into_iter()).map(|l| l.rate),
+        Some(Rate::Limited(PerUnit {
+            requests_per_unit: 10,
+            unit: Unit::Minute
+        }))
     );
     assert_eq!(
-        domain
-            .lookup([("k2", "x")].into_iter())
-            .map(|l| l.requests_per_unit),
-        Some(20)
+        domain.lookup([("k2", "x")].into_iter()).map(|l| l.rate),
+        Some(Rate::Limited(PerUnit {
+            requests_per_unit: 20,
+            unit: Unit::Minute
+        }))
     );
     write(
         &dir,

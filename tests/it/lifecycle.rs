@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::process::{Process, RULES, command, http_get, metric, rules_root};
+use crate::process::{Process, RULES, command, http_get, loopback_env, metric, rules_root};
 use crate::support::req1;
 
 /// The real binary, its ports read from its own "serving" log line (every listener on port 0).
@@ -43,16 +43,7 @@ fn port_after(line: &str, name: &str) -> Option<u16> {
 impl Binary {
     fn start(env: &[(&str, &str)]) -> Binary {
         let root = rules_root(RULES);
-        let mut all: Vec<(&str, String)> = vec![
-            ("RUNTIME_ROOT", root.display().to_string()),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-            ("GRPC_HOST", "127.0.0.1".into()),
-            ("GRPC_PORT", "0".into()),
-            ("HOST", "127.0.0.1".into()),
-            ("PORT", "0".into()),
-            ("DEBUG_HOST", "127.0.0.1".into()),
-            ("DEBUG_PORT", "0".into()),
-        ];
+        let mut all = loopback_env(&root);
         all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
         let mut child = command(&all)
             .stdout(Stdio::null())

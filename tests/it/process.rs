@@ -57,10 +57,9 @@ pub fn command(env: &[(&str, String)]) -> Command {
     cmd
 }
 
-/// The settings for rules under `root` (RUNTIME_ROOT/ratelimit/config), every listener on a
-/// loopback port 0, no drain, plus `env`.
-pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
-    let mut all: HashMap<String, String> = [
+/// Rules under `root` (RUNTIME_ROOT/ratelimit/config) and every listener on a loopback port 0.
+pub fn loopback_env(root: &Path) -> Vec<(&'static str, String)> {
+    vec![
         ("RUNTIME_ROOT", root.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
         ("GRPC_HOST", "127.0.0.1".into()),
@@ -69,13 +68,20 @@ pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
         ("PORT", "0".into()),
         ("DEBUG_HOST", "127.0.0.1".into()),
         ("DEBUG_PORT", "0".into()),
-        ("USE_PROMETHEUS", "true".into()),
-        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
-        ("SHUTDOWN_DRAIN_SECONDS", "0".into()),
     ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+}
+
+/// The settings of [`loopback_env`] plus the Prometheus port, no drain, and `env`.
+pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
+    let mut all: HashMap<String, String> = loopback_env(root)
+        .into_iter()
+        .chain([
+            ("USE_PROMETHEUS", "true".to_owned()),
+            ("PROMETHEUS_ADDR", "127.0.0.1:0".to_owned()),
+            ("SHUTDOWN_DRAIN_SECONDS", "0".to_owned()),
+        ])
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
     all.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     Settings::from_env(&move |k| all.get(k).cloned(), None).expect("settings")
 }

@@ -5,7 +5,7 @@
 use crate::backends::Backend;
 use crate::on_every_backend;
 use crate::semantics::BASIC;
-use crate::support::{Options, desc, req, req1};
+use crate::support::{desc, req, req1};
 use prost_types::value::Kind;
 use turnstile::clock::Clock;
 use turnstile::grpc::{HeaderNames, ResponseSettings};
@@ -25,13 +25,7 @@ async fn response_headers(backend: Backend) {
         dynamic_metadata: false,
     };
     let Some(s) = backend
-        .start(
-            &[("basic.yaml", BASIC)],
-            Options {
-                response,
-                ..Default::default()
-            },
-        )
+        .start(&[("basic.yaml", BASIC)], response.into())
         .await
     else {
         return;
@@ -78,13 +72,7 @@ async fn dynamic_metadata(backend: Backend) {
         dynamic_metadata: true,
     };
     let Some(s) = backend
-        .start(
-            &[("example.yaml", EXAMPLE)],
-            Options {
-                response,
-                ..Default::default()
-            },
-        )
+        .start(&[("example.yaml", EXAMPLE)], response.into())
         .await
     else {
         return;
@@ -141,13 +129,7 @@ async fn local_over_limit_cache(backend: Backend) {
         ..Default::default()
     };
     let Some(s) = backend
-        .start(
-            &[("basic.yaml", BASIC)],
-            Options {
-                limiter,
-                ..Default::default()
-            },
-        )
+        .start(&[("basic.yaml", BASIC)], limiter.into())
         .await
     else {
         return;

@@ -37,6 +37,24 @@ pub struct Options {
     pub merge: bool,
 }
 
+impl From<ResponseSettings> for Options {
+    fn from(response: ResponseSettings) -> Self {
+        Options {
+            response,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<LimiterSettings> for Options {
+    fn from(limiter: LimiterSettings) -> Self {
+        Options {
+            limiter,
+            ..Default::default()
+        }
+    }
+}
+
 /// A running server.
 pub struct TestServer {
     pub addr: SocketAddr,
