@@ -3,6 +3,8 @@
 
 use crate::limiter::{Descriptor, Entry, LimitOverride, Request};
 use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
+use crate::pb::envoy::r#type::v3::RateLimitUnit;
 use crate::rules::Unit;
 
 /// A request field that is malformed.
@@ -22,18 +24,20 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> InvalidReque
     }
 }
 
-/// The unit of an override. `envoy.type.v3.RateLimitUnit` has no WEEK; 7 (WEEK in the response
-/// enum) is accepted too so a proxy that sends it is not refused.
+/// The unit of an override. `envoy.type.v3.RateLimitUnit` has no WEEK; the response enum's
+/// WEEK value is accepted too, so a proxy that sends it is not refused.
 fn override_unit(value: i32) -> Option<Unit> {
-    match value {
-        1 => Some(Unit::Second),
-        2 => Some(Unit::Minute),
-        3 => Some(Unit::Hour),
-        4 => Some(Unit::Day),
-        5 => Some(Unit::Month),
-        6 => Some(Unit::Year),
-        7 => Some(Unit::Week),
-        _ => None,
+    if value == ResponseUnit::Week as i32 {
+        return Some(Unit::Week);
+    }
+    match RateLimitUnit::try_from(value).ok()? {
+        RateLimitUnit::Second => Some(Unit::Second),
+        RateLimitUnit::Minute => Some(Unit::Minute),
+        RateLimitUnit::Hour => Some(Unit::Hour),
+        RateLimitUnit::Day => Some(Unit::Day),
+        RateLimitUnit::Month => Some(Unit::Month),
+        RateLimitUnit::Year => Some(Unit::Year),
+        RateLimitUnit::Unknown => None,
     }
 }
 
@@ -119,6 +123,8 @@ mod tests {
         RateLimitDescriptor, rate_limit_descriptor,
     };
     use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
+    use crate::pb::envoy::r#type::v3::RateLimitUnit;
 
     fn descriptor(key: &str, hits: Option<u64>) -> RateLimitDescriptor {
         RateLimitDescriptor {

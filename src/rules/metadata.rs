@@ -12,9 +12,9 @@ pub enum MetaValue {
     Bool(bool),
     /// Any number (protobuf `Value` numbers are doubles).
     Number(f64),
-    /// A string.
+    /// Text (YAML strings, and any scalar that is neither a number nor a boolean).
     String(String),
-    /// A list.
+    /// A YAML sequence.
     List(Vec<MetaValue>),
     /// A map with string keys.
     Map(BTreeMap<String, MetaValue>),

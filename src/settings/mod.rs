@@ -16,11 +16,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid setting {name}={value:?}: {problem}")]
 pub struct SettingsError {
-    /// The variable or flag.
+    /// The environment variable or flag, e.g. `GRPC_PORT`.
     pub name: String,
-    /// The rejected value.
+    /// The value as given.
     pub value: String,
-    /// Why.
+    /// Why it cannot be used, in the setting's terms.
     pub problem: String,
 }
 

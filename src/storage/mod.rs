@@ -26,7 +26,7 @@ pub enum Op {
 pub struct Hit {
     /// The counter key: printable ASCII, no spaces, at most [`MAX_KEY_LEN`] bytes.
     pub key: String,
-    /// The change.
+    /// Add (0 = read only) or refund, and by how much.
     pub op: Op,
     /// Unix second at which the counter may be dropped (the end of its window).
     pub expires_at: u64,

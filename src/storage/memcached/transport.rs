@@ -50,7 +50,7 @@ impl TransportError {
 /// Connections a transport holds to its server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Connections {
-    /// Open.
+    /// Connections open to the server.
     pub(super) open: u64,
     /// Open and not carrying a command now (pooled transports; pipelined ones share
     /// connections and report 0).
