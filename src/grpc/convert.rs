@@ -123,8 +123,6 @@ mod tests {
         RateLimitDescriptor, rate_limit_descriptor,
     };
     use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
-    use crate::pb::envoy::r#type::v3::RateLimitUnit;
 
     fn descriptor(key: &str, hits: Option<u64>) -> RateLimitDescriptor {
         RateLimitDescriptor {
