@@ -19,6 +19,7 @@ use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use crate::rules::Rate;
 use crate::storage::CounterStore;
 
@@ -83,29 +84,23 @@ async fn json_api<S: CounterStore>(
         }
     };
     let handler = RateLimitHandler::new(state);
-    match handler.decide(request).await {
-        Ok(resp) => {
-            let status = match resp.overall_code() {
-                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok => {
-                    StatusCode::OK
-                }
-                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::OverLimit => {
-                    StatusCode::TOO_MANY_REQUESTS
-                }
-                crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Unknown => {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                }
-            };
-            (
-                status,
-                [(header::CONTENT_TYPE, "application/json")],
-                json::response(&resp).to_string(),
-            )
-                .into_response()
-        }
+    let resp = match handler.decide(request).await {
+        Ok(resp) => resp,
         Err(status) => {
             tracing::debug!(error = %status.message(), "/json request failed");
-            (StatusCode::BAD_REQUEST, "Bad Request").into_response()
+            return (StatusCode::BAD_REQUEST, "Bad Request").into_response();
+        }
+    };
+    let status = match resp.overall_code() {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    match json::response(&resp) {
+        Ok(body) => (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "/json response could not be encoded");
+            (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error").into_response()
         }
     }
 }
