@@ -108,6 +108,9 @@ impl FileCompiler<'_> {
             .as_ref()
             .map(|v| v.value.clone())
             .filter(|v| !v.is_empty());
+        // The reference's composite key (`domain.key_value.key…`): only for messages, `/rlconfig`
+        // and stats keys. Counting never uses it, because joining with `_` and `.` is ambiguous
+        // (`a_b` + `c` and `a` + `b_c` collide); the tree below keeps every level apart.
         let composite = match &value {
             Some(v) => format!("{full_key}.{key}_{v}"),
             None => format!("{full_key}.{key}"),
@@ -127,6 +130,8 @@ impl FileCompiler<'_> {
                 "share_threshold can only be used with wildcard values (containing '*'), but found key '{shown}'"
             ));
         }
+        // How this level matches a request value: a value with `*` is a pattern (tried in file
+        // order after the exact values), an empty value is the key-only default.
         let matched = match (&value, &pattern) {
             (Some(v), Some(_)) => LevelMatch::Wildcard {
                 pattern: v.clone(),
@@ -168,6 +173,8 @@ impl FileCompiler<'_> {
             &composite,
         );
 
+        // The node is compiled (children included) before it is placed, so a duplicate still
+        // reports the errors inside it; the first of two duplicates is the one kept.
         let nodes = level.by_key.entry(key).or_default();
         let duplicate = match (&value, pattern) {
             (Some(v), Some(p)) => {
