@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::reload::RulesHandle;
-use crate::storage::CounterStore;
+use crate::storage::{CounterStore, StorageError};
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -85,9 +85,17 @@ impl<S: CounterStore> RateLimitHandler<S> {
             .limiter
             .check(&rules, &request)
             .await
-            .map_err(|e| {
-                metrics.store_failed_request();
-                Status::unavailable(e.to_string())
+            .map_err(|e| match e {
+                // Turnstile's own overload: RESOURCE_EXHAUSTED, so nobody reads it as a dead
+                // backend; the proxy's failure_mode_deny decides as for any error.
+                StorageError::Overloaded(_) => {
+                    metrics.service_error();
+                    Status::resource_exhausted(e.to_string())
+                }
+                _ => {
+                    metrics.store_failed_request();
+                    Status::unavailable(e.to_string())
+                }
             })?;
         if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(domain = %request.domain, descriptors = ?request.descriptors, overall = ?verdict.overall, "decided");

@@ -68,6 +68,7 @@ pub struct Metrics {
     pub(crate) store_failed_requests: AtomicU64,
     pub(crate) backend_timeouts: AtomicU64,
     pub(crate) failed_open: AtomicU64,
+    pub(crate) overloaded: AtomicU64,
     pub(crate) stats_overflow: AtomicU64,
     pub(crate) response_time: Histogram,
     pub(crate) backend_time: Histogram,
@@ -98,6 +99,7 @@ impl Metrics {
             store_failed_requests: AtomicU64::new(0),
             backend_timeouts: AtomicU64::new(0),
             failed_open: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
             stats_overflow: AtomicU64::new(0),
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
@@ -127,6 +129,10 @@ impl Metrics {
             Some(StorageError::Timeout(_)) => {
                 self.backend_timeouts.fetch_add(1, Ordering::Relaxed);
                 self.backend_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            // Turnstile's own overload says nothing about the store.
+            Some(StorageError::Overloaded(_)) => {
+                self.overloaded.fetch_add(1, Ordering::Relaxed);
             }
             Some(_) => {
                 self.backend_errors.fetch_add(1, Ordering::Relaxed);

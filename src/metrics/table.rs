@@ -88,6 +88,13 @@ pub(crate) const COUNTERS: &[CounterRow] = &[
         read: |m| load(&m.failed_open),
     },
     CounterRow {
+        prometheus: "turnstile_overloaded_total",
+        labels: "",
+        statsd: None,
+        help: "counter-store calls refused because Turnstile itself was overloaded (queue full, or commands not sent in time); the store is not blamed",
+        read: |m| load(&m.overloaded),
+    },
+    CounterRow {
         prometheus: "turnstile_stats_keys_overflow_total",
         labels: "",
         statsd: None,

@@ -336,7 +336,7 @@ fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
     Ok(MemcachedSettings {
         servers,
         pool_size,
-        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(10))?,
+        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(100))?,
         jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
         transport,
     })

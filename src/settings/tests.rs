@@ -35,7 +35,7 @@ fn defaults_match_the_reference() {
         panic!("memcached backend expected");
     };
     assert_eq!(m.jitter_max_seconds, 300);
-    assert_eq!(m.timeout, Duration::from_millis(10));
+    assert_eq!(m.timeout, Duration::from_millis(100));
     assert_eq!(m.transport, MemcachedTransport::Pipelined);
     assert_eq!(
         m.servers,

@@ -52,6 +52,10 @@ pub enum StorageError {
     /// The store is full of live counters and will not create another.
     #[error("counter store full: {0}")]
     Full(String),
+    /// Turnstile itself could not send the commands in time (its queues are full, or it is too
+    /// busy to write them): nothing is known about the store, which is not marked down.
+    #[error("Turnstile is overloaded: {0}")]
+    Overloaded(String),
 }
 
 /// A point-in-time reading of a store's state. Typed, so that the store says what it knows and

@@ -11,6 +11,7 @@ mod lifecycle;
 mod memcached_cluster;
 mod model;
 mod modes;
+mod overload;
 mod peers;
 mod process;
 mod responses;

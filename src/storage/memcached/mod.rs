@@ -18,6 +18,7 @@ pub mod srv;
 mod transport;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -30,7 +31,10 @@ use pooled::{Pooled, Protocol};
 use ring::Ring;
 use server::Server;
 use srv::Resolver;
-use transport::{Command, Transport};
+use transport::{Command, Sent, Transport, TransportError};
+
+/// How long a probe after a late answer may take before the server is marked down.
+const PROBE_DEADLINE: Duration = Duration::from_secs(1);
 
 /// memcached reads any exptime above this (30 days) as an absolute Unix time.
 const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
@@ -239,22 +243,35 @@ impl Inner {
                 exptime: self.exptime(&hit.key, hit.expires_at, now),
             })
             .collect();
-        let result = tokio::time::timeout(self.timeout, server.transport.apply(&commands)).await;
+        let sent = Sent::default();
+        let result =
+            tokio::time::timeout(self.timeout, server.transport.apply(&commands, &sent)).await;
         let error = match result {
             Ok(Ok(counts)) => {
                 server.record_success();
                 return Ok(counts);
             }
             Ok(Err(err)) => err,
+            Err(_) if !sent.load(Ordering::Acquire) => {
+                // Never written: the time went in Turnstile's own queue.
+                return Err(StorageError::Overloaded(format!(
+                    "commands for memcached {} waited {:?} in Turnstile without being sent",
+                    server.name, self.timeout
+                )));
+            }
             Err(_) => {
-                server.record_failure();
-                server.transport.reset();
+                // Written, not answered in time: ask the server on the side before calling it
+                // down (Turnstile may have been too busy to read the answer).
+                self.probe_later(server);
                 return Err(StorageError::Timeout(format!(
                     "memcached {} did not answer within {:?}",
                     server.name, self.timeout
                 )));
             }
         };
+        if let TransportError::Overloaded(why) = error {
+            return Err(StorageError::Overloaded(why));
+        }
         if error.is_connection_fault() {
             server.record_failure();
             server.transport.reset();
@@ -269,6 +286,33 @@ impl Inner {
                 server.name
             )))
         }
+    }
+
+    /// Probes `server` in the background (one probe at a time); a probe that fails within
+    /// [`PROBE_DEADLINE`] marks the server down.
+    fn probe_later(&self, server: &Server) {
+        if !server.start_probe() {
+            return;
+        }
+        let topology = self.topology.load();
+        let Some(server) = topology
+            .servers
+            .iter()
+            .find(|s| std::ptr::eq(s.as_ref(), server))
+            .cloned()
+        else {
+            return;
+        };
+        tokio::spawn(async move {
+            let answered = matches!(
+                tokio::time::timeout(PROBE_DEADLINE, server.transport.probe()).await,
+                Ok(Ok(()))
+            );
+            if !answered {
+                server.transport.reset();
+            }
+            server.probe_done(answered);
+        });
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::transport::{Command as CounterCommand, Connections, Transport, TransportError};
+use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
 use crate::storage::Op;
 
 /// Callers' batches that may wait for the writer on one connection.
@@ -53,6 +53,8 @@ struct Command {
     lines: Vec<u8>,
     count: usize,
     reply: oneshot::Sender<Vec<Reply>>,
+    /// Set once the lines are written to the socket.
+    sent: Option<Sent>,
 }
 
 /// A shared, pipelined connection. Dropping the last handle closes it.
@@ -115,22 +117,34 @@ impl Pipeline {
         self.commands.is_closed() || !self.alive.load(Ordering::Acquire)
     }
 
-    /// Sends `count` command lines (written together) and waits for their answers, in order.
-    async fn call(&self, lines: Vec<u8>, count: usize) -> io::Result<Vec<Reply>> {
+    /// Queues `count` command lines (written together) and waits for their answers, in order.
+    /// A full queue is Turnstile's overload, reported at once rather than waited out.
+    async fn call(
+        &self,
+        lines: Vec<u8>,
+        count: usize,
+        sent: Option<Sent>,
+    ) -> Result<Vec<Reply>, TransportError> {
+        let closed = || {
+            TransportError::Io(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "connection closed",
+            ))
+        };
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command {
-                lines,
-                count,
-                reply,
-            })
-            .await
-            .map_err(|_| {
-                io::Error::new(io::ErrorKind::BrokenPipe, "memcached connection closed")
-            })?;
-        answer
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "memcached connection closed"))
+        let command = Command {
+            lines,
+            count,
+            reply,
+            sent,
+        };
+        self.commands.try_send(command).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => TransportError::Overloaded(format!(
+                "{COMMAND_QUEUE} batches already wait for one memcached connection"
+            )),
+            mpsc::error::TrySendError::Closed(_) => closed(),
+        })?;
+        answer.await.map_err(|_| closed())
     }
 }
 
@@ -140,6 +154,7 @@ async fn writer(
     pending: mpsc::Sender<Pending>,
 ) {
     let mut buf = Vec::with_capacity(16 * 1024);
+    let mut written: Vec<Sent> = Vec::new();
     while let Some(first) = queue.recv().await {
         // Let the other ready tasks (requests of this and other connections) queue their
         // commands first, so one write carries many: fewer syscalls under load, one
@@ -149,9 +164,14 @@ async fn writer(
         let mut next = Some(first);
         // Everything already queued goes out in the same write.
         while let Some(command) = next {
-            buf.extend_from_slice(&command.lines);
-            if pending.send((command.count, command.reply)).await.is_err() {
-                return;
+            // A caller that gave up before its commands left (its deadline passed in the
+            // queue) was told they were not sent: keep that true, and do not count them.
+            if !command.reply.is_closed() {
+                buf.extend_from_slice(&command.lines);
+                written.extend(command.sent);
+                if pending.send((command.count, command.reply)).await.is_err() {
+                    return;
+                }
             }
             next = if buf.len() < 256 * 1024 {
                 queue.try_recv().ok()
@@ -159,8 +179,14 @@ async fn writer(
                 None
             };
         }
+        if buf.is_empty() {
+            continue;
+        }
         if write.write_all(&buf).await.is_err() {
             return;
+        }
+        for sent in written.drain(..) {
+            sent.store(true, Ordering::Release);
         }
     }
 }
@@ -289,9 +315,14 @@ impl Pipelined {
         Ok(pipe)
     }
 
-    async fn call(&self, lines: Vec<u8>, count: usize) -> Result<Vec<Reply>, TransportError> {
+    async fn call(
+        &self,
+        lines: Vec<u8>,
+        count: usize,
+        sent: Option<Sent>,
+    ) -> Result<Vec<Reply>, TransportError> {
         let pipe = self.connection().await.map_err(TransportError::Connect)?;
-        pipe.call(lines, count).await.map_err(TransportError::Io)
+        pipe.call(lines, count, sent).await
     }
 }
 
@@ -299,6 +330,7 @@ impl Transport for Pipelined {
     fn apply<'a>(
         &'a self,
         commands: &'a [CounterCommand<'a>],
+        sent: &'a Sent,
     ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
         async move {
             // All of a request's commands for this server in one write.
@@ -309,7 +341,7 @@ impl Transport for Pipelined {
                     Op::Sub(n) => push_sub(&mut lines, c.key, n),
                 }
             }
-            self.call(lines, commands.len())
+            self.call(lines, commands.len(), Some(Arc::clone(sent)))
                 .await?
                 .into_iter()
                 .map(|reply| match reply {
@@ -325,7 +357,7 @@ impl Transport for Pipelined {
 
     fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
         async move {
-            match self.call(b"mn\r\n".to_vec(), 1).await?.as_slice() {
+            match self.call(b"mn\r\n".to_vec(), 1, None).await?.as_slice() {
                 [Reply::Noop] => Ok(()),
                 other => Err(TransportError::Protocol(format!("{other:?} to mn"))),
             }

@@ -13,7 +13,9 @@ use bb8::Pool;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, try_join_all};
 
-use super::transport::{Command, Connections, Transport, TransportError};
+use std::sync::atomic::Ordering;
+
+use super::transport::{Command, Connections, Sent, Transport, TransportError};
 use crate::storage::Op;
 
 /// Creates pooled connections; the check-out test is off (it costs a round trip per use), and
@@ -190,18 +192,21 @@ impl Pooled {
         Self { pool, protocol }
     }
 
+    /// A pooled connection. Waiting for a busy pool is Turnstile's own queueing: running out
+    /// of time there is overload, not a fault of the server.
     async fn connection(&self) -> Result<bb8::PooledConnection<'_, Manager>, TransportError> {
         self.pool.get().await.map_err(|e| match e {
             bb8::RunError::User(e) => e.into(),
-            bb8::RunError::TimedOut => TransportError::Connect(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no pooled connection became free in time",
-            )),
+            bb8::RunError::TimedOut => TransportError::Overloaded(
+                "no pooled memcached connection became free in time".into(),
+            ),
         })
     }
 
-    async fn one(&self, command: &Command<'_>) -> Result<u64, TransportError> {
+    async fn one(&self, command: &Command<'_>, sent: &Sent) -> Result<u64, TransportError> {
         let mut conn = self.connection().await?;
+        // With a connection in hand, the command goes straight to the server.
+        sent.store(true, Ordering::Release);
         let count = match command.op {
             Op::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
             Op::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
@@ -214,6 +219,7 @@ impl Transport for Pooled {
     fn apply<'a>(
         &'a self,
         commands: &'a [Command<'a>],
+        sent: &'a Sent,
     ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
         async move {
             let distinct = commands
@@ -222,13 +228,13 @@ impl Transport for Pooled {
                 .all(|(i, c)| commands[..i].iter().all(|o| o.key != c.key));
             if distinct {
                 // One connection per command, all at once.
-                try_join_all(commands.iter().map(|c| self.one(c))).await
+                try_join_all(commands.iter().map(|c| self.one(c, sent))).await
             } else {
                 // The same counter twice: in order, so each answer is the count after exactly
                 // the hits before it.
                 let mut counts = Vec::with_capacity(commands.len());
                 for command in commands {
-                    counts.push(self.one(command).await?);
+                    counts.push(self.one(command, sent).await?);
                 }
                 Ok(counts)
             }

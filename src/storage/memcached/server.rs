@@ -1,9 +1,12 @@
-//! One memcached server: its transport and its health. A server that fails to connect or
-//! times out is marked down with an exponential backoff (50 ms doubling to 1 s); while it is
-//! down, its operations fail at once instead of each waiting for a deadline, and one operation
-//! per backoff period is let through as a probe. A success clears the failure count.
+//! One memcached server: its transport and its health. Only evidence about the server marks it
+//! down: a connection that cannot be made or breaks, or a failed probe. A late answer to
+//! commands that were written is not such evidence by itself (Turnstile may have been too busy
+//! to read it), so it starts one probe on the side, and the probe's failure marks the server
+//! down. A down server is retried with an exponential backoff (50 ms doubling to 1 s); while it
+//! is down, its operations fail at once instead of each waiting for a deadline, and one
+//! operation per backoff period is let through. A success clears the failure count.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::transport::Transport;
@@ -17,6 +20,8 @@ pub(super) struct Server {
     pub(super) name: String,
     pub(super) transport: Box<dyn Transport>,
     failures: AtomicU32,
+    /// A probe after a late answer is under way.
+    probing: AtomicBool,
     /// Milliseconds since `epoch` until which the server counts as down.
     down_until_ms: AtomicU64,
     epoch: Instant,
@@ -29,6 +34,7 @@ impl Server {
             name,
             transport,
             failures: AtomicU32::new(0),
+            probing: AtomicBool::new(false),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -72,6 +78,21 @@ impl Server {
         if self.failures.swap(0, Ordering::AcqRel) != 0 {
             tracing::warn!(server = %self.name, "memcached server is reachable again");
         }
+    }
+
+    /// Claims the one probe that a late answer may start; false while one is under way.
+    pub(super) fn start_probe(&self) -> bool {
+        !self.probing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Records a probe's outcome and lets the next late answer start another.
+    pub(super) fn probe_done(&self, answered: bool) {
+        if answered {
+            self.record_success();
+        } else {
+            self.record_failure();
+        }
+        self.probing.store(false, Ordering::Release);
     }
 
     pub(super) fn record_failure(&self) {

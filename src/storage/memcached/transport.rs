@@ -9,6 +9,8 @@
 //! Must not touch: rules, limiter, the store's grouping of hits by server.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use futures_util::future::BoxFuture;
 
@@ -37,15 +39,22 @@ pub(super) enum TransportError {
     /// The server answered something we cannot use; it is reachable.
     #[error("unexpected answer: {0}")]
     Protocol(String),
+    /// The commands could not even be queued (Turnstile's own queue is full); nothing was sent.
+    #[error("{0}")]
+    Overloaded(String),
 }
 
 impl TransportError {
-    /// Whether the error says something about the server's reachability (it then counts
-    /// towards marking the server down), as opposed to a bad answer from a live server.
+    /// Whether the error is evidence that the server is unreachable (it is then marked down),
+    /// as opposed to a bad answer from a live server or Turnstile's own overload.
     pub(super) fn is_connection_fault(&self) -> bool {
-        !matches!(self, TransportError::Protocol(_))
+        matches!(self, TransportError::Connect(_) | TransportError::Io(_))
     }
 }
+
+/// Set by a transport once a batch's commands have left Turnstile (written to the socket):
+/// what separates Turnstile's own queueing from the server's response time.
+pub(super) type Sent = Arc<AtomicBool>;
 
 /// Connections a transport holds to its server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,10 +68,12 @@ pub(super) struct Connections {
 
 /// A way of carrying counter commands to one server.
 pub(super) trait Transport: Send + Sync + fmt::Debug {
-    /// Applies every command, in order for the same key, and returns the count after each.
+    /// Applies every command, in order for the same key, and returns the count after each;
+    /// sets `sent` once the commands are on their way to the server.
     fn apply<'a>(
         &'a self,
         commands: &'a [Command<'a>],
+        sent: &'a Sent,
     ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>>;
 
     /// One cheap round trip that proves the server answers.
