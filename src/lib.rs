@@ -41,7 +41,7 @@
 //! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |
 //! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `rules`, `storage` |
-//! | `server` | the gRPC server: RLS, health, reflection | `grpc`, `health`, `pb`, `storage`, `tls` |
+//! | `server` | the gRPC server: RLS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
 
 pub mod app;

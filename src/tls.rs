@@ -10,14 +10,15 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
+use std::future::Future;
+
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::ring::{default_provider, sign::any_supported_type};
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::settings::TlsSettings;
 
@@ -130,39 +131,30 @@ pub fn server_config(
     Ok((Arc::new(config), resolver))
 }
 
-/// Accepts TCP connections and completes TLS handshakes (each with a 10 s deadline) off the
-/// accept loop; failed handshakes are dropped and logged at debug level.
-pub fn incoming(
-    listener: TcpListener,
+/// The TLS side of accepting: completes the handshake of an accepted TCP stream within
+/// `timeout`; a failed or stalled handshake is dropped and logged at debug level.
+pub fn handshake(
     config: Arc<ServerConfig>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    timeout: Duration,
+) -> impl Fn(TcpStream) -> std::pin::Pin<Box<dyn Future<Output = Option<TlsStream<TcpStream>>> + Send>>
++ Send
++ 'static {
     let acceptor = TlsAcceptor::from(config);
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+    move |stream| {
+        let acceptor = acceptor.clone();
+        Box::pin(async move {
+            let peer = stream.peer_addr().ok();
+            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(e)) => {
+                    tracing::debug!(?peer, error = %e, "TLS handshake failed");
+                    None
                 }
-            };
-            let _ = stream.set_nodelay(true);
-            let (acceptor, sender) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = sender.send(Ok(tls)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                Err(_) => {
+                    tracing::debug!(?peer, "TLS handshake timed out");
+                    None
                 }
-            });
-            if tx.is_closed() {
-                return;
             }
-        }
-    });
-    ReceiverStream::new(rx)
+        })
+    }
 }

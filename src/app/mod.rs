@@ -29,7 +29,7 @@ use crate::health::Health;
 use crate::limiter::{Limiter, LimiterSettings};
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::{Reloader, RulesHandle};
-use crate::server::{GrpcListener, ServerOptions};
+use crate::server::{ConnectionLimits, GrpcListener, ServerOptions};
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
 
@@ -197,6 +197,8 @@ impl App {
             }
         };
         let age = settings.max_connection_age;
+        let limits = settings.grpc_limits;
+        let open_connections = state.metrics.open_connections();
         Ok(App {
             state,
             listeners,
@@ -204,6 +206,16 @@ impl App {
             server: ServerOptions {
                 max_connection_age: Some((age.age, age.grace)),
                 tls,
+                connections: ConnectionLimits {
+                    max_connections: limits.max_connections,
+                    handshake_timeout: limits.handshake_timeout,
+                    idle_timeout: limits.idle_timeout,
+                },
+                max_concurrent_streams: limits.max_concurrent_streams,
+                max_requests_in_flight: limits.max_requests_in_flight,
+                request_timeout: limits.request_timeout,
+                max_header_list_size: limits.max_header_list_size,
+                open_connections,
             },
             drain: settings.drain,
             tasks,
@@ -359,9 +371,19 @@ async fn bind_all(s: &Settings) -> Result<(Listeners, Addresses), AppError> {
 /// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the
 /// drain at once).
 pub async fn run(settings: Settings) -> Result<(), AppError> {
+    raise_open_files_limit();
     let app = App::build(settings).await?;
     let (first, second) = signals::first_and_second();
     app.run_until(first, second).await
+}
+
+/// Raises the soft limit of open files to the hard limit, as Go (and so the reference) does at
+/// start: every connection is a descriptor, and the usual soft 1024 runs out first.
+fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(target: LIFECYCLE, limit, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
 }
 
 /// `turnstile check-config DIR`: prints `all rate limit configs ok` or every error.

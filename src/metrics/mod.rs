@@ -47,6 +47,27 @@ pub(crate) struct LimitStats {
 
 const OVERFLOW: &str = "__overflow__";
 
+/// Connections open on the gRPC listener: kept by the server's accept loop, rendered here.
+#[derive(Debug, Default)]
+pub struct OpenConnections(AtomicU64);
+
+impl OpenConnections {
+    /// A connection was accepted.
+    pub fn opened(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection closed.
+    pub fn closed(&self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Connections open now.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// Every metric of the process.
 #[derive(Debug)]
 pub struct Metrics {
@@ -70,6 +91,7 @@ pub struct Metrics {
     pub(crate) failed_open: AtomicU64,
     pub(crate) overloaded: AtomicU64,
     pub(crate) stats_overflow: AtomicU64,
+    pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) response_time: Histogram,
     pub(crate) backend_time: Histogram,
 }
@@ -101,9 +123,15 @@ impl Metrics {
             failed_open: AtomicU64::new(0),
             overloaded: AtomicU64::new(0),
             stats_overflow: AtomicU64::new(0),
+            open_connections: Arc::default(),
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
         }
+    }
+
+    /// The open-connections gauge, for the server to keep.
+    pub fn open_connections(&self) -> Arc<OpenConnections> {
+        Arc::clone(&self.open_connections)
     }
 
     /// Counts a configuration load.

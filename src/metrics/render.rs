@@ -112,6 +112,15 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         extra,
     );
 
+    let name = "turnstile_grpc_connections_open";
+    header(
+        &mut out,
+        name,
+        "connections open on the gRPC listener",
+        "gauge",
+    );
+    let _ = writeln!(out, "{name}{{{extra}}} {}", m.open_connections.get());
+
     let mut samples: Vec<GaugeSample> = Vec::new();
     for gauge in gauges {
         gauge_samples(gauge, &mut samples);

