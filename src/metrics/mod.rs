@@ -15,6 +15,7 @@
 
 mod histogram;
 mod instrumented;
+mod label;
 mod render;
 mod split;
 mod stats_key;
@@ -91,6 +92,7 @@ pub struct Metrics {
     pub(crate) failed_open: AtomicU64,
     pub(crate) overloaded: AtomicU64,
     pub(crate) stats_overflow: AtomicU64,
+    pub(crate) labels_shortened: AtomicU64,
     pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) response_time: Histogram,
     pub(crate) backend_time: Histogram,
@@ -123,6 +125,7 @@ impl Metrics {
             failed_open: AtomicU64::new(0),
             overloaded: AtomicU64::new(0),
             stats_overflow: AtomicU64::new(0),
+            labels_shortened: AtomicU64::new(0),
             open_connections: Arc::default(),
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
@@ -182,6 +185,16 @@ impl Metrics {
     /// The counters of a stats key. Keys built from request values (`dynamic`) are bounded;
     /// keys that come from the configuration alone are always kept.
     fn limit_stats(&self, key: Vec<String>, dynamic: bool) -> Arc<LimitStats> {
+        let key: Vec<String> = if dynamic {
+            key.into_iter()
+                .map(|segment| match self.bounded(&segment) {
+                    std::borrow::Cow::Borrowed(_) => segment,
+                    std::borrow::Cow::Owned(short) => short,
+                })
+                .collect()
+        } else {
+            key
+        };
         let read = self
             .limits
             .read()
@@ -204,6 +217,15 @@ impl Metrics {
             key
         };
         Arc::clone(write.entry(key).or_default())
+    }
+
+    /// `value` bounded in bytes (see [`label`]), counting the values that had to be shortened.
+    fn bounded<'v>(&self, value: &'v str) -> std::borrow::Cow<'v, str> {
+        let bounded = label::bounded(value);
+        if matches!(bounded, std::borrow::Cow::Owned(_)) {
+            self.labels_shortened.fetch_add(1, Ordering::Relaxed);
+        }
+        bounded
     }
 
     /// The counters of a configuration-derived stats key, cached by the limit's full key.
@@ -230,6 +252,8 @@ impl Metrics {
     }
 
     fn domain_not_found(&self, domain: &str) {
+        let domain = self.bounded(domain);
+        let domain = domain.as_ref();
         let read = self
             .domain_not_found
             .read()

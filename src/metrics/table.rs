@@ -101,6 +101,13 @@ pub(crate) const COUNTERS: &[CounterRow] = &[
         help: "stats keys folded into __overflow__ by the cardinality bound",
         read: |m| load(&m.stats_overflow),
     },
+    CounterRow {
+        prometheus: "turnstile_stats_labels_shortened_total",
+        labels: "",
+        statsd: None,
+        help: "request-derived label values longer than 128 bytes, kept as a prefix and a hash",
+        read: |m| load(&m.labels_shortened),
+    },
 ];
 
 /// A per-stats-key counter: Prometheus `ratelimit_service_rate_limit_<stat>{domain,key1,key2}`,

@@ -146,3 +146,31 @@ async fn connections_beyond_the_cap_wait_until_one_closes() {
         .expect("served once a connection closed");
     assert!(served.is_ok(), "{served:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_request_values_make_bounded_stats() {
+    let rules = "domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+    let s = crate::support::start_memory(&[("d.yaml", rules)], Default::default()).await;
+    for i in 0..20 {
+        let huge = format!("{i}{}", "x".repeat(1 << 20));
+        // An unknown domain of 1 MiB, and a 1 MiB value in a detailed_metric key.
+        s.call(crate::support::req1(&huge, &[("k", "v")])).await;
+        s.call(crate::support::req1("d", &[("k", &huge)])).await;
+    }
+    let text = s.metrics.render(&[]);
+    assert!(
+        text.len() < 64 * 1024,
+        "40 MiB of request values made {} bytes of metrics",
+        text.len()
+    );
+    assert_eq!(
+        metric(&text, "turnstile_stats_labels_shortened_total"),
+        Some(40),
+        "every oversized value is counted"
+    );
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_domain_not_found{"))
+        .count();
+    assert_eq!(series, 20, "distinct values stay distinct series");
+}
