@@ -14,6 +14,8 @@ pub struct Health {
     config_loaded: AtomicBool,
     needs_config: bool,
     shutting_down: AtomicBool,
+    /// The loaded configuration has no rules (healthy, but worth saying).
+    rules_empty: AtomicBool,
     changed: watch::Sender<bool>,
 }
 
@@ -25,6 +27,7 @@ impl Health {
             config_loaded: AtomicBool::new(config_loaded),
             needs_config,
             shutting_down: AtomicBool::new(false),
+            rules_empty: AtomicBool::new(false),
             changed: watch::Sender::new(false),
         };
         health.publish();
@@ -65,6 +68,21 @@ impl Health {
     pub fn set_config_loaded(&self) {
         self.config_loaded.store(true, Ordering::Release);
         self.publish();
+    }
+
+    /// Records whether the loaded configuration has no rules at all (every request then
+    /// answers OK without a limit: healthy, but an operator should hear of it).
+    pub fn set_rules_empty(&self, empty: bool) {
+        self.rules_empty.store(empty, Ordering::Release);
+    }
+
+    /// Warnings about a healthy process, for `/healthcheck`.
+    pub fn warnings(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.rules_empty.load(Ordering::Acquire) {
+            out.push("no rate limit rules are loaded (the config directory has no rule files)");
+        }
+        out
     }
 
     /// Marks the process as shutting down (permanently unhealthy).

@@ -69,10 +69,19 @@ impl std::fmt::Debug for Reloader {
     }
 }
 
-/// Logs a successful load: its warnings, then what was loaded.
-pub fn announce(loaded: &Loaded) {
+/// Logs a successful load (its warnings, then what was loaded) and tells `health` whether any
+/// rules were loaded at all.
+pub fn announce(loaded: &Loaded, health: &Health) {
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
+    }
+    let empty = loaded.rules.domain_count() == 0;
+    health.set_rules_empty(empty);
+    if empty {
+        tracing::warn!(
+            files = loaded.files,
+            "no rate limit rules are loaded: every request answers OK without a limit"
+        );
     }
     tracing::info!(
         target: LIFECYCLE,
@@ -92,7 +101,7 @@ impl Reloader {
     pub fn reload_once(&self) -> bool {
         match (self.load)() {
             Ok(loaded) => {
-                announce(&loaded);
+                announce(&loaded, &self.health);
                 self.handle.store(loaded.rules);
                 self.metrics.config_loaded(true);
                 self.health.set_config_loaded();

@@ -146,14 +146,21 @@ impl App {
             settings.near_limit_ratio,
             &settings.extra_tags,
         ));
-        let rules = initial_rules(&settings, &metrics)?;
+        let initial = initial_load(&settings, &metrics)?;
         if let Some(addr) = &settings.statsd {
             let sink =
                 crate::metrics::statsd::sink(Arc::clone(&metrics), addr, settings.stats_flush)
                     .map_err(|e| AppError::Unsupported(e.to_string()))?;
             tasks.spawn(sink);
         }
-        let health = Arc::new(Health::new(settings.healthy_needs_config, rules.is_some()));
+        let health = Arc::new(Health::new(
+            settings.healthy_needs_config,
+            initial.is_some(),
+        ));
+        if let Some(loaded) = &initial {
+            crate::reload::announce(loaded, &health);
+        }
+        let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let (store, store_tasks) = store::build(&settings.backend, &clock).await?;
@@ -291,15 +298,15 @@ impl App {
     }
 }
 
-fn initial_rules(
+/// The first load (`None` when forced to start without a valid configuration).
+fn initial_load(
     settings: &Settings,
     metrics: &Metrics,
-) -> Result<Option<crate::rules::RuleSet>, AppError> {
+) -> Result<Option<config::Loaded>, AppError> {
     match config::load_dir(&settings.config_dir, load_options(settings)) {
         Ok(loaded) => {
-            crate::reload::announce(&loaded);
             metrics.config_loaded(true);
-            Ok(Some(loaded.rules))
+            Ok(Some(loaded))
         }
         Err(errors) if settings.force_start_without_config => {
             tracing::error!("starting without configuration: {errors}");

@@ -243,7 +243,10 @@ impl FileCompiler<'_> {
             self.error(
                 unit_pos,
                 &format!("{path}.unit"),
-                format!("invalid rate limit unit '{unit_text}'"),
+                format!(
+                    "invalid rate limit unit '{unit_text}' (one of second, minute, hour, day, \
+                     week, month, year)"
+                ),
             );
             ok = false;
         }

@@ -32,12 +32,43 @@ pub(crate) fn in_rule_file_terms(message: &str) -> String {
         let key = rest.trim_end_matches('`');
         return format!("key '{key}' appears twice in the same map");
     }
+    if message.starts_with("multiple YAML documents detected") {
+        return "a rule file holds one YAML document, and this one has several (a `---` line \
+                starts another): put each domain in a file of its own"
+            .into();
+    }
+    if let Some(breach) = message.strip_prefix("budget breached: ") {
+        return budget(breach);
+    }
     if let Some(kind) = message.strip_prefix("invalid ")
         && matches!(kind, "u32" | "u64" | "i64")
     {
         return format!("expected {}", expected_number(kind));
     }
     message.to_owned()
+}
+
+/// The YAML reader's budget breaches (its guard against YAML bombs), in words.
+fn budget(breach: &str) -> String {
+    use super::raw::{MAX_DEPTH, MAX_NODES};
+    let kind = breach.split([' ', '{']).next().unwrap_or(breach);
+    match kind {
+        "Nodes" | "Events" => format!(
+            "the file has more than {MAX_NODES} YAML nodes (maps, lists and values; about \
+             {} flat descriptors): split it into several files",
+            MAX_NODES / 11
+        ),
+        "Depth" => format!(
+            "descriptors nest deeper than {} levels, the most the reader accepts",
+            MAX_DEPTH / 2 - 1
+        ),
+        "Aliases" | "Anchors" | "AliasAnchorRatio" => {
+            "the file uses too many YAML aliases or anchors (a guard against YAML bombs)".into()
+        }
+        _ => format!(
+            "the file exceeds a limit of the YAML reader (a guard against YAML bombs): {breach}"
+        ),
+    }
 }
 
 /// Every key a rule file may use, at any level.

@@ -39,11 +39,39 @@ pub struct Loaded {
     pub files: usize,
 }
 
-/// Compiles rule files given as `(origin, text)` pairs, in the order given.
+/// The stack of the thread that reads and compiles rule files: both recurse once per nesting
+/// level, and the reader's depth limit (`raw::MAX_DEPTH`) must be reachable without
+/// overflowing (an ordinary 2 or 8 MiB thread stack is not enough in debug builds).
+const LOADER_STACK: usize = 64 * 1024 * 1024;
+
+/// Compiles rule files given as `(origin, text)` pairs, in the order given, on a thread with a
+/// stack large enough for the deepest file the reader accepts.
 pub fn parse_files(
     files: &[(String, String)],
     options: LoadOptions,
 ) -> Result<Loaded, ConfigErrors> {
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("config-loader".into())
+            .stack_size(LOADER_STACK)
+            .spawn_scoped(scope, || compile_files(files, options));
+        match spawned {
+            Ok(loader) => loader.join().unwrap_or_else(|_| {
+                Err(ConfigErrors(vec![ConfigError {
+                    origin: "(configuration)".into(),
+                    line: 0,
+                    column: 0,
+                    path: String::new(),
+                    message: "the loader failed unexpectedly; the previous rules stay".into(),
+                }]))
+            }),
+            // No thread to be had: load on this one (deep files may then fail to load).
+            Err(_) => compile_files(files, options),
+        }
+    })
+}
+
+fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loaded, ConfigErrors> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let mut domains = HashMap::new();
@@ -106,7 +134,25 @@ fn io_error(origin: &str, err: &std::io::Error) -> ConfigError {
 fn list_files(dir: &Path, options: LoadOptions) -> Result<Vec<PathBuf>, ConfigError> {
     let mut out = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
+    // Directories already read, by their real path: a symbolic link back to one of them is a
+    // loop (reading on would load the same files again and again).
+    let mut seen = std::collections::HashSet::new();
     while let Some(current) = pending.pop() {
+        if let Ok(real) = std::fs::canonicalize(&current)
+            && !seen.insert(real.clone())
+        {
+            return Err(ConfigError {
+                origin: current.display().to_string(),
+                line: 0,
+                column: 0,
+                path: String::new(),
+                message: format!(
+                    "symbolic link loop: this directory is {}, which was already read; \
+                     remove the link",
+                    real.display()
+                ),
+            });
+        }
         let entries = std::fs::read_dir(&current)
             .map_err(|e| io_error(&current.display().to_string(), &e))?;
         for entry in entries {

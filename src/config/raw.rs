@@ -41,7 +41,7 @@ pub(crate) fn parse(text: &str) -> Result<RawFile, ParseError> {
     if text.trim().is_empty() {
         return Ok(RawFile::default());
     }
-    serde_saphyr::from_str::<Shaped<RawFile>>(text)
+    serde_saphyr::from_str_with_options::<Shaped<RawFile>>(text, options())
         .map(|file| file.0)
         .map_err(|err| {
             // An error without a place is about the whole document: point at its start.
@@ -60,6 +60,24 @@ pub(crate) fn parse(text: &str) -> Result<RawFile, ParseError> {
                 message: super::messages::in_rule_file_terms(&message),
             }
         })
+}
+
+/// The largest rule file accepted, in YAML nodes (maps, lists and scalars; a flat descriptor is
+/// about eleven): room for well over 100,000 descriptors in one file.
+pub(crate) const MAX_NODES: usize = 4_000_000;
+/// The deepest nesting accepted (each descriptor level is two: its list and its map).
+pub(crate) const MAX_DEPTH: usize = 256;
+
+/// Reader options: limits that real rule files never reach but that stop YAML bombs (alias
+/// expansion, nesting and size are bounded by the crate's budget).
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_NODES,
+            max_events: 2 * MAX_NODES,
+            max_depth: MAX_DEPTH,
+        },
+    }
 }
 
 /// What a map of this kind is, in the rule file's terms (for "expected …, found …").

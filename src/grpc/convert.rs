@@ -82,7 +82,7 @@ pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> 
                     invalid(
                         format!("descriptors[{i}].limit.unit"),
                         format!(
-                            "must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (got {})",
+                            "must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got {})",
                             unit_text(o.unit)
                         ),
                     )

@@ -62,7 +62,16 @@ pub async fn serve(
 async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
     let failing = state.health.failing();
     if failing.is_empty() {
-        (StatusCode::OK, "OK").into_response()
+        let warnings = state.health.warnings();
+        if warnings.is_empty() {
+            (StatusCode::OK, "OK").into_response()
+        } else {
+            (
+                StatusCode::OK,
+                format!("OK (warning: {})", warnings.join("; ")),
+            )
+                .into_response()
+        }
     } else {
         (
             StatusCode::INTERNAL_SERVER_ERROR,

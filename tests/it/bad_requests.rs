@@ -39,11 +39,11 @@ async fn malformed_requests_name_the_field_and_count_nothing() {
         ),
         (
             req("test-domain", vec![desc(&[("key2", "x")]), unknown_unit]),
-            "descriptors[1].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (got UNKNOWN)",
+            "descriptors[1].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got UNKNOWN)",
         ),
         (
             req("test-domain", vec![undefined_unit]),
-            "descriptors[0].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (got 42)",
+            "descriptors[0].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got 42)",
         ),
     ];
     for (request, message) in cases {

@@ -345,3 +345,85 @@ fn check_config_command() {
     assert!(stderr.contains("bad_limit_unit.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `domain: d` with `levels` nested descriptors, a limit on the innermost.
+fn nested(levels: usize) -> String {
+    let mut text = String::from("domain: deep\ndescriptors:\n");
+    let mut indent = String::new();
+    for i in 0..levels {
+        text.push_str(&format!(
+            "{indent}  - key: k{i}\n{indent}    descriptors:\n"
+        ));
+        indent.push_str("    ");
+    }
+    text.push_str(&format!(
+        "{indent}  - key: last\n{indent}    rate_limit: {{ unit: minute, requests_per_unit: 1 }}\n"
+    ));
+    text
+}
+
+#[test]
+fn large_and_deep_files_load_and_yaml_bombs_and_several_documents_are_refused_in_words() {
+    let load = |name: &str, text: String| {
+        parse_files(&[(name.to_owned(), text)], LoadOptions::default()).map_err(|e| e.to_string())
+    };
+    // 100,000 flat descriptors in one file (the reference loads such files).
+    let mut flat = String::from("domain: big\ndescriptors:\n");
+    for i in 0..100_000 {
+        flat.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{ unit: minute, requests_per_unit: 1 }}\n"
+        ));
+    }
+    let big = load("big.yaml", flat).expect("100k descriptors load");
+    assert_eq!(big.rules.limits().len(), 100_000);
+    // 126 nested levels load; 130 are refused, in words.
+    assert!(load("deep.yaml", nested(126)).is_ok());
+    let err = load("deeper.yaml", nested(130)).expect_err("too deep");
+    assert!(
+        err.contains("descriptors nest deeper than 127 levels"),
+        "{err}"
+    );
+    // A billion-laughs bomb (in metadata, where any value is allowed) is refused before it
+    // expands, in words.
+    let mut bomb = String::from(
+        "domain: bomb\ndescriptors:\n  - key: k\n    metadata:\n      a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for i in 1..10 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "      a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let err = load("bomb.yaml", bomb).expect_err("bomb");
+    assert!(
+        err.starts_with("bomb.yaml:") && err.contains("(a guard against YAML bombs)"),
+        "{err}"
+    );
+    // Several documents in one file.
+    let err = load(
+        "multi.yaml",
+        "domain: a\ndescriptors: []\n---\ndomain: b\n".into(),
+    )
+    .expect_err("two documents");
+    assert!(
+        err.contains(
+            "multi.yaml:4:1: error loading config file: a rule file holds one YAML document"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_symbolic_link_loop_is_named() {
+    let dir = temp_dir("loop");
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    write(&dir.join("sub"), "a.yaml", "domain: a\ndescriptors: []\n");
+    std::os::unix::fs::symlink("..", dir.join("sub/loop")).expect("symlink");
+    let err = load_dir(&dir, LoadOptions::default())
+        .expect_err("a loop")
+        .to_string();
+    assert!(
+        err.contains("sub/loop: symbolic link loop") && !err.contains("duplicate domain"),
+        "{err}"
+    );
+}

@@ -415,3 +415,26 @@ async fn statsd_sink_pushes_reference_names() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_configuration_is_healthy_but_said() {
+    let root = rules_root(RULES);
+    std::fs::remove_file(root.join("ratelimit/config/rules.yaml")).expect("rm");
+    let p = Process::start(&root, &[]);
+    let (status, body) = http_get(p.http, "/healthcheck").expect("healthcheck");
+    assert_eq!(status, 200);
+    assert!(
+        body.starts_with("OK (warning: no rate limit rules are loaded"),
+        "{body}"
+    );
+    // Rules arrive: the warning goes.
+    std::fs::write(p.dir.join("rules.yaml"), RULES).expect("write");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while http_get(p.http, "/healthcheck").map(|r| r.1) != Some("OK".into()) {
+        assert!(
+            Instant::now() < deadline,
+            "the warning stayed after rules loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
