@@ -21,6 +21,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+mod content_type;
 mod incoming;
 
 pub use incoming::ConnectionLimits;
@@ -144,9 +145,12 @@ pub async fn serve<S: CounterStore>(
             .max_connection_age(age)
             .max_connection_age_grace(grace);
     }
-    let mut builder = builder.layer(tower::load_shed::LoadShedLayer::new()).layer(
-        tower::limit::GlobalConcurrencyLimitLayer::new(options.max_requests_in_flight),
-    );
+    let mut builder = builder
+        .layer(content_type::GrpcOnlyLayer)
+        .layer(tower::load_shed::LoadShedLayer::new())
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            options.max_requests_in_flight,
+        ));
     let router = builder
         .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
         .add_service(health)

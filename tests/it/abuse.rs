@@ -174,3 +174,44 @@ async fn huge_request_values_make_bounded_stats() {
         .count();
     assert_eq!(series, 20, "distinct values stay distinct series");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_is_not_grpc_gets_415() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    let mut client = h2_client(p.grpc).await;
+    for content_type in ["text/plain", "application/json", ""] {
+        client = client.ready().await.expect("ready");
+        let mut request = http::Request::post(
+            "http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        );
+        if !content_type.is_empty() {
+            request = request.header("content-type", content_type);
+        }
+        let (response, _) = client
+            .send_request(request.body(()).expect("request"), true)
+            .expect("send");
+        let response = response.await.expect("response");
+        assert_eq!(response.status(), 415, "content-type {content_type:?}");
+    }
+    // gRPC itself is served as before.
+    let mut grpc = p.client().await;
+    assert!(
+        grpc.should_rate_limit(crate::support::req1("ops", &[("user", "x")]))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_resource_exhausted() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    let mut client = p.client().await;
+    let huge = "x".repeat(5 << 20);
+    let status = client
+        .should_rate_limit(crate::support::req1("ops", &[("user", &huge)]))
+        .await
+        .expect_err("over the 4 MiB limit");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+}
