@@ -8,17 +8,19 @@
 //!
 //! Owns wiring only: no decision, protocol or storage logic lives here.
 
+mod listeners;
 mod signals;
 mod store;
+
+pub use listeners::Addresses;
+use listeners::{Listeners, bind_all};
 
 pub use store::Store;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -29,7 +31,7 @@ use crate::health::Health;
 use crate::limiter::{Limiter, LimiterSettings};
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::{Reloader, RulesHandle};
-use crate::server::{ConnectionLimits, GrpcListener, ServerOptions};
+use crate::server::{ConnectionLimits, ServerOptions};
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
 
@@ -75,26 +77,6 @@ impl AppError {
 /// The state every listener serves.
 pub type AppState = ServiceState<Instrumented<Store>>;
 
-/// Where the app listens, as bound (port 0 in the settings becomes the port chosen).
-#[derive(Debug, Clone)]
-pub struct Addresses {
-    /// gRPC over TCP (`None` when served on a Unix socket, `GRPC_UDS`).
-    pub grpc: Option<SocketAddr>,
-    /// `/healthcheck` and `/json`.
-    pub http: SocketAddr,
-    /// `/rlconfig` and `/metrics`.
-    pub debug: SocketAddr,
-    /// The Prometheus endpoint, when enabled.
-    pub prometheus: Option<SocketAddr>,
-}
-
-struct Listeners {
-    grpc: GrpcListener,
-    http: TcpListener,
-    debug: TcpListener,
-    prometheus: Option<(TcpListener, String)>,
-}
-
 /// The whole service, built and bound, not yet serving.
 pub struct App {
     state: Arc<AppState>,
@@ -118,22 +100,6 @@ fn load_options(settings: &Settings) -> LoadOptions {
         ignore_dotfiles: settings.ignore_dotfiles,
         merge_domains: settings.merge_domains,
     }
-}
-
-async fn bind(addr: &str) -> Result<TcpListener, AppError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| AppError::Bind {
-            addr: addr.to_owned(),
-            source,
-        })
-}
-
-fn local(listener: &TcpListener, addr: &str) -> Result<SocketAddr, AppError> {
-    listener.local_addr().map_err(|source| AppError::Bind {
-        addr: addr.to_owned(),
-        source,
-    })
 }
 
 impl App {
@@ -325,54 +291,6 @@ fn limiter_settings(s: &Settings) -> LimiterSettings {
         fail_open: s.fail_open,
         local_cache_bytes: s.local_cache_bytes,
     }
-}
-
-async fn bind_all(s: &Settings) -> Result<(Listeners, Addresses), AppError> {
-    let (grpc, grpc_addr) = match &s.grpc_uds {
-        None => {
-            let addr = format!("{}:{}", s.grpc_host, s.grpc_port);
-            let listener = bind(&addr).await?;
-            let bound = local(&listener, &addr)?;
-            (GrpcListener::Tcp(listener), Some(bound))
-        }
-        Some(path) => {
-            if s.tls.is_some() {
-                return Err(AppError::Unsupported(
-                    "GRPC_UDS cannot be combined with GRPC_SERVER_USE_TLS".into(),
-                ));
-            }
-            // A socket file left by an earlier process would make the bind fail.
-            let _ = std::fs::remove_file(path);
-            let listener =
-                tokio::net::UnixListener::bind(path).map_err(|source| AppError::Bind {
-                    addr: format!("unix:{}", path.display()),
-                    source,
-                })?;
-            (GrpcListener::Unix(listener), None)
-        }
-    };
-    let http = bind(&s.http_addr).await?;
-    let debug = bind(&s.debug_addr).await?;
-    let prometheus = match &s.prometheus {
-        Some(p) => Some((bind(&p.addr).await?, p.path.clone())),
-        None => None,
-    };
-    let addresses = Addresses {
-        grpc: grpc_addr,
-        http: local(&http, &s.http_addr)?,
-        debug: local(&debug, &s.debug_addr)?,
-        prometheus: match (&prometheus, &s.prometheus) {
-            (Some((listener, _)), Some(p)) => Some(local(listener, &p.addr)?),
-            _ => None,
-        },
-    };
-    let listeners = Listeners {
-        grpc,
-        http,
-        debug,
-        prometheus,
-    };
-    Ok((listeners, addresses))
 }
 
 /// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the

@@ -4,7 +4,12 @@
 //!
 //! Must not touch: anything else in the crate.
 
+mod backend;
+mod grpc;
 mod reader;
+
+pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
+pub use grpc::{ConnectionAge, GrpcLimits};
 
 pub use reader::parse_duration;
 use reader::{Reader, err};
@@ -22,62 +27,6 @@ pub struct SettingsError {
     pub value: String,
     /// Why it cannot be used, in the setting's terms.
     pub problem: String,
-}
-
-/// Which counter store to use (`BACKEND_TYPE`), with the settings that only it reads.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Backend {
-    /// In-process (`memory`, the default).
-    Memory {
-        /// `MEMORY_MAX_KEYS`: the bound on live counters.
-        max_keys: usize,
-    },
-    /// memcached (`memcache`).
-    Memcached(MemcachedSettings),
-}
-
-/// The memcached backend's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemcachedSettings {
-    /// Where the servers are.
-    pub servers: MemcachedServers,
-    /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
-    pub pool_size: u32,
-    /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
-    pub timeout: Duration,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`.
-    pub jitter_max_seconds: u64,
-    /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`.
-    pub transport: MemcachedTransport,
-}
-
-/// `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`: exactly one of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemcachedServers {
-    /// `MEMCACHE_HOST_PORT` split on commas (never empty).
-    List(Vec<String>),
-    /// `MEMCACHE_SRV`, re-resolved every `refresh` (`MEMCACHE_SRV_REFRESH`; `None` = never)
-    /// through `resolver` (`MEMCACHE_SRV_RESOLVER`; `None` = the system's).
-    Srv {
-        /// The SRV name.
-        name: String,
-        /// How often to look it up again.
-        refresh: Option<Duration>,
-        /// The DNS server to ask.
-        resolver: Option<std::net::SocketAddr>,
-    },
-}
-
-/// How commands reach memcached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemcachedTransport {
-    /// Pipelined meta commands on a few shared connections (`MEMCACHE_CLIENT=pipelined`, the
-    /// default).
-    Pipelined,
-    /// Meta commands on a pool, one in flight per connection (`MEMCACHE_CLIENT=pool`).
-    Pool,
-    /// Classic `incr`/`add` on a pool (`MEMCACHE_CLASSIC_PROTOCOL=true`, memcached < 1.6).
-    Classic,
 }
 
 /// The names of the `RateLimit-*` response headers.
@@ -108,35 +57,6 @@ pub struct Prometheus {
     pub addr: String,
     /// `PROMETHEUS_PATH`.
     pub path: String,
-}
-
-/// Limits of the gRPC server against overload and abuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrpcLimits {
-    /// `GRPC_MAX_CONNECTIONS`: connections open at once (more wait in the listen backlog).
-    pub max_connections: usize,
-    /// `GRPC_MAX_CONCURRENT_STREAMS`: `SETTINGS_MAX_CONCURRENT_STREAMS` per connection.
-    pub max_concurrent_streams: u32,
-    /// `GRPC_MAX_REQUESTS_IN_FLIGHT`: across all connections; more are refused at once.
-    pub max_requests_in_flight: usize,
-    /// `GRPC_REQUEST_TIMEOUT`: deadline of one request, reading its body included.
-    pub request_timeout: Duration,
-    /// `GRPC_IDLE_TIMEOUT`: a connection with nothing read for this long is closed.
-    pub idle_timeout: Duration,
-    /// `GRPC_HANDSHAKE_TIMEOUT`: a new connection that has not sent the HTTP/2 preface (or
-    /// finished its TLS handshake) by then is closed.
-    pub handshake_timeout: Duration,
-    /// `GRPC_MAX_HEADER_LIST_SIZE`: bytes of request headers accepted.
-    pub max_header_list_size: u32,
-}
-
-/// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionAge {
-    /// GOAWAY is sent once a connection is this old, so clients rebalance.
-    pub age: Duration,
-    /// Then the connection has this long to finish its calls.
-    pub grace: Duration,
 }
 
 /// Every process setting.
@@ -296,108 +216,6 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     }))
 }
 
-fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
-    let limits = GrpcLimits {
-        max_connections: r.parsed("GRPC_MAX_CONNECTIONS", 10_000usize)?,
-        max_concurrent_streams: r.parsed("GRPC_MAX_CONCURRENT_STREAMS", 1_024u32)?,
-        max_requests_in_flight: r.parsed("GRPC_MAX_REQUESTS_IN_FLIGHT", 16_384usize)?,
-        request_timeout: r.duration("GRPC_REQUEST_TIMEOUT", Duration::from_secs(10))?,
-        idle_timeout: r.duration("GRPC_IDLE_TIMEOUT", Duration::from_secs(300))?,
-        handshake_timeout: r.duration("GRPC_HANDSHAKE_TIMEOUT", Duration::from_secs(10))?,
-        max_header_list_size: r.parsed("GRPC_MAX_HEADER_LIST_SIZE", 65_536u32)?,
-    };
-    for (name, value) in [
-        ("GRPC_MAX_CONNECTIONS", limits.max_connections),
-        (
-            "GRPC_MAX_CONCURRENT_STREAMS",
-            limits.max_concurrent_streams as usize,
-        ),
-        ("GRPC_MAX_REQUESTS_IN_FLIGHT", limits.max_requests_in_flight),
-    ] {
-        if value == 0 {
-            return Err(err(name, "0", "at least 1"));
-        }
-    }
-    for (name, value) in [
-        ("GRPC_REQUEST_TIMEOUT", limits.request_timeout),
-        ("GRPC_IDLE_TIMEOUT", limits.idle_timeout),
-        ("GRPC_HANDSHAKE_TIMEOUT", limits.handshake_timeout),
-    ] {
-        if value.is_zero() {
-            return Err(err(name, "0", "a positive duration"));
-        }
-    }
-    Ok(limits)
-}
-
-fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
-    let kind = r.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
-    match kind.as_str() {
-        "" | "memory" => Ok(Backend::Memory {
-            max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
-        }),
-        "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
-        other => Err(err(
-            "BACKEND_TYPE",
-            other,
-            "expected memory or memcache (redis is not supported)",
-        )),
-    }
-}
-
-fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
-    let list: Vec<String> = r
-        .string("MEMCACHE_HOST_PORT", "")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    let srv = r.string("MEMCACHE_SRV", "");
-    let servers = match (list.is_empty(), srv.is_empty()) {
-        (false, true) => MemcachedServers::List(list),
-        (true, false) => MemcachedServers::Srv {
-            name: srv,
-            refresh: Some(r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?)
-                .filter(|d| !d.is_zero()),
-            resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
-                v if v.is_empty() => None,
-                v => Some(
-                    v.parse()
-                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
-                ),
-            },
-        },
-        _ => {
-            return Err(err(
-                "MEMCACHE_HOST_PORT",
-                &list.join(","),
-                "BACKEND_TYPE=memcache needs exactly one of MEMCACHE_HOST_PORT and MEMCACHE_SRV",
-            ));
-        }
-    };
-    let pool_size = r.parsed("MEMCACHE_MAX_IDLE_CONNS", 8u32)?;
-    if pool_size == 0 {
-        return Err(err("MEMCACHE_MAX_IDLE_CONNS", "0", "at least 1"));
-    }
-    let client = r.string("MEMCACHE_CLIENT", "pipelined");
-    let transport = match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?, client.as_str()) {
-        (true, _) => MemcachedTransport::Classic,
-        (false, "pipelined") => MemcachedTransport::Pipelined,
-        (false, "pool") => MemcachedTransport::Pool,
-        (false, other) => {
-            return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool"));
-        }
-    };
-    Ok(MemcachedSettings {
-        servers,
-        pool_size,
-        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(100))?,
-        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
-        transport,
-    })
-}
-
 impl Settings {
     /// Reads settings from `env`; `config_dir` (from `--config-dir`) wins over `RUNTIME_*`.
     pub fn from_env(
@@ -405,7 +223,7 @@ impl Settings {
         config_dir: Option<PathBuf>,
     ) -> Result<Settings, SettingsError> {
         let r = Reader { env };
-        let backend = backend(&r)?;
+        let backend = backend::backend(&r)?;
         let config_dir = config_dir.unwrap_or_else(|| {
             let mut dir = PathBuf::from(r.string("RUNTIME_ROOT", "/srv/runtime_data/current"));
             dir.push(r.string("RUNTIME_SUBDIRECTORY", ""));
@@ -476,7 +294,7 @@ impl Settings {
                 age: r.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
                 grace: r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
             },
-            grpc_limits: grpc_limits(&r)?,
+            grpc_limits: grpc::grpc_limits(&r)?,
             tls: tls(&r)?,
         })
     }

@@ -11,6 +11,7 @@
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 mod pipelined;
+mod pipelined_transport;
 mod pooled;
 mod ring;
 mod server;
@@ -26,7 +27,7 @@ use futures_util::future::try_join_all;
 
 use super::{CounterStore, Gauge, Hit, StorageError};
 use crate::clock::Clock;
-use pipelined::Pipelined;
+use pipelined_transport::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
 use server::Server;

@@ -1,5 +1,5 @@
-//! The pipelined transport: memcached meta-protocol connections of our own, a few per server,
-//! each shared by any number of callers. A writer task takes every queued command and writes them in one go; a reader
+//! A pipelined memcached meta-protocol connection of our own, shared by any number of callers
+//! (the [`Pipelined`](super::pipelined_transport::Pipelined) transport holds a few per server). A writer task takes every queued command and writes them in one go; a reader
 //! task parses the answers in order (memcached answers in order, and error lines carry no
 //! opaque, so order is the only reliable match) and completes each caller's oneshot. This
 //! replaces one round trip per connection checkout with one write per batch, and measured well
@@ -13,28 +13,22 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use arc_swap::ArcSwapOption;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
-use crate::storage::Op;
+use super::transport::{Sent, TransportError};
 
 /// Callers' batches that may wait for the writer on one connection.
 const COMMAND_QUEUE: usize = 4_096;
 /// Written batches whose answers the reader has not read yet, on one connection.
 const PENDING_QUEUE: usize = 16_384;
-/// Pipelined connections per server: two keep a write in flight while the other fills.
-const CONNECTIONS_PER_SERVER: usize = 2;
 
 /// One answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
+pub(super) enum Reply {
     /// `VA` with the counter's value.
     Value(u64),
     /// `NF`: no such counter.
@@ -59,7 +53,7 @@ struct Command {
 
 /// A shared, pipelined connection. Dropping the last handle closes it.
 #[derive(Debug, Clone)]
-struct Pipeline {
+pub(super) struct Pipeline {
     commands: mpsc::Sender<Command>,
     /// Cleared when the reader stops (the server closed the connection or sent garbage), so the
     /// next caller reconnects instead of queueing on a dead connection.
@@ -76,7 +70,7 @@ fn push_key(out: &mut Vec<u8>, key: &str) {
 
 /// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
 /// missing.
-fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
     // Writing into a Vec cannot fail.
@@ -88,7 +82,7 @@ fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
 }
 
 /// Appends `ma` in decrement mode (floors at zero; a missing counter stays missing).
-fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
+pub(super) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
     let _ = write!(out, " b MD D{n} v\r\n");
@@ -96,7 +90,7 @@ fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
 
 impl Pipeline {
     /// Connects to `addr` and starts the writer and reader tasks.
-    async fn connect(addr: std::net::SocketAddr) -> io::Result<Pipeline> {
+    pub(super) async fn connect(addr: std::net::SocketAddr) -> io::Result<Pipeline> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (read, write) = stream.into_split();
@@ -113,13 +107,13 @@ impl Pipeline {
     }
 
     /// Whether the connection has stopped (an I/O error or the server closed it).
-    fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.commands.is_closed() || !self.alive.load(Ordering::Acquire)
     }
 
     /// Queues `count` command lines (written together) and waits for their answers, in order.
     /// A full queue is Turnstile's overload, reported at once rather than waited out.
-    async fn call(
+    pub(super) async fn call(
         &self,
         lines: Vec<u8>,
         count: usize,
@@ -270,118 +264,6 @@ fn bad(line: &str) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("bad memcached answer: {line:?}"),
     )
-}
-
-/// One pipelined connection slot, connected on first use and again after it breaks.
-#[derive(Debug, Default)]
-struct Slot {
-    current: ArcSwapOption<Pipeline>,
-    connecting: tokio::sync::Mutex<()>,
-}
-
-/// The pipelined transport to one server: a few shared connections, used round robin.
-#[derive(Debug)]
-pub(super) struct Pipelined {
-    server: String,
-    slots: Vec<Slot>,
-    next: std::sync::atomic::AtomicUsize,
-}
-
-impl Pipelined {
-    /// A transport to `server` (`host:port`); connections are made lazily.
-    pub(super) fn new(server: String) -> Self {
-        Self {
-            server,
-            slots: (0..CONNECTIONS_PER_SERVER)
-                .map(|_| Slot::default())
-                .collect(),
-            next: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// A live connection (round robin), connecting when needed.
-    async fn connection(&self) -> io::Result<Arc<Pipeline>> {
-        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
-        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
-            return Ok(pipe);
-        }
-        let _connecting = slot.connecting.lock().await;
-        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
-            return Ok(pipe);
-        }
-        let addr = super::pooled::resolve(&self.server).await?;
-        let pipe = Arc::new(Pipeline::connect(addr).await?);
-        slot.current.store(Some(Arc::clone(&pipe)));
-        Ok(pipe)
-    }
-
-    async fn call(
-        &self,
-        lines: Vec<u8>,
-        count: usize,
-        sent: Option<Sent>,
-    ) -> Result<Vec<Reply>, TransportError> {
-        let pipe = self.connection().await.map_err(TransportError::Connect)?;
-        pipe.call(lines, count, sent).await
-    }
-}
-
-impl Transport for Pipelined {
-    fn apply<'a>(
-        &'a self,
-        commands: &'a [CounterCommand<'a>],
-        sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
-        async move {
-            // All of a request's commands for this server in one write.
-            let mut lines = Vec::with_capacity(commands.len() * 64);
-            for c in commands {
-                match c.op {
-                    Op::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
-                    Op::Sub(n) => push_sub(&mut lines, c.key, n),
-                }
-            }
-            self.call(lines, commands.len(), Some(Arc::clone(sent)))
-                .await?
-                .into_iter()
-                .map(|reply| match reply {
-                    Reply::Value(n) => Ok(n),
-                    Reply::NotFound => Ok(0),
-                    Reply::Noop => Err(TransportError::Protocol("unexpected MN".into())),
-                    Reply::Error(e) => Err(TransportError::Protocol(e)),
-                })
-                .collect()
-        }
-        .boxed()
-    }
-
-    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
-        async move {
-            match self.call(b"mn\r\n".to_vec(), 1, None).await?.as_slice() {
-                [Reply::Noop] => Ok(()),
-                other => Err(TransportError::Protocol(format!("{other:?} to mn"))),
-            }
-        }
-        .boxed()
-    }
-
-    fn reset(&self) {
-        for slot in &self.slots {
-            slot.current.store(None);
-        }
-    }
-
-    fn connections(&self) -> Connections {
-        let open = self
-            .slots
-            .iter()
-            .filter(|s| s.current.load().as_ref().is_some_and(|p| !p.is_closed()))
-            .count();
-        Connections {
-            open: u64::try_from(open).unwrap_or(u64::MAX),
-            idle: 0,
-        }
-    }
 }
 
 #[cfg(test)]

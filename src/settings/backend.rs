@@ -1,0 +1,131 @@
+//! The counter store's settings (`BACKEND_TYPE` and the settings only its backend reads), as
+//! types that admit only meaningful combinations.
+
+use std::time::Duration;
+
+use super::SettingsError;
+use super::reader::{Reader, err};
+
+/// Which counter store to use (`BACKEND_TYPE`), with the settings that only it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backend {
+    /// In-process (`memory`, the default).
+    Memory {
+        /// `MEMORY_MAX_KEYS`: the bound on live counters.
+        max_keys: usize,
+    },
+    /// memcached (`memcache`).
+    Memcached(MemcachedSettings),
+}
+
+/// The memcached backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemcachedSettings {
+    /// Where the servers are.
+    pub servers: MemcachedServers,
+    /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
+    pub pool_size: u32,
+    /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
+    pub timeout: Duration,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`.
+    pub jitter_max_seconds: u64,
+    /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`.
+    pub transport: MemcachedTransport,
+}
+
+/// `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`: exactly one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemcachedServers {
+    /// `MEMCACHE_HOST_PORT` split on commas (never empty).
+    List(Vec<String>),
+    /// `MEMCACHE_SRV`, re-resolved every `refresh` (`MEMCACHE_SRV_REFRESH`; `None` = never)
+    /// through `resolver` (`MEMCACHE_SRV_RESOLVER`; `None` = the system's).
+    Srv {
+        /// The SRV name.
+        name: String,
+        /// How often to look it up again.
+        refresh: Option<Duration>,
+        /// The DNS server to ask.
+        resolver: Option<std::net::SocketAddr>,
+    },
+}
+
+/// How commands reach memcached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemcachedTransport {
+    /// Pipelined meta commands on a few shared connections (`MEMCACHE_CLIENT=pipelined`, the
+    /// default).
+    Pipelined,
+    /// Meta commands on a pool, one in flight per connection (`MEMCACHE_CLIENT=pool`).
+    Pool,
+    /// Classic `incr`/`add` on a pool (`MEMCACHE_CLASSIC_PROTOCOL=true`, memcached < 1.6).
+    Classic,
+}
+
+pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
+    let kind = r.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
+    match kind.as_str() {
+        "" | "memory" => Ok(Backend::Memory {
+            max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
+        }),
+        "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
+        other => Err(err(
+            "BACKEND_TYPE",
+            other,
+            "expected memory or memcache (redis is not supported)",
+        )),
+    }
+}
+
+fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
+    let list: Vec<String> = r
+        .string("MEMCACHE_HOST_PORT", "")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let srv = r.string("MEMCACHE_SRV", "");
+    let servers = match (list.is_empty(), srv.is_empty()) {
+        (false, true) => MemcachedServers::List(list),
+        (true, false) => MemcachedServers::Srv {
+            name: srv,
+            refresh: Some(r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?)
+                .filter(|d| !d.is_zero()),
+            resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
+                v if v.is_empty() => None,
+                v => Some(
+                    v.parse()
+                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
+                ),
+            },
+        },
+        _ => {
+            return Err(err(
+                "MEMCACHE_HOST_PORT",
+                &list.join(","),
+                "BACKEND_TYPE=memcache needs exactly one of MEMCACHE_HOST_PORT and MEMCACHE_SRV",
+            ));
+        }
+    };
+    let pool_size = r.parsed("MEMCACHE_MAX_IDLE_CONNS", 8u32)?;
+    if pool_size == 0 {
+        return Err(err("MEMCACHE_MAX_IDLE_CONNS", "0", "at least 1"));
+    }
+    let client = r.string("MEMCACHE_CLIENT", "pipelined");
+    let transport = match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?, client.as_str()) {
+        (true, _) => MemcachedTransport::Classic,
+        (false, "pipelined") => MemcachedTransport::Pipelined,
+        (false, "pool") => MemcachedTransport::Pool,
+        (false, other) => {
+            return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool"));
+        }
+    };
+    Ok(MemcachedSettings {
+        servers,
+        pool_size,
+        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(100))?,
+        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
+        transport,
+    })
+}

@@ -1,0 +1,69 @@
+//! The gRPC server's connection, stream and request limits, and connection ageing.
+
+use std::time::Duration;
+
+use super::SettingsError;
+use super::reader::{Reader, err};
+
+/// Limits of the gRPC server against overload and abuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcLimits {
+    /// `GRPC_MAX_CONNECTIONS`: connections open at once (more wait in the listen backlog).
+    pub max_connections: usize,
+    /// `GRPC_MAX_CONCURRENT_STREAMS`: `SETTINGS_MAX_CONCURRENT_STREAMS` per connection.
+    pub max_concurrent_streams: u32,
+    /// `GRPC_MAX_REQUESTS_IN_FLIGHT`: across all connections; more are refused at once.
+    pub max_requests_in_flight: usize,
+    /// `GRPC_REQUEST_TIMEOUT`: deadline of one request, reading its body included.
+    pub request_timeout: Duration,
+    /// `GRPC_IDLE_TIMEOUT`: a connection with nothing read for this long is closed.
+    pub idle_timeout: Duration,
+    /// `GRPC_HANDSHAKE_TIMEOUT`: a new connection that has not sent the HTTP/2 preface (or
+    /// finished its TLS handshake) by then is closed.
+    pub handshake_timeout: Duration,
+    /// `GRPC_MAX_HEADER_LIST_SIZE`: bytes of request headers accepted.
+    pub max_header_list_size: u32,
+}
+
+/// `GRPC_MAX_CONNECTION_AGE` and `GRPC_MAX_CONNECTION_AGE_GRACE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionAge {
+    /// GOAWAY is sent once a connection is this old, so clients rebalance.
+    pub age: Duration,
+    /// Then the connection has this long to finish its calls.
+    pub grace: Duration,
+}
+
+pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
+    let limits = GrpcLimits {
+        max_connections: r.parsed("GRPC_MAX_CONNECTIONS", 10_000usize)?,
+        max_concurrent_streams: r.parsed("GRPC_MAX_CONCURRENT_STREAMS", 1_024u32)?,
+        max_requests_in_flight: r.parsed("GRPC_MAX_REQUESTS_IN_FLIGHT", 16_384usize)?,
+        request_timeout: r.duration("GRPC_REQUEST_TIMEOUT", Duration::from_secs(10))?,
+        idle_timeout: r.duration("GRPC_IDLE_TIMEOUT", Duration::from_secs(300))?,
+        handshake_timeout: r.duration("GRPC_HANDSHAKE_TIMEOUT", Duration::from_secs(10))?,
+        max_header_list_size: r.parsed("GRPC_MAX_HEADER_LIST_SIZE", 65_536u32)?,
+    };
+    for (name, value) in [
+        ("GRPC_MAX_CONNECTIONS", limits.max_connections),
+        (
+            "GRPC_MAX_CONCURRENT_STREAMS",
+            limits.max_concurrent_streams as usize,
+        ),
+        ("GRPC_MAX_REQUESTS_IN_FLIGHT", limits.max_requests_in_flight),
+    ] {
+        if value == 0 {
+            return Err(err(name, "0", "at least 1"));
+        }
+    }
+    for (name, value) in [
+        ("GRPC_REQUEST_TIMEOUT", limits.request_timeout),
+        ("GRPC_IDLE_TIMEOUT", limits.idle_timeout),
+        ("GRPC_HANDSHAKE_TIMEOUT", limits.handshake_timeout),
+    ] {
+        if value.is_zero() {
+            return Err(err(name, "0", "a positive duration"));
+        }
+    }
+    Ok(limits)
+}

@@ -1,0 +1,129 @@
+//! The pipelined transport to one server: a few shared [`Pipeline`] connections, used round
+//! robin, connected on first use and again after they break.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arc_swap::ArcSwapOption;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+
+use super::pipelined::{Pipeline, Reply, push_add, push_sub};
+use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
+use crate::storage::Op;
+
+/// Pipelined connections per server: two keep a write in flight while the other fills.
+const CONNECTIONS_PER_SERVER: usize = 2;
+
+/// One pipelined connection slot, connected on first use and again after it breaks.
+#[derive(Debug, Default)]
+struct Slot {
+    current: ArcSwapOption<Pipeline>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// The pipelined transport to one server: a few shared connections, used round robin.
+#[derive(Debug)]
+pub(super) struct Pipelined {
+    server: String,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+}
+
+impl Pipelined {
+    /// A transport to `server` (`host:port`); connections are made lazily.
+    pub(super) fn new(server: String) -> Self {
+        Self {
+            server,
+            slots: (0..CONNECTIONS_PER_SERVER)
+                .map(|_| Slot::default())
+                .collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// A live connection (round robin), connecting when needed.
+    async fn connection(&self) -> io::Result<Arc<Pipeline>> {
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
+            return Ok(pipe);
+        }
+        let _connecting = slot.connecting.lock().await;
+        if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
+            return Ok(pipe);
+        }
+        let addr = super::pooled::resolve(&self.server).await?;
+        let pipe = Arc::new(Pipeline::connect(addr).await?);
+        slot.current.store(Some(Arc::clone(&pipe)));
+        Ok(pipe)
+    }
+
+    async fn call(
+        &self,
+        lines: Vec<u8>,
+        count: usize,
+        sent: Option<Sent>,
+    ) -> Result<Vec<Reply>, TransportError> {
+        let pipe = self.connection().await.map_err(TransportError::Connect)?;
+        pipe.call(lines, count, sent).await
+    }
+}
+
+impl Transport for Pipelined {
+    fn apply<'a>(
+        &'a self,
+        commands: &'a [CounterCommand<'a>],
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
+        async move {
+            // All of a request's commands for this server in one write.
+            let mut lines = Vec::with_capacity(commands.len() * 64);
+            for c in commands {
+                match c.op {
+                    Op::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
+                    Op::Sub(n) => push_sub(&mut lines, c.key, n),
+                }
+            }
+            self.call(lines, commands.len(), Some(Arc::clone(sent)))
+                .await?
+                .into_iter()
+                .map(|reply| match reply {
+                    Reply::Value(n) => Ok(n),
+                    Reply::NotFound => Ok(0),
+                    Reply::Noop => Err(TransportError::Protocol("unexpected MN".into())),
+                    Reply::Error(e) => Err(TransportError::Protocol(e)),
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        async move {
+            match self.call(b"mn\r\n".to_vec(), 1, None).await?.as_slice() {
+                [Reply::Noop] => Ok(()),
+                other => Err(TransportError::Protocol(format!("{other:?} to mn"))),
+            }
+        }
+        .boxed()
+    }
+
+    fn reset(&self) {
+        for slot in &self.slots {
+            slot.current.store(None);
+        }
+    }
+
+    fn connections(&self) -> Connections {
+        let open = self
+            .slots
+            .iter()
+            .filter(|s| s.current.load().as_ref().is_some_and(|p| !p.is_closed()))
+            .count();
+        Connections {
+            open: u64::try_from(open).unwrap_or(u64::MAX),
+            idle: 0,
+        }
+    }
+}
