@@ -5,7 +5,7 @@
 //! [`Health`](crate::health::Health), which a background task keeps in step with the counter
 //! store.
 //!
-//! Limits against overload and abuse: connections are accepted through [`incoming`] (a cap on
+//! Limits against overload and abuse: connections are accepted through the `incoming` module (a cap on
 //! open connections, accept errors paced, stalled and idle connections closed), each connection
 //! advertises `SETTINGS_MAX_CONCURRENT_STREAMS`, header lists are bounded, every request has a
 //! deadline (a body that never arrives is cut off), and requests in flight across all
