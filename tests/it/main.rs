@@ -8,6 +8,7 @@ mod bad_requests;
 mod config_files;
 mod deploy;
 mod envoy_e2e;
+mod faults;
 mod lifecycle;
 mod memcached_cluster;
 mod model;

@@ -1,0 +1,13 @@
+//! Any bytes as a `/json` body: parsed by the proto3 JSON mapping, then validated and converted;
+//! bad bodies are errors, and nothing panics.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use turnstile::grpc::request_from_pb;
+use turnstile::http::json_request;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(request) = json_request(data) {
+        let _ = request_from_pb(request);
+    }
+});
