@@ -64,6 +64,12 @@ echo "==> cargo test"
 log=$(mktemp)
 status=0
 cargo test --locked 2>&1 | tee "$log" || status=$?
+# A short run of every fuzz target (nightly toolchain + cargo-fuzz; counted as one test).
+fuzz=skipped
+if [ "$status" = 0 ]; then
+  echo "==> fuzz targets (short run)"
+  if ./scripts/fuzz.sh 15; then fuzz=passed; else fuzz=failed; fi
+fi
 # The README's run command, exactly as written, must serve and answer (counted as one test).
 smoke=skipped
 if [ "$status" = 0 ]; then
@@ -71,8 +77,9 @@ if [ "$status" = 0 ]; then
 fi
 # One closing line for the whole run (cargo prints one per test binary, the last being the
 # doc tests, which has none).
-awk -v smoke="$smoke" '/^test result:/ {p += $4; f += $6}
-  END {p += (smoke == "passed"); f += (smoke == "failed"); printf "all tests: %d passed, %d failed\n", p, f}' "$log"
+awk -v smoke="$smoke" -v fuzz="$fuzz" '/^test result:/ {p += $4; f += $6}
+  END {p += (smoke == "passed") + (fuzz == "passed"); f += (smoke == "failed") + (fuzz == "failed");
+       printf "all tests: %d passed, %d failed\n", p, f}' "$log"
 rm -f "$log"
-[ "$smoke" = failed ] && exit 1
+[ "$smoke" = failed ] || [ "$fuzz" = failed ] && exit 1
 exit "$status"

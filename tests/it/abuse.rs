@@ -215,3 +215,82 @@ async fn an_oversized_message_is_resource_exhausted() {
         .expect_err("over the 4 MiB limit");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
 }
+
+/// An honest client's calls during an attack: every one answered; the median and the slowest.
+async fn honest_latencies(
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (usize, Duration, Duration) {
+    let mut client = crate::support::connect(port).await;
+    let mut took = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let started = Instant::now();
+        let answer = client
+            .should_rate_limit(crate::support::req1("ops", &[("user", "honest")]))
+            .await;
+        assert!(
+            answer.is_ok(),
+            "an honest call failed during the attack: {answer:?}"
+        );
+        took.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    took.sort();
+    let median = took.get(took.len() / 2).copied().unwrap_or_default();
+    (took.len(), median, took.last().copied().unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_resets_and_thousands_of_idle_connections_leave_honest_calls_answered() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let honest = tokio::spawn(honest_latencies(p.grpc, std::sync::Arc::clone(&stop)));
+
+    // Rapid reset: 20,000 streams opened and cancelled at once (RST_STREAM) on one connection.
+    let mut attacker = h2_client(p.grpc).await;
+    let mut reset = 0;
+    for _ in 0..20_000 {
+        match attacker.ready().await {
+            Ok(ready) => attacker = ready,
+            Err(_) => break, // the server may close an abusive connection: that is fine
+        }
+        let request = http::Request::post(
+            "http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        )
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("request");
+        // Opened and dropped at once: the client sends RST_STREAM.
+        match attacker.send_request(request, false) {
+            Ok(stream) => drop(stream),
+            Err(_) => break, // the server closed the abusive connection: that is fine
+        }
+        reset += 1;
+    }
+    // 2,000 idle connections that completed the HTTP/2 handshake.
+    let mut idle = Vec::new();
+    for _ in 0..2_000 {
+        idle.push(h2_client(p.grpc).await);
+    }
+    // The server accepts them as they come: wait until it holds all of them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0);
+        if open >= 2_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idle connections held open: {open}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (calls, median, slowest) = honest.await.expect("honest client");
+    eprintln!(
+        "during {reset} resets and 2,000 idle connections: {calls} honest calls, median {median:?}, slowest {slowest:?}"
+    );
+    assert!(calls > 0);
+    assert!(median < Duration::from_millis(50), "median {median:?}");
+}

@@ -144,9 +144,7 @@ impl Process {
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
-            .await
-            .expect("connect")
+        crate::support::connect(self.grpc).await
     }
 
     pub fn metrics(&self) -> String {

@@ -160,6 +160,13 @@ pub async fn start_memory(files: &[(&str, &str)], options: Options) -> TestServe
     start_with(store, clock, files, options).await
 }
 
+/// A client of the service on loopback `port`.
+pub async fn connect(port: u16) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect")
+}
+
 /// A descriptor from entries.
 pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
