@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
     "envoy/type/v3/ratelimit_unit.proto",
     "envoy/config/core/v3/base.proto",
+    "turnstile/wire/v1/lenient.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

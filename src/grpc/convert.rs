@@ -5,6 +5,7 @@ use crate::limiter::{Descriptor, Entry, LimitOverride, Request};
 use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
 use crate::pb::envoy::r#type::v3::RateLimitUnit;
+use crate::pb::turnstile::wire::v1::{LenientDescriptor, LenientRequest, lenient_descriptor};
 use crate::rules::Unit;
 
 /// A request field that is malformed.
@@ -41,9 +42,57 @@ fn override_unit(value: i32) -> Option<Unit> {
     }
 }
 
-/// Validates and converts a request. Hits are resolved here: a descriptor's own `hits_addend`
-/// wins when present (0 = check only); otherwise the request's, where 0 means 1.
+/// The text of header-derived bytes. Valid UTF-8 is kept as it is; each byte of an invalid
+/// sequence becomes the private-use character U+10FF00 + byte, so different byte strings stay
+/// different texts (and different counters). Only a client that itself sends those private-use
+/// characters could meet such a value, which costs nobody else anything.
+pub fn text(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => {
+            let bytes = err.into_bytes();
+            let mut out = String::with_capacity(bytes.len() + 8);
+            for chunk in bytes.utf8_chunks() {
+                out.push_str(chunk.valid());
+                for &b in chunk.invalid() {
+                    out.push(char::from_u32(0x10_FF00 + u32::from(b)).unwrap_or('\u{FFFD}'));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Validates and converts a request given in the official types (the `/json` endpoint).
 pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> {
+    let descriptors = pb
+        .descriptors
+        .into_iter()
+        .map(|d| LenientDescriptor {
+            entries: d
+                .entries
+                .into_iter()
+                .map(|e| lenient_descriptor::Entry {
+                    key: e.key.into_bytes(),
+                    value: e.value.into_bytes(),
+                })
+                .collect(),
+            limit: d.limit,
+            hits_addend: d.hits_addend,
+            is_negative_hits: d.is_negative_hits,
+        })
+        .collect();
+    request_from_wire(LenientRequest {
+        domain: pb.domain.into_bytes(),
+        descriptors,
+        hits_addend: pb.hits_addend,
+    })
+}
+
+/// Validates and converts a request as it came off the wire. Hits are resolved here: a
+/// descriptor's own `hits_addend` wins when present (0 = check only); otherwise the request's,
+/// where 0 means 1.
+pub fn request_from_wire(pb: LenientRequest) -> Result<Request, InvalidRequest> {
     if pb.domain.is_empty() {
         return Err(invalid("domain", "rate limit domain must not be empty"));
     }
@@ -71,8 +120,8 @@ pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> 
                 ));
             }
             entries.push(Entry {
-                key: e.key,
-                value: e.value,
+                key: text(e.key),
+                value: text(e.value),
             });
         }
         let limit_override = match d.limit {
@@ -102,7 +151,7 @@ pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> 
         });
     }
     Ok(Request {
-        domain: pb.domain,
+        domain: text(pb.domain),
         descriptors,
         hits_addend: pb.hits_addend,
     })
@@ -118,7 +167,7 @@ fn unit_text(value: i32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::request_from_pb;
+    use super::{request_from_pb, text};
     use crate::pb::envoy::extensions::common::ratelimit::v3::{
         RateLimitDescriptor, rate_limit_descriptor,
     };
@@ -183,5 +232,15 @@ mod tests {
             hits_addend: 0,
         };
         assert!(err(pb).starts_with("descriptors[0].limit.unit: "));
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_distinct_text() {
+        assert_eq!(text(b"plain".to_vec()), "plain");
+        let a = text(b"caf\xe9".to_vec());
+        let b = text(b"caf\xe8".to_vec());
+        assert!(a.starts_with("caf") && b.starts_with("caf"));
+        assert_ne!(a, b);
+        assert_ne!(text(vec![0xff]), text(vec![0xfe, 0xff]));
     }
 }

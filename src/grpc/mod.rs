@@ -6,20 +6,22 @@
 
 mod convert;
 mod response;
+mod service;
 
-pub use convert::{InvalidRequest, request_from_pb};
+pub use convert::{InvalidRequest, request_from_pb, request_from_wire, text};
 pub use response::{HeaderNames, ResponseSettings, response_to_pb};
+pub use service::RlsServer;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 use crate::health::Health;
-use crate::limiter::Limiter;
+use crate::limiter::{self, Limiter};
 use crate::metrics::Metrics;
-use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::reload::RulesHandle;
 use crate::storage::{CounterStore, StorageError};
 
@@ -51,28 +53,32 @@ impl<S> RateLimitHandler<S> {
     }
 }
 
-#[tonic::async_trait]
-impl<S: CounterStore> RateLimitService for RateLimitHandler<S> {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let result = self.decide(request.into_inner()).await;
-        self.state.metrics.request_done(started.elapsed());
-        result.map(Response::new)
-    }
-}
-
 impl<S: CounterStore> RateLimitHandler<S> {
-    /// Validates, decides and answers one request (shared by gRPC and HTTP `/json`).
+    /// Answers one `ShouldRateLimit` call as it came off the wire, and times it.
+    pub(crate) async fn should_rate_limit(
+        &self,
+        request: LenientRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        let started = Instant::now();
+        let result = self.answer(request_from_wire(request)).await;
+        self.state.metrics.request_done(started.elapsed());
+        result
+    }
+
+    /// Validates, decides and answers one request in the official types (HTTP `/json`).
     pub(crate) async fn decide(
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
+        self.answer(request_from_pb(request)).await
+    }
+
+    async fn answer(
+        &self,
+        request: Result<limiter::Request, InvalidRequest>,
+    ) -> Result<RateLimitResponse, Status> {
         let metrics = &self.state.metrics;
-        let request =
-            request_from_pb(request).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let request = request.map_err(|e| Status::invalid_argument(e.to_string()))?;
         let Some(rules) = self.state.rules.load() else {
             metrics.service_error();
             return Err(Status::unavailable("no rate limit configuration loaded"));

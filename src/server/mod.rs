@@ -26,9 +26,8 @@ mod incoming;
 
 pub use incoming::ConnectionLimits;
 
-use crate::grpc::{RateLimitHandler, ServiceState};
+use crate::grpc::{RateLimitHandler, RlsServer, ServiceState};
 use crate::pb::FILE_DESCRIPTOR_SET;
-use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::storage::CounterStore;
 
 /// The health-check service names Envoy and Kubernetes probes use for readiness.
@@ -152,7 +151,7 @@ pub async fn serve<S: CounterStore>(
             options.max_requests_in_flight,
         ));
     let router = builder
-        .add_service(RateLimitServiceServer::new(RateLimitHandler::new(state)))
+        .add_service(RlsServer::new(RateLimitHandler::new(state)))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);

@@ -97,8 +97,12 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
     for _ in 0..5 {
         clients.push(h2_client(p.grpc).await);
     }
-    let open = metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0);
-    assert!(open >= 5, "open connections counted: {open}");
+    // The accept loop registers connections as they come.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0) < 5 {
+        assert!(Instant::now() < deadline, "open connections counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The server speaks first (its SETTINGS), then closes the connection that never sent the
     // preface: the read ends with end-of-stream, not with our 10 s read timeout.
     let mut seen = Vec::new();
@@ -293,4 +297,78 @@ async fn rapid_resets_and_thousands_of_idle_connections_leave_honest_calls_answe
     );
     assert!(calls > 0);
     assert!(median < Duration::from_millis(50), "median {median:?}");
+}
+
+/// Calls ShouldRateLimit with a request whose texts are raw bytes (as Envoy's HTTP/1 codec can
+/// pass them from headers), through a generic gRPC client.
+async fn call_with_bytes(
+    port: u16,
+    domain: &[u8],
+    value: &[u8],
+) -> Result<turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status> {
+    use turnstile::pb::turnstile::wire::v1::{
+        LenientDescriptor, LenientRequest, lenient_descriptor,
+    };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let request = LenientRequest {
+        domain: domain.to_vec(),
+        descriptors: vec![LenientDescriptor {
+            entries: vec![lenient_descriptor::Entry {
+                key: b"user".to_vec(),
+                value: value.to_vec(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    let codec = tonic_prost::ProstCodec::<
+        LenientRequest,
+        turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse,
+    >::default();
+    grpc.unary(
+        tonic::Request::new(request),
+        http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        codec,
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_utf8_are_counted_like_any_value() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    // Before the fix: INTERNAL "invalid string value: data is not UTF-8 encoded".
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let answer = call_with_bytes(p.grpc, b"ops", b"caf\xe9 \xff")
+            .await
+            .expect("answered");
+        remaining.push((answer.statuses[0].code, answer.statuses[0].limit_remaining));
+    }
+    assert_eq!(remaining, [(1, 1), (1, 0), (2, 0)], "OK, OK, OVER_LIMIT");
+    // Another invalid byte string is another counter.
+    let other = call_with_bytes(p.grpc, b"ops", b"caf\xe9 \xfe")
+        .await
+        .expect("answered");
+    assert_eq!(other.statuses[0].limit_remaining, 1);
+    // An invalid domain is an unknown domain: OK without a limit.
+    let unknown = call_with_bytes(p.grpc, b"op\xffs", b"x")
+        .await
+        .expect("answered");
+    assert_eq!(
+        (
+            unknown.overall_code,
+            unknown.statuses[0].current_limit.is_none()
+        ),
+        (1, true)
+    );
 }

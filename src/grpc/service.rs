@@ -1,0 +1,93 @@
+//! The `envoy.service.ratelimit.v3.RateLimitService` route, written out rather than generated
+//! so that its decoder reads the request leniently (`turnstile.wire.v1.LenientRequest`: the
+//! header-derived texts as bytes, see `proto/turnstile/wire/v1/lenient.proto`) while answering
+//! with the official response type. Otherwise it is what tonic's generated server does: one
+//! unary method, `UNIMPLEMENTED` for any other path.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use tonic::body::Body;
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::{Request, Response, Status};
+use tonic_prost::ProstCodec;
+
+use super::RateLimitHandler;
+use crate::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use crate::pb::turnstile::wire::v1::LenientRequest;
+use crate::storage::CounterStore;
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The rate-limit service for the gRPC router.
+#[derive(Debug)]
+pub struct RlsServer<S> {
+    handler: Arc<RateLimitHandler<S>>,
+}
+
+impl<S> RlsServer<S> {
+    /// Serves `handler`.
+    pub fn new(handler: RateLimitHandler<S>) -> Self {
+        Self {
+            handler: Arc::new(handler),
+        }
+    }
+}
+
+impl<S> Clone for RlsServer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            handler: Arc::clone(&self.handler),
+        }
+    }
+}
+
+impl<S> NamedService for RlsServer<S> {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+/// `ShouldRateLimit` as a unary method.
+struct ShouldRateLimit<S>(Arc<RateLimitHandler<S>>);
+
+impl<S: CounterStore> UnaryService<LenientRequest> for ShouldRateLimit<S> {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<'static, Result<Response<RateLimitResponse>, Status>>;
+
+    fn call(&mut self, request: Request<LenientRequest>) -> Self::Future {
+        let handler = Arc::clone(&self.0);
+        Box::pin(async move {
+            handler
+                .should_rate_limit(request.into_inner())
+                .await
+                .map(Response::new)
+        })
+    }
+}
+
+impl<S, B> tower::Service<http::Request<B>> for RlsServer<S>
+where
+    S: CounterStore,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT {
+            return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
+        }
+        let method = ShouldRateLimit(Arc::clone(&self.handler));
+        Box::pin(async move {
+            let codec = ProstCodec::<RateLimitResponse, LenientRequest>::default();
+            Ok(Grpc::new(codec).unary(method, request).await)
+        })
+    }
+}
