@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-20}
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-for target in rule_file request_protobuf json_body; do
+for target in rule_file request_protobuf json_body memcached_replies; do
   mkdir -p "corpus/$target"
   log=$(mktemp)
   # -rss_limit_mb bounds memory; -timeout flags any single input slower than 10 s.

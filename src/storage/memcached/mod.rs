@@ -11,6 +11,8 @@
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 mod pipelined;
+#[cfg(fuzzing)]
+pub use pipelined::fuzz_replies;
 mod pipelined_transport;
 mod pooled;
 mod ring;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -215,14 +215,9 @@ async fn reader(
         };
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
-            line.clear();
-            match read.read_line(&mut line).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            match parse(&line, &mut read, &mut data).await {
-                Ok(reply) => replies.push(reply),
-                Err(_) => return,
+            match read_reply(&mut read, &mut line, &mut data).await {
+                Ok(Some(reply)) => replies.push(reply),
+                Ok(None) | Err(_) => return,
             }
         }
         // A caller that gave up (deadline) no longer listens; the order is kept all the same.
@@ -230,18 +225,36 @@ async fn reader(
     }
 }
 
-async fn parse(
+/// The longest value a counter reply carries: a u64 in decimal is at most 20 digits.
+const MAX_VALUE_LEN: usize = 32;
+
+/// Reads one reply (`None` at the end of the stream); `line` and `data` are reused buffers.
+pub(super) async fn read_reply<R: AsyncBufRead + Unpin>(
+    read: &mut R,
+    line: &mut String,
+    data: &mut Vec<u8>,
+) -> io::Result<Option<Reply>> {
+    line.clear();
+    if read.read_line(line).await? == 0 {
+        return Ok(None);
+    }
+    parse(line, read, data).await.map(Some)
+}
+
+async fn parse<R: AsyncBufRead + Unpin>(
     line: &str,
-    read: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    read: &mut R,
     data: &mut Vec<u8>,
 ) -> io::Result<Reply> {
     let line = line.trim_end();
     let mut words = line.split(' ');
     Ok(match words.next() {
         Some("VA") => {
+            // A length beyond any counter is a broken stream, never an allocation to make.
             let len: usize = words
                 .next()
                 .and_then(|l| l.parse().ok())
+                .filter(|len| *len <= MAX_VALUE_LEN)
                 .ok_or_else(|| bad(line))?;
             data.clear();
             data.resize(len + 2, 0);
@@ -257,6 +270,25 @@ async fn parse(
         Some("HD") => Reply::Error("unexpected HD".into()),
         _ => Reply::Error(line.to_owned()),
     })
+}
+
+/// Parses `input` as a stream of replies, as the reader does, and returns how many it read
+/// before the end or an error. For the fuzz target only (`cargo fuzz` sets `cfg(fuzzing)`).
+#[cfg(fuzzing)]
+pub fn fuzz_replies(input: &[u8]) -> usize {
+    use std::future::Future;
+    let mut read = input;
+    let (mut line, mut data) = (String::new(), Vec::new());
+    let mut parsed = 0;
+    loop {
+        let mut next = std::pin::pin!(read_reply(&mut read, &mut line, &mut data));
+        // An in-memory reader never waits: one poll finishes the future.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match next.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(Some(_))) => parsed += 1,
+            _ => return parsed,
+        }
+    }
 }
 
 fn bad(line: &str) -> io::Error {
@@ -290,5 +322,23 @@ mod tests {
         );
         assert_eq!(add_line("k", 0, 60), b"ma aw== b D0 v\r\n".to_vec());
         assert_eq!(sub_line("k", 2), b"ma aw== b MD D2 v\r\n".to_vec());
+    }
+
+    #[tokio::test]
+    async fn replies_parse_and_absurd_lengths_are_refused() {
+        use super::{Reply, read_reply};
+        let mut input: &[u8] = b"VA 2 \r\n42\r\nNF\r\nMN\r\nVA 18446744073709551615\r\n";
+        let (mut line, mut data) = (String::new(), Vec::new());
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let reply = read_reply(&mut input, &mut line, &mut data).await;
+            replies.push(reply.expect("parsed").expect("a reply"));
+        }
+        assert_eq!(replies, [Reply::Value(42), Reply::NotFound, Reply::Noop]);
+        let absurd = read_reply(&mut input, &mut line, &mut data).await;
+        assert!(
+            absurd.is_err(),
+            "a claimed length beyond any counter is a broken stream"
+        );
     }
 }
