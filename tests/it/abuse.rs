@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::process::{Process, RULES, metric, rules_root};
+use crate::support::until;
 
 /// An HTTP/2 client connection to `port` (the h2 crate: frames as a hostile client sends them).
 async fn h2_client(port: u16) -> h2::client::SendRequest<Bytes> {
@@ -98,11 +99,11 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         clients.push(h2_client(p.grpc).await);
     }
     // The accept loop registers connections as they come.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0) < 5 {
-        assert!(Instant::now() < deadline, "open connections counted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let open = || metric(&p.metrics(), "turnstile_grpc_connections_open");
+    until(Duration::from_secs(5), "open connections counted", || {
+        open().unwrap_or(0) >= 5
+    })
+    .await;
     // The server speaks first (its SETTINGS), then closes the connection that never sent the
     // preface: the read ends with end-of-stream, not with our 10 s read timeout.
     let mut seen = Vec::new();
@@ -113,14 +114,12 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         seen.len()
     );
     drop(clients);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(u64::MAX) > 1 {
-        assert!(
-            Instant::now() < deadline,
-            "closed connections are uncounted"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        Duration::from_secs(5),
+        "closed connections are uncounted",
+        || open().unwrap_or(u64::MAX) <= 1,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,18 +277,12 @@ async fn rapid_resets_and_thousands_of_idle_connections_leave_honest_calls_answe
         idle.push(h2_client(p.grpc).await);
     }
     // The server accepts them as they come: wait until it holds all of them.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0);
-        if open >= 2_000 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "idle connections held open: {open}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        Duration::from_secs(10),
+        "2,000 idle connections held open",
+        || metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0) >= 2_000,
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (calls, median, slowest) = honest.await.expect("honest client");
     eprintln!(

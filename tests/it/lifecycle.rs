@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::process::{Process, RULES, command, http_get, loopback_env, metric, rules_root};
-use crate::support::req1;
+use crate::support::{req1, until};
 
 /// The real binary, its ports read from its own "serving" log line (every listener on port 0).
 struct Binary {
@@ -117,15 +117,6 @@ impl Binary {
             line.clear();
         }
         (code, rest)
-    }
-}
-
-/// Polls `done` every 10 ms until it holds, failing after `limit`.
-async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

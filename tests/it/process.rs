@@ -427,12 +427,10 @@ async fn an_empty_configuration_is_healthy_but_said() {
     );
     // Rules arrive: the warning goes.
     std::fs::write(p.dir.join("rules.yaml"), RULES).expect("write");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while http_get(p.http, "/healthcheck").map(|r| r.1) != Some("OK".into()) {
-        assert!(
-            Instant::now() < deadline,
-            "the warning stayed after rules loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::until(
+        Duration::from_secs(15),
+        "the warning stayed after rules loaded",
+        || http_get(p.http, "/healthcheck").map(|r| r.1) == Some("OK".into()),
+    )
+    .await;
 }
