@@ -169,27 +169,12 @@ impl App {
                 Some(config)
             }
         };
-        let age = settings.max_connection_age;
-        let limits = settings.grpc_limits;
-        let open_connections = state.metrics.open_connections();
+        let server = server_options(&settings, tls, state.metrics.open_connections());
         Ok(App {
             state,
             listeners,
             addresses,
-            server: ServerOptions {
-                max_connection_age: Some((age.age, age.grace)),
-                tls,
-                connections: ConnectionLimits {
-                    max_connections: limits.max_connections,
-                    handshake_timeout: limits.handshake_timeout,
-                    idle_timeout: limits.idle_timeout,
-                },
-                max_concurrent_streams: limits.max_concurrent_streams,
-                max_requests_in_flight: limits.max_requests_in_flight,
-                request_timeout: limits.request_timeout,
-                max_header_list_size: limits.max_header_list_size,
-                open_connections,
-            },
+            server,
             drain: settings.drain,
             tasks,
         })
@@ -280,6 +265,28 @@ fn initial_load(
             Ok(None)
         }
         Err(errors) => Err(errors.into()),
+    }
+}
+
+fn server_options(
+    s: &Settings,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    open_connections: Arc<crate::metrics::OpenConnections>,
+) -> ServerOptions {
+    let (age, limits) = (s.max_connection_age, s.grpc_limits);
+    ServerOptions {
+        max_connection_age: Some((age.age, age.grace)),
+        tls,
+        connections: ConnectionLimits {
+            max_connections: limits.max_connections,
+            handshake_timeout: limits.handshake_timeout,
+            idle_timeout: limits.idle_timeout,
+        },
+        max_concurrent_streams: limits.max_concurrent_streams,
+        max_requests_in_flight: limits.max_requests_in_flight,
+        request_timeout: limits.request_timeout,
+        max_header_list_size: limits.max_header_list_size,
+        open_connections,
     }
 }
 
