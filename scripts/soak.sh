@@ -11,14 +11,15 @@ minutes=${1:-10} rate=${2:-20000}
 secs=$((minutes * 60))
 cargo build --release --locked --workspace --bins >/dev/null 2>&1
 work=$(mktemp -d)
-cp scripts/bench-rules/*.yaml "$work/"
+mkdir "$work/rules"
+cp scripts/bench-rules/*.yaml "$work/rules/"
 mc_start() { taskset -c 1 memcached -l 127.0.0.1 -p 21451 -U 0 -t 1 -m 1024 -u root & mc=$!; }
 mc_start
 sleep 0.3
 env GRPC_HOST=127.0.0.1 GRPC_PORT=18391 HOST=127.0.0.1 PORT=18392 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18393 \
   SHUTDOWN_DRAIN_SECONDS=0 BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21451 \
-  taskset -c 0 target/release/turnstile --config-dir "$work" 2>"$work/server.log" & srv=$!
-trap 'kill -INT $srv 2>/dev/null; kill -INT $srv 2>/dev/null; kill $mc 2>/dev/null; rm -rf "$work"' EXIT
+  taskset -c 0 target/release/turnstile --config-dir "$work/rules" 2>"$work/server.log" & srv=$!
+trap 'kill -INT $srv 2>/dev/null; kill -INT $srv 2>/dev/null; kill $mc 2>/dev/null; tail -n 5 "$work/server.log"; rm -rf "$work"' EXIT
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/18391) 2>/dev/null && break; sleep 0.05; done
 taskset -c 1 target/release/turnstile-loadgen --addr 127.0.0.1:18391 --duration "$secs" --connections 8 \
   --concurrency 128 --domain bench --descriptors 2 --keys 1000000 --hot-share 0.2 --rate "$rate" >"$work/load.json" &
@@ -33,7 +34,7 @@ while kill -0 "$load" 2>/dev/null; do
   event=""
   if [ $((t % 30)) -lt 10 ]; then
     # A reload: the rule file changes (a comment line with the time).
-    echo "# reload at $t s" >> "$work/bench.yaml"; event="reload"
+    echo "# reload at $t s" >> "$work/rules/bench.yaml"; event="reload"
   fi
   if [ "$t" -ge $((secs / 2)) ] && [ -z "${restarted:-}" ]; then
     kill "$mc"; wait "$mc" 2>/dev/null || true; mc_start; restarted=1; event="$event memcached restart"
