@@ -71,6 +71,20 @@ pub fn parse_files(
     })
 }
 
+/// [`parse_files`] on the calling thread, for the fuzz target, which calls it from a thread of
+/// its own with the loader's stack (`cargo fuzz` sets `cfg(fuzzing)`).
+#[cfg(fuzzing)]
+pub fn parse_files_on_this_thread(
+    files: &[(String, String)],
+    options: LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
+    compile_files(files, options)
+}
+
+/// The stack the loader's thread gets (for the fuzz target, which must match it).
+#[cfg(fuzzing)]
+pub const FUZZ_LOADER_STACK: usize = LOADER_STACK;
+
 fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loaded, ConfigErrors> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
