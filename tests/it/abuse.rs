@@ -122,6 +122,13 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         seen.len()
     );
     drop(clients);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (calls, median, _) = honest.await.expect("honest client");
+    assert!(
+        calls > 0 && median < Duration::from_millis(50),
+        "median {median:?}"
+    );
+    // Once the honest client is gone too, at most the silent one is left counted.
     until(
         Duration::from_secs(5),
         "closed connections are uncounted",
