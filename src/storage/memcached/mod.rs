@@ -225,12 +225,11 @@ impl Inner {
         }
     }
 
-    /// The counts after `hits`, which all belong to `server`.
+    /// The counts after `commands`, which all belong to `server`.
     async fn apply(
         &self,
         server: &Server,
-        hits: &[&Hit],
-        now: u64,
+        commands: &[Command<'_>],
     ) -> Result<Vec<u64>, StorageError> {
         if !server.admit() {
             return Err(StorageError::Unavailable(format!(
@@ -238,17 +237,9 @@ impl Inner {
                 server.name
             )));
         }
-        let commands: Vec<Command<'_>> = hits
-            .iter()
-            .map(|hit| Command {
-                key: &hit.key,
-                op: hit.op,
-                exptime: self.exptime(&hit.key, hit.expires_at, now),
-            })
-            .collect();
         let sent = Sent::default();
         let result =
-            tokio::time::timeout(self.timeout, server.transport.apply(&commands, &sent)).await;
+            tokio::time::timeout(self.timeout, server.transport.apply(commands, &sent)).await;
         let error = match result {
             Ok(Ok(counts)) => {
                 server.record_success();
@@ -337,11 +328,22 @@ impl CounterStore for MemcachedStore {
             }
         }
         let batches = groups.iter().map(|(server, members)| {
-            let group: Vec<&Hit> = members.iter().map(|&i| &hits[i]).collect();
+            // The server's commands, built once, straight from the hits.
+            let commands: Vec<Command<'_>> = members
+                .iter()
+                .map(|&i| {
+                    let hit = &hits[i];
+                    Command {
+                        key: &hit.key,
+                        op: hit.op,
+                        exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
+                    }
+                })
+                .collect();
             let topology = &topology;
             async move {
                 self.inner
-                    .apply(&topology.servers[*server], &group, now)
+                    .apply(&topology.servers[*server], &commands)
                     .await
             }
         });
