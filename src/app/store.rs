@@ -13,7 +13,7 @@ use crate::settings::{Backend, MemcachedServers, MemcachedSettings, MemcachedTra
 use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
-use crate::storage::{CounterStore, Gauge, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 /// How often the memory store drops expired counters.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -35,6 +35,13 @@ impl CounterStore for Store {
         match self {
             Store::Memory(s) => s.hit(hits).await,
             Store::Memcached(s) => s.hit(hits).await,
+        }
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        match self {
+            Store::Memory(s) => s.bucket(steps).await,
+            Store::Memcached(s) => s.bucket(steps).await,
         }
     }
 

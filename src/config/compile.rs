@@ -9,8 +9,7 @@ use serde_saphyr::Spanned;
 use super::error::ConfigError;
 use super::raw::{Pos, RawDescriptor, RawFile, RawMeta, RawRateLimit};
 use crate::rules::{
-    Domain, KeyNodes, Level, LevelMatch, Limit, MetaValue, Node, PathLevel, Pattern, PerUnit, Rate,
-    Unit,
+    Domain, KeyNodes, Level, LevelMatch, Limit, MetaValue, Node, PathLevel, Pattern,
 };
 
 /// Collects errors and warnings while compiling one file into the shared domain map.
@@ -21,7 +20,7 @@ pub(crate) struct FileCompiler<'a> {
 }
 
 impl FileCompiler<'_> {
-    fn error(&mut self, pos: Pos, path: &str, message: impl Into<String>) {
+    pub(super) fn error(&mut self, pos: Pos, path: &str, message: impl Into<String>) {
         self.errors.push(ConfigError {
             origin: self.origin.to_owned(),
             line: pos.line,
@@ -218,38 +217,8 @@ impl FileCompiler<'_> {
         path: &str,
     ) -> Option<Limit> {
         self.warn_ignored(raw.ignored_keys(), path);
-        let unit = raw.unit.as_ref().and_then(|u| Unit::parse(&u.value));
-        let unit_pos = raw.unit.as_ref().map_or(pos, |u| Pos::from(u.referenced));
-        let unit_text = raw.unit.as_ref().map_or("", |u| u.value.as_str());
-        let mut ok = true;
-        let rate = match (raw.unlimited, unit) {
-            (true, None) => Some(Rate::Unlimited {
-                written: raw.requests_per_unit,
-            }),
-            (false, Some(unit)) => Some(Rate::Limited(PerUnit {
-                requests_per_unit: raw.requests_per_unit,
-                unit,
-            })),
-            _ => None,
-        };
-        if raw.unlimited && unit.is_some() {
-            self.error(
-                unit_pos,
-                &format!("{path}.unit"),
-                "should not specify rate limit unit when unlimited",
-            );
-            ok = false;
-        } else if !raw.unlimited && unit.is_none() {
-            self.error(
-                unit_pos,
-                &format!("{path}.unit"),
-                format!(
-                    "invalid rate limit unit '{unit_text}' (one of second, minute, hour, day, \
-                     week, month, year)"
-                ),
-            );
-            ok = false;
-        }
+        let rate = self.rate(&raw, pos, path);
+        let mut ok = rate.is_some();
         let name = raw.name.filter(|n| !n.is_empty());
         let mut replaces = Vec::with_capacity(raw.replaces.0.len());
         for (i, replace) in raw.replaces.0.iter().enumerate() {

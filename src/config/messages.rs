@@ -90,6 +90,9 @@ const KEYS: &[&str] = &[
     "share_threshold",
     "metadata",
     "fail_open",
+    "unit_multiplier",
+    "algorithm",
+    "burst",
 ];
 
 /// The known key that `key` most likely misspells: the same letters but for case and

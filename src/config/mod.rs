@@ -8,6 +8,7 @@
 mod compile;
 mod error;
 mod messages;
+mod rate;
 mod raw;
 
 pub use error::{ConfigError, ConfigErrors};

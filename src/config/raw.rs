@@ -206,6 +206,9 @@ raw_struct! {
         name: Option<String>,
         replaces: List<RawReplace>,
         fail_open: bool,
+        unit_multiplier: Option<Spanned<u64>>,
+        algorithm: Option<Spanned<String>>,
+        burst: Option<Spanned<u32>>,
     } ignored {
         domain, key, value, descriptors, rate_limit, shadow_mode, quota_mode, detailed_metric,
         value_to_metric, share_threshold, metadata,

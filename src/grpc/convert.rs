@@ -6,7 +6,7 @@ use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
 use crate::pb::envoy::r#type::v3::RateLimitUnit;
 use crate::pb::turnstile::wire::v1::{LenientDescriptor, LenientRequest, lenient_descriptor};
-use crate::rules::Unit;
+use crate::rules::{Algorithm, Unit};
 
 /// A request field that is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,6 +139,7 @@ pub fn request_from_wire(pb: LenientRequest) -> Result<Request, InvalidRequest> 
                 Some(LimitOverride {
                     requests_per_unit: o.requests_per_unit,
                     unit,
+                    algorithm: Algorithm::default(),
                 })
             }
         };

@@ -46,12 +46,12 @@ fn status(s: &Status<'_>) -> rate_limit_response::DescriptorStatus {
         current_limit: s.limit.map(|l| rate_limit_response::RateLimit {
             name: l.applied.name().to_owned(),
             requests_per_unit: l.rate.requests_per_unit,
-            unit: unit(l.rate.unit),
+            unit: unit(l.rate.unit()),
         }),
         limit_remaining: s.remaining,
-        duration_until_reset: s.reset_in.map(|secs| prost_types::Duration {
-            seconds: i64::try_from(secs).unwrap_or(i64::MAX),
-            nanos: 0,
+        duration_until_reset: s.reset_in.map(|d| prost_types::Duration {
+            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
         }),
         quota: None,
     }
@@ -103,7 +103,13 @@ fn headers(verdict: &Verdict<'_>, names: &HeaderNames) -> Vec<HeaderValue> {
     vec![
         header(&names.limit, limit.rate.requests_per_unit.to_string()),
         header(&names.remaining, s.remaining.to_string()),
-        header(&names.reset, s.reset_in.unwrap_or(0).to_string()),
+        header(
+            &names.reset,
+            // Whole seconds, rounded up: a client never retries too early.
+            s.reset_in
+                .map_or(0, |d| d.as_millis().div_ceil(1000))
+                .to_string(),
+        ),
     ]
 }
 

@@ -125,7 +125,7 @@ async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) ->
         .iter()
         .map(|l| {
             let (unit, requests_per_unit) = match l.rate {
-                Rate::Limited(p) => (p.unit.name(), p.requests_per_unit),
+                Rate::Limited(p) => (p.unit().name(), p.requests_per_unit),
                 Rate::Unlimited { written } => ("UNKNOWN", written),
             };
             format!(

@@ -27,8 +27,53 @@ fn push_escaped(out: &mut String, text: &str) {
     }
 }
 
-/// Builds the key for one counter. `values` are the entry values to count under (the request's
-/// values, or a wildcard pattern where `share_threshold` shares one counter).
+/// A counter key up to its tail: prefix, domain and entries, escaped. One base serves every
+/// counter of a descriptor (a sliding window's two windows, for instance).
+#[derive(Debug, Clone)]
+pub(crate) struct KeyBase {
+    text: String,
+    prefix_len: usize,
+}
+
+impl KeyBase {
+    /// The base for `entries` (the request's values, or a wildcard pattern where
+    /// `share_threshold` shares one counter).
+    pub(crate) fn new<'a>(
+        prefix: &str,
+        domain: &str,
+        entries: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> KeyBase {
+        let mut text = String::with_capacity(64);
+        push_escaped(&mut text, prefix);
+        let prefix_len = text.len();
+        push_escaped(&mut text, domain);
+        for (k, v) in entries {
+            text.push('|');
+            push_escaped(&mut text, k);
+            text.push('=');
+            push_escaped(&mut text, v);
+        }
+        KeyBase { text, prefix_len }
+    }
+
+    /// The full key with `tail` (made of safe characters: digits, `@`, `~`, letters), hashed
+    /// when it would be longer than [`MAX_KEY_LEN`].
+    pub(crate) fn with(&self, tail: &str) -> String {
+        let mut key = String::with_capacity(self.text.len() + tail.len() + 1);
+        key.push_str(&self.text);
+        key.push('|');
+        key.push_str(tail);
+        if key.len() <= MAX_KEY_LEN {
+            return key;
+        }
+        let hash = xxh3_128(key.as_bytes());
+        key.truncate(self.prefix_len.min(MAX_KEY_LEN - 34));
+        let _ = write!(key, "#{hash:032x}");
+        key
+    }
+}
+
+/// Builds the key for one fixed-window counter.
 pub fn counter_key<'a>(
     prefix: &str,
     domain: &str,
@@ -36,24 +81,7 @@ pub fn counter_key<'a>(
     period: u64,
     window_start: u64,
 ) -> String {
-    let mut key = String::with_capacity(64);
-    push_escaped(&mut key, prefix);
-    let prefix_len = key.len();
-    push_escaped(&mut key, domain);
-    for (k, v) in entries {
-        key.push('|');
-        push_escaped(&mut key, k);
-        key.push('=');
-        push_escaped(&mut key, v);
-    }
-    let _ = write!(key, "|{period}@{window_start}");
-    if key.len() <= MAX_KEY_LEN {
-        return key;
-    }
-    let hash = xxh3_128(key.as_bytes());
-    key.truncate(prefix_len.min(MAX_KEY_LEN - 34));
-    let _ = write!(key, "#{hash:032x}");
-    key
+    KeyBase::new(prefix, domain, entries).with(&format!("{period}@{window_start}"))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! Must not touch: protobuf types, tonic, YAML, memcached crates. Uses storage only through the
 //! [`CounterStore`] trait and time only through [`Clock`].
 
+mod algorithm;
+mod batch;
 mod key;
 mod local_cache;
 mod request;
@@ -17,10 +19,14 @@ pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use crate::clock::Clock;
-use crate::rules::{LevelMatch, RuleSet};
-use crate::storage::{CounterStore, Hit, Op, StorageError};
-use window::Window;
+use crate::rules::{LevelMatch, Rate, RuleSet};
+use crate::storage::{CounterStore, StorageError};
+use algorithm::Hits;
+use batch::Batch;
+use key::KeyBase;
 
 /// Process-wide limiter settings.
 #[derive(Debug, Clone, Default)]
@@ -85,15 +91,25 @@ impl<S: CounterStore> Limiter<S> {
             });
         };
 
-        // 1. Match (an override wins over the configuration).
+        // 1. Match (an override wins over the configuration, and keeps the rule's algorithm).
         let applied: Vec<Option<Applied<'r>>> = request
             .descriptors
             .iter()
-            .map(|d| match d.limit_override {
-                Some(o) => Some(Applied::Override(o)),
-                None => domain
-                    .lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
-                    .map(Applied::Rule),
+            .map(|d| {
+                let rule =
+                    domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
+                match d.limit_override {
+                    Some(mut o) => {
+                        o.algorithm = rule
+                            .and_then(|l| match l.rate {
+                                Rate::Limited(rate) => Some(rate.algorithm),
+                                Rate::Unlimited { .. } => None,
+                            })
+                            .unwrap_or_default();
+                        Some(Applied::Override(o))
+                    }
+                    None => rule.map(Applied::Rule),
+                }
             })
             .collect();
 
@@ -106,9 +122,8 @@ impl<S: CounterStore> Limiter<S> {
             .collect();
 
         // 3. One batched store call for every counted descriptor.
-        let now = self.clock.now();
-        let mut hits = Vec::new();
-        let mut counted = Vec::new();
+        let now_ms = self.clock.now_millis();
+        let mut batch = Batch::default();
         for (index, (descriptor, applied)) in request.descriptors.iter().zip(&applied).enumerate() {
             let Some(limit) = applied else { continue };
             if limit
@@ -118,71 +133,48 @@ impl<S: CounterStore> Limiter<S> {
             {
                 continue;
             }
-            let status = &mut statuses[index];
-            let Some(rate) = limit.rate() else {
-                status.counting = Counting::Unlimited;
-                status.remaining = u32::MAX;
-                continue;
-            };
-            let window = Window::of(rate.unit, now);
-            status.limit = Some(Limited {
-                applied: *limit,
-                rate,
-            });
-            status.reset_in = Some(window.reset_in);
-            status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
-            let op = match (descriptor.refund, descriptor.hits) {
-                (true, n) => Op::Sub(n),
-                (false, n) => Op::Add(n),
-            };
-            let key = self.key(&request.domain, descriptor, limit, &window);
-            if let Some(cache) = &self.local_cache {
-                match op {
-                    Op::Add(n) if cache.contains(&key, now) => {
-                        status.mark_over();
-                        status.counting = Counting::LocalCache { hits: n };
-                        continue;
-                    }
-                    Op::Sub(_) => cache.remove(&key),
-                    Op::Add(_) => {}
-                }
-            }
-            hits.push(Hit {
-                key,
-                op,
-                expires_at: window.end(),
-            });
-            counted.push(index);
+            self.plan(
+                &request.domain,
+                descriptor,
+                limit,
+                now_ms,
+                &mut statuses[index],
+                index,
+                &mut batch,
+            );
+        }
+        if let Err(err) = batch.run(&self.store).await {
+            return self.fail_open(err, statuses, &batch.counted());
         }
 
-        let counts = if hits.is_empty() {
-            Vec::new()
-        } else {
-            match self.store.hit(&hits).await {
-                Ok(counts) => counts,
-                Err(err) => return self.fail_open(err, statuses, &counted),
-            }
-        };
-
         // 4. Per-descriptor codes, shadow mode.
-        for ((&index, count), hit) in counted.iter().zip(counts).zip(&hits) {
-            let status = &mut statuses[index];
-            let limit = u64::from(status.limit.map_or(0, |l| l.rate.requests_per_unit));
+        for planned in &batch.planned {
+            let status = &mut statuses[planned.index];
+            let outcome = algorithm::decide(
+                planned.plan,
+                planned.rate,
+                planned.hits,
+                now_ms,
+                &batch.counts,
+                &batch.answers,
+            );
             status.counting = Counting::Counted {
-                hits: match hit.op {
-                    Op::Add(n) => n,
-                    Op::Sub(_) => 0,
+                hits: match planned.hits {
+                    Hits::Take(n) => n,
+                    Hits::Refund(_) => 0,
                 },
-                after: count,
+                after: outcome.used,
             };
-            let over = matches!(hit.op, Op::Add(_)) && count > limit;
-            if over {
+            status.reset_in = Some(outcome.reset_in);
+            if outcome.over {
                 status.mark_over();
-                if let Some(cache) = &self.local_cache {
-                    cache.insert(&hit.key, hit.expires_at, now);
+                if let (Some(cache), algorithm::Plan::Fixed { hit, window }) =
+                    (&self.local_cache, planned.plan)
+                {
+                    cache.insert(&batch.hits[hit].key, window.end(), now_ms / 1000);
                 }
             } else {
-                status.remaining = u32::try_from(limit.saturating_sub(count)).unwrap_or(u32::MAX);
+                status.remaining = outcome.remaining;
             }
         }
 
@@ -197,13 +189,64 @@ impl<S: CounterStore> Limiter<S> {
         })
     }
 
-    fn key(
+    /// Plans one counted descriptor into the batch (or answers it at once: unlimited, a
+    /// blocking token bucket, the local over-limit cache).
+    #[allow(clippy::too_many_arguments)]
+    fn plan<'r>(
         &self,
         domain: &str,
         descriptor: &Descriptor,
-        limit: &Applied<'_>,
-        window: &Window,
-    ) -> String {
+        limit: &Applied<'r>,
+        now_ms: u64,
+        status: &mut Status<'r>,
+        index: usize,
+        batch: &mut Batch,
+    ) {
+        let Some(rate) = limit.rate() else {
+            status.counting = Counting::Unlimited;
+            status.remaining = u32::MAX;
+            return;
+        };
+        status.limit = Some(Limited {
+            applied: *limit,
+            rate,
+        });
+        status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
+        let hits = match (descriptor.refund, descriptor.hits) {
+            (true, n) => Hits::Refund(n),
+            (false, n) => Hits::Take(n),
+        };
+        let base = self.key_base(domain, descriptor, limit);
+        let key = |tail: &str| base.with(tail);
+        let (plan, hit_at) = batch.plan(&algorithm::Planned {
+            rate,
+            hits,
+            now_ms,
+            key: &key,
+        });
+        if let (Some(cache), algorithm::Plan::Fixed { window, .. }) = (&self.local_cache, plan) {
+            let key = &batch.hits[hit_at].key;
+            match hits {
+                Hits::Take(n) if cache.contains(key, now_ms / 1000) => {
+                    batch.unplan(plan);
+                    status.reset_in = Some(Duration::from_secs(window.reset_in));
+                    status.mark_over();
+                    status.counting = Counting::LocalCache { hits: n };
+                    return;
+                }
+                Hits::Refund(_) => cache.remove(key),
+                Hits::Take(_) => {}
+            }
+        }
+        batch.planned.push(batch::Planned {
+            index,
+            plan,
+            rate,
+            hits,
+        });
+    }
+
+    fn key_base(&self, domain: &str, descriptor: &Descriptor, limit: &Applied<'_>) -> KeyBase {
         let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
         let entries = descriptor.entries.iter().enumerate().map(|(i, e)| {
             let value = match path.get(i).map(|p| &p.matched) {
@@ -215,13 +258,7 @@ impl<S: CounterStore> Limiter<S> {
             };
             (e.key.as_str(), value)
         });
-        key::counter_key(
-            &self.settings.key_prefix,
-            domain,
-            entries,
-            window.period,
-            window.start,
-        )
+        KeyBase::new(&self.settings.key_prefix, domain, entries)
     }
 
     fn fail_open<'r>(

@@ -1,7 +1,7 @@
 //! A validated rate-limit request in domain terms. Built by the gRPC edge (which validates and
 //! resolves `hits_addend`), read by the limiter.
 
-use crate::rules::Unit;
+use crate::rules::{Algorithm, Unit};
 
 /// One key/value entry of a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub struct LimitOverride {
     pub requests_per_unit: u32,
     /// The window unit.
     pub unit: Unit,
+    /// The matched rule's algorithm (an override keeps it); a fixed window when no rule
+    /// matches. Set by the limiter, not by the request.
+    pub algorithm: Algorithm,
 }
 
 /// One descriptor.

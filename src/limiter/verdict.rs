@@ -2,7 +2,7 @@
 //! plus the overall code. Borrowed from the rule set that produced it.
 
 use super::request::LimitOverride;
-use crate::rules::{Limit, MetaValue, PerUnit, Rate};
+use crate::rules::{Limit, MetaValue, PerUnit, Period, Rate};
 
 /// A descriptor's or the request's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,8 @@ impl<'r> Applied<'r> {
             },
             Applied::Override(o) => Some(PerUnit {
                 requests_per_unit: o.requests_per_unit,
-                unit: o.unit,
+                period: Period::one(o.unit),
+                algorithm: o.algorithm,
             }),
         }
     }
@@ -110,8 +111,8 @@ pub struct Status<'r> {
     pub limit: Option<Limited<'r>>,
     /// `limit_remaining`.
     pub remaining: u32,
-    /// `duration_until_reset` in seconds, for counted limits.
-    pub reset_in: Option<u64>,
+    /// `duration_until_reset`, for counted limits (whole seconds for fixed windows).
+    pub reset_in: Option<std::time::Duration>,
     /// What was counted.
     pub counting: Counting,
     /// The limit was over, but shadow mode (rule) answered OK.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Metrics;
-use crate::storage::{CounterStore, Gauge, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 /// `S`, with each batched call's latency and outcome recorded in [`Metrics`].
 #[derive(Debug)]
@@ -30,6 +30,14 @@ impl<S: CounterStore> CounterStore for Instrumented<S> {
     async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
         let started = Instant::now();
         let result = self.inner.hit(hits).await;
+        self.metrics
+            .backend_call(started.elapsed(), result.as_ref().err());
+        result
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        let started = Instant::now();
+        let result = self.inner.bucket(steps).await;
         self.metrics
             .backend_call(started.elapsed(), result.as_ref().err());
         result

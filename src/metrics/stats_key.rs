@@ -144,6 +144,7 @@ descriptors:
             },
         ];
         let applied = Applied::Override(LimitOverride {
+            algorithm: crate::rules::Algorithm::FixedWindow,
             requests_per_unit: 1,
             unit: Unit::Minute,
         });

@@ -7,77 +7,14 @@
 
 mod matcher;
 mod metadata;
+mod rate;
 mod wildcard;
 
 pub use metadata::MetaValue;
+pub use rate::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Unit};
 pub(crate) use wildcard::Pattern;
 
 use std::collections::HashMap;
-
-/// The unit of a fixed window. A month is 30 days and a year 365 days, as in the reference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
-    /// One second.
-    Second,
-    /// 60 seconds.
-    Minute,
-    /// 3,600 seconds.
-    Hour,
-    /// 86,400 seconds; windows start at 00:00 UTC.
-    Day,
-    /// 604,800 seconds; windows start on Thursday 00:00 UTC (epoch-aligned).
-    Week,
-    /// 2,592,000 seconds (30 days from the epoch, not calendar months).
-    Month,
-    /// 31,536,000 seconds (365 days from the epoch).
-    Year,
-}
-
-impl Unit {
-    /// Every unit, shortest first.
-    pub const ALL: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
-
-    /// The window length in seconds.
-    pub fn seconds(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 604_800,
-            Unit::Month => 2_592_000,
-            Unit::Year => 31_536_000,
-        }
-    }
-
-    /// Parses a unit name case-insensitively (`second` … `year`, `week`).
-    pub fn parse(text: &str) -> Option<Unit> {
-        Unit::ALL
-            .into_iter()
-            .find(|u| u.name().eq_ignore_ascii_case(text))
-    }
-
-    /// The upper-case name used on the wire and in dumps (`SECOND`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "SECOND",
-            Unit::Minute => "MINUTE",
-            Unit::Hour => "HOUR",
-            Unit::Day => "DAY",
-            Unit::Week => "WEEK",
-            Unit::Month => "MONTH",
-            Unit::Year => "YEAR",
-        }
-    }
-}
 
 /// How one level of a descriptor path was matched; decides the stats key and the counter key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,15 +41,6 @@ pub struct PathLevel {
     pub matched: LevelMatch,
     /// Use the runtime value in the stats key at this level (`value_to_metric`).
     pub value_to_metric: bool,
-}
-
-/// A number of hits allowed per window of one unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PerUnit {
-    /// Allowed hits per window; 0 blocks everything.
-    pub requests_per_unit: u32,
-    /// The window unit.
-    pub unit: Unit,
 }
 
 /// What a configured limit allows.

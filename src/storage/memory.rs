@@ -10,14 +10,15 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::{CounterStore, Gauge, Hit, Op, StorageError};
+use super::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, Op, StorageError};
 use crate::clock::Clock;
 
 const SHARDS: usize = 64;
 
+/// A counter, or a token bucket's TAT (the only value wider than 64 bits).
 #[derive(Debug, Clone, Copy)]
 struct Counter {
-    count: u64,
+    value: u128,
     expires_at: u64,
 }
 
@@ -77,18 +78,44 @@ impl MemoryStore {
         let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
         if let Some(counter) = map.get_mut(&hash) {
             if counter.expires_at > now {
-                counter.count = match hit.op {
-                    Op::Add(n) => counter.count.saturating_add(n),
-                    Op::Sub(n) => counter.count.saturating_sub(n),
+                let count = u64::try_from(counter.value).unwrap_or(u64::MAX);
+                let count = match hit.op {
+                    Op::Add(n) => count.saturating_add(n),
+                    Op::Sub(n) => count.saturating_sub(n),
+                    Op::Lease(0) => return Ok(count),
+                    Op::Lease(n) => {
+                        counter.expires_at = hit.expires_at;
+                        count.saturating_add(n)
+                    }
+                    Op::Release(n) => {
+                        counter.expires_at = hit.expires_at;
+                        count.saturating_sub(n)
+                    }
                 };
-                return Ok(counter.count);
+                counter.value = u128::from(count);
+                return Ok(count);
             }
             map.remove(&hash);
         }
-        let Op::Add(n) = hit.op else { return Ok(0) };
+        let (Op::Add(n) | Op::Lease(n)) = hit.op else {
+            return Ok(0);
+        };
         if n == 0 {
             return Ok(0);
         }
+        self.insert(&mut map, hash, u128::from(n), hit.expires_at, now)?;
+        Ok(n)
+    }
+
+    /// Creates an entry, making room among expired ones first; refuses when the shard is full.
+    fn insert(
+        &self,
+        map: &mut HashMap<u128, Counter>,
+        hash: u128,
+        value: u128,
+        expires_at: u64,
+        now: u64,
+    ) -> Result<(), StorageError> {
         if map.len() >= self.per_shard_cap {
             map.retain(|_, c| c.expires_at > now);
             if map.len() >= self.per_shard_cap {
@@ -98,14 +125,31 @@ impl MemoryStore {
                 )));
             }
         }
-        map.insert(
-            hash,
-            Counter {
-                count: n,
-                expires_at: hit.expires_at,
-            },
-        );
-        Ok(n)
+        map.insert(hash, Counter { value, expires_at });
+        Ok(())
+    }
+
+    fn step(&self, step: &BucketStep, now: u64) -> Result<BucketAnswer, StorageError> {
+        let hash = xxh3_128(step.key.as_bytes());
+        let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
+        let stored = map
+            .get(&hash)
+            .filter(|c| c.expires_at > now)
+            .map(|c| c.value);
+        let (answer, write) = step.apply(stored);
+        if let Some(tat) = write {
+            let expires_at = step.expires_at(tat);
+            match map.get_mut(&hash) {
+                Some(counter) => {
+                    *counter = Counter {
+                        value: tat,
+                        expires_at,
+                    }
+                }
+                None => self.insert(&mut map, hash, tat, expires_at, now)?,
+            }
+        }
+        Ok(answer)
     }
 }
 
@@ -119,6 +163,11 @@ impl CounterStore for MemoryStore {
     async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
         let now = self.clock.now();
         hits.iter().map(|hit| self.apply(hit, now)).collect()
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        let now = self.clock.now();
+        steps.iter().map(|step| self.step(step, now)).collect()
     }
 
     async fn ready(&self) -> bool {

@@ -7,8 +7,11 @@
 //! hit, taken atomically with the hit itself; the decision is made from it, never from a read
 //! taken before the write. That is what makes counting exact under concurrency.
 
+pub mod bucket;
 pub mod memcached;
 pub mod memory;
+
+pub use bucket::{BucketAnswer, BucketStep, Take};
 
 use std::future::Future;
 
@@ -19,6 +22,13 @@ pub enum Op {
     Add(u64),
     /// Refund this many hits; the counter never goes below zero and is not created.
     Sub(u64),
+    /// Add this many (0 = read only, nothing created or touched) and set the counter's expiry
+    /// to the hit's `expires_at`, whether it is created or already exists (a lease that lives
+    /// as long after its last change).
+    Lease(u64),
+    /// Subtract this many, never below zero, and set the expiry of an existing counter to the
+    /// hit's `expires_at`; a missing counter stays missing.
+    Release(u64),
 }
 
 /// One counter operation of a batch.
@@ -52,6 +62,10 @@ pub enum StorageError {
     /// The store is full of live counters and will not create another.
     #[error("counter store full: {0}")]
     Full(String),
+    /// A conditional update lost its race more times than allowed (other replicas write the
+    /// same key): nothing was decided.
+    #[error("counter store contended: {0}")]
+    Contended(String),
     /// Turnstile itself could not send the commands in time (its queues are full, or it is too
     /// busy to write them): nothing is known about the store, which is not marked down.
     #[error("Turnstile is overloaded: {0}")]
@@ -83,6 +97,14 @@ pub trait CounterStore: Send + Sync + 'static {
     /// back or an error does.
     fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
 
+    /// Applies every token-bucket step atomically (each as [`BucketStep::apply`] says) and
+    /// returns each answer, in order. Either all answers come back or an error does; a store
+    /// that gives up (contention) says so with an error, never with an answer it did not take.
+    fn bucket(
+        &self,
+        steps: &[BucketStep],
+    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send;
+
     /// Whether the store can currently serve (for readiness). Must not block for long.
     fn ready(&self) -> impl Future<Output = bool> + Send;
 
@@ -95,6 +117,13 @@ pub trait CounterStore: Send + Sync + 'static {
 impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
     fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
         (**self).hit(hits)
+    }
+
+    fn bucket(
+        &self,
+        steps: &[BucketStep],
+    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send {
+        (**self).bucket(steps)
     }
 
     fn ready(&self) -> impl Future<Output = bool> + Send {

@@ -243,17 +243,11 @@ fn duplicate_domains_fail_unless_merged() {
     let domain = merged.rules.domain("d").expect("domain");
     assert_eq!(
         domain.lookup([("k1", "x")].into_iter()).map(|l| l.rate),
-        Some(Rate::Limited(PerUnit {
-            requests_per_unit: 10,
-            unit: Unit::Minute
-        }))
+        Some(Rate::Limited(PerUnit::fixed(10, Unit::Minute)))
     );
     assert_eq!(
         domain.lookup([("k2", "x")].into_iter()).map(|l| l.rate),
-        Some(Rate::Limited(PerUnit {
-            requests_per_unit: 20,
-            unit: Unit::Minute
-        }))
+        Some(Rate::Limited(PerUnit::fixed(20, Unit::Minute)))
     );
     write(
         &dir,

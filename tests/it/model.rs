@@ -78,7 +78,7 @@ proptest! {
                     let status = &verdict.statuses[0];
                     prop_assert_eq!(status.code == Code::OverLimit, want_over);
                     prop_assert_eq!(u64::from(status.remaining), want_remaining);
-                    prop_assert_eq!(status.reset_in, Some(period - now % period));
+                    prop_assert_eq!(status.reset_in, Some(std::time::Duration::from_secs(period - now % period)));
                 }
             }
         }

@@ -10,6 +10,8 @@
 //! server, and put it into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
+mod bucket;
+mod meta;
 mod pipelined;
 #[cfg(fuzzing)]
 pub use pipelined::fuzz_replies;
@@ -20,6 +22,7 @@ mod server;
 pub mod srv;
 mod transport;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -27,7 +30,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
-use super::{CounterStore, Gauge, Hit, StorageError};
+use super::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 use crate::clock::Clock;
 use pipelined_transport::Pipelined;
 use pooled::{Pooled, Protocol};
@@ -86,6 +89,8 @@ struct Topology {
 #[derive(Debug)]
 struct Inner {
     topology: ArcSwap<Topology>,
+    /// Token-bucket steps waiting per key while one update of that key is out.
+    buckets: bucket::Coalescer,
     transport: MemcachedTransport,
     pool_size: u32,
     timeout: Duration,
@@ -108,6 +113,7 @@ impl MemcachedStore {
         let store = Self {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
+                buckets: bucket::Coalescer::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
                 timeout: options.timeout,
@@ -231,19 +237,31 @@ impl Inner {
         server: &Server,
         commands: &[Command<'_>],
     ) -> Result<Vec<u64>, StorageError> {
+        let sent = Sent::default();
+        self.guarded(server, &sent, server.transport.apply(commands, &sent))
+            .await
+    }
+
+    /// Runs `call` (which sets `sent` once its commands are written) under the operation
+    /// deadline and the server's health tracking: a server in backoff is not asked; time spent
+    /// before the write is Turnstile's overload; a late answer is checked by a probe before the
+    /// server is called down; connection faults mark it down at once.
+    async fn guarded<T>(
+        &self,
+        server: &Server,
+        sent: &Sent,
+        call: impl Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, StorageError> {
         if !server.admit() {
             return Err(StorageError::Unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
                 server.name
             )));
         }
-        let sent = Sent::default();
-        let result =
-            tokio::time::timeout(self.timeout, server.transport.apply(commands, &sent)).await;
-        let error = match result {
-            Ok(Ok(counts)) => {
+        let error = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(answer)) => {
                 server.record_success();
-                return Ok(counts);
+                return Ok(answer);
             }
             Ok(Err(err)) => err,
             Err(_) if !sent.load(Ordering::Acquire) => {
@@ -355,6 +373,10 @@ impl CounterStore for MemcachedStore {
             }
         }
         Ok(counts)
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        try_join_all(steps.iter().map(|step| self.bucket_step(step.clone()))).await
     }
 
     fn gauges(&self) -> Vec<Gauge> {

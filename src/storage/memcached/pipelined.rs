@@ -9,12 +9,10 @@
 //! of unbounded memory when memcached or the writer falls behind), and the writer waits for room
 //! in the queue of answers being awaited.
 
-use std::io::{self, Write};
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -35,6 +33,19 @@ pub(super) enum Reply {
     NotFound,
     /// `MN`.
     Noop,
+    /// `VA` with a bucket state and its CAS token (`mg ... v c`).
+    State {
+        /// The stored TAT.
+        value: u128,
+        /// The item's CAS token.
+        cas: u64,
+    },
+    /// `EN`: no such item (`mg`).
+    Miss,
+    /// `HD`: stored (`ms`).
+    Stored,
+    /// `NS` or `EX` or `NF` to `ms`: someone else created or changed the item first.
+    NotStored,
     /// An error line or anything unexpected.
     Error(String),
 }
@@ -58,34 +69,6 @@ pub(super) struct Pipeline {
     /// Cleared when the reader stops (the server closed the connection or sent garbage), so the
     /// next caller reconnects instead of queueing on a dead connection.
     alive: Arc<AtomicBool>,
-}
-
-/// Appends the key, base64-encoded, to `out` (no intermediate string).
-fn push_key(out: &mut Vec<u8>, key: &str) {
-    let start = out.len();
-    out.resize(start + base64::encoded_len(key.len(), true).unwrap_or(0), 0);
-    let written = STANDARD.encode_slice(key, &mut out[start..]).unwrap_or(0);
-    out.truncate(start + written);
-}
-
-/// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
-/// missing.
-pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
-    out.extend_from_slice(b"ma ");
-    push_key(out, key);
-    // Writing into a Vec cannot fail.
-    if n == 0 {
-        out.extend_from_slice(b" b D0 v\r\n");
-    } else {
-        let _ = write!(out, " b N{exptime} J{n} D{n} v\r\n");
-    }
-}
-
-/// Appends `ma` in decrement mode (floors at zero; a missing counter stays missing).
-pub(super) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
-    out.extend_from_slice(b"ma ");
-    push_key(out, key);
-    let _ = write!(out, " b MD D{n} v\r\n");
 }
 
 impl Pipeline {
@@ -225,8 +208,8 @@ async fn reader(
     }
 }
 
-/// The longest value a counter reply carries: a u64 in decimal is at most 20 digits.
-const MAX_VALUE_LEN: usize = 32;
+/// The longest value a reply carries: a u128 bucket state in decimal is at most 39 digits.
+const MAX_VALUE_LEN: usize = 48;
 
 /// Reads one reply (`None` at the end of the stream); `line` and `data` are reused buffers.
 pub(super) async fn read_reply<R: AsyncBufRead + Unpin>(
@@ -256,18 +239,26 @@ async fn parse<R: AsyncBufRead + Unpin>(
                 .and_then(|l| l.parse().ok())
                 .filter(|len| *len <= MAX_VALUE_LEN)
                 .ok_or_else(|| bad(line))?;
+            let cas = words.find_map(|w| w.strip_prefix('c').and_then(|c| c.parse().ok()));
             data.clear();
             data.resize(len + 2, 0);
             read.read_exact(data).await?;
             let text = String::from_utf8_lossy(&data[..len]);
-            match text.trim().parse() {
-                Ok(n) => Reply::Value(n),
-                Err(_) => Reply::Error(format!("not a counter: {text:?}")),
+            let text = text.trim();
+            match (cas, text.parse::<u128>()) {
+                (Some(cas), Ok(value)) => Reply::State { value, cas },
+                (None, Ok(n)) => u64::try_from(n).map_or_else(
+                    |_| Reply::Error(format!("not a counter: {text:?}")),
+                    Reply::Value,
+                ),
+                (_, Err(_)) => Reply::Error(format!("not a counter: {text:?}")),
             }
         }
         Some("NF") => Reply::NotFound,
         Some("MN") => Reply::Noop,
-        Some("HD") => Reply::Error("unexpected HD".into()),
+        Some("EN") => Reply::Miss,
+        Some("HD") => Reply::Stored,
+        Some("NS" | "EX") => Reply::NotStored,
         _ => Reply::Error(line.to_owned()),
     })
 }
@@ -300,30 +291,6 @@ fn bad(line: &str) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{push_add, push_sub};
-
-    fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        push_add(&mut out, key, n, exptime);
-        out
-    }
-
-    fn sub_line(key: &str, n: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        push_sub(&mut out, key, n);
-        out
-    }
-
-    #[test]
-    fn command_lines() {
-        assert_eq!(
-            add_line("a b", 3, 60),
-            b"ma YSBi b N60 J3 D3 v\r\n".to_vec()
-        );
-        assert_eq!(add_line("k", 0, 60), b"ma aw== b D0 v\r\n".to_vec());
-        assert_eq!(sub_line("k", 2), b"ma aw== b MD D2 v\r\n".to_vec());
-    }
-
     #[tokio::test]
     async fn replies_parse_and_absurd_lengths_are_refused() {
         use super::{Reply, read_reply};
@@ -339,6 +306,31 @@ mod tests {
         assert!(
             absurd.is_err(),
             "a claimed length beyond any counter is a broken stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn state_replies_parse() {
+        use super::{Reply, read_reply};
+        let mut input: &[u8] = b"VA 3 c99\r\n123\r\nEN\r\nHD\r\nEX\r\nNS\r\n";
+        let (mut line, mut data) = (String::new(), Vec::new());
+        let mut replies = Vec::new();
+        for _ in 0..5 {
+            let reply = read_reply(&mut input, &mut line, &mut data).await;
+            replies.push(reply.expect("parsed").expect("a reply"));
+        }
+        assert_eq!(
+            replies,
+            [
+                Reply::State {
+                    value: 123,
+                    cas: 99
+                },
+                Reply::Miss,
+                Reply::Stored,
+                Reply::NotStored,
+                Reply::NotStored
+            ]
         );
     }
 }

@@ -9,7 +9,10 @@ use arc_swap::ArcSwapOption;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
-use super::pipelined::{Pipeline, Reply, push_add, push_sub};
+use super::meta::{
+    push_add, push_lease, push_read_state, push_release, push_sub, push_write_state,
+};
+use super::pipelined::{Pipeline, Reply};
 use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
 use crate::storage::Op;
 
@@ -68,6 +71,22 @@ impl Pipelined {
         let pipe = self.connection().await.map_err(TransportError::Connect)?;
         pipe.call(lines, count, sent).await
     }
+
+    /// One command line and its one answer.
+    async fn one(&self, line: Vec<u8>, sent: &Sent) -> Result<Reply, TransportError> {
+        let mut replies = self.call(line, 1, Some(Arc::clone(sent))).await?;
+        replies
+            .pop()
+            .ok_or_else(|| TransportError::Protocol("no answer".into()))
+    }
+}
+
+/// An answer that does not belong to the command sent.
+fn unexpected(reply: &Reply, command: &str) -> TransportError {
+    match reply {
+        Reply::Error(e) => TransportError::Protocol(e.clone()),
+        other => TransportError::Protocol(format!("unexpected {other:?} to {command}")),
+    }
 }
 
 impl Transport for Pipelined {
@@ -83,6 +102,8 @@ impl Transport for Pipelined {
                 match c.op {
                     Op::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
                     Op::Sub(n) => push_sub(&mut lines, c.key, n),
+                    Op::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
+                    Op::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
                 }
             }
             self.call(lines, commands.len(), Some(Arc::clone(sent)))
@@ -91,10 +112,47 @@ impl Transport for Pipelined {
                 .map(|reply| match reply {
                     Reply::Value(n) => Ok(n),
                     Reply::NotFound => Ok(0),
-                    Reply::Noop => Err(TransportError::Protocol("unexpected MN".into())),
                     Reply::Error(e) => Err(TransportError::Protocol(e)),
+                    other => Err(unexpected(&other, "ma")),
                 })
                 .collect()
+        }
+        .boxed()
+    }
+
+    fn read_state<'a>(
+        &'a self,
+        key: &'a str,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>> {
+        async move {
+            let mut line = Vec::with_capacity(64);
+            push_read_state(&mut line, key);
+            match self.one(line, sent).await? {
+                Reply::State { value, cas } => Ok(Some((value, cas))),
+                Reply::Miss => Ok(None),
+                other => Err(unexpected(&other, "mg")),
+            }
+        }
+        .boxed()
+    }
+
+    fn write_state<'a>(
+        &'a self,
+        key: &'a str,
+        value: u128,
+        cas: Option<u64>,
+        exptime: u64,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<bool, TransportError>> {
+        async move {
+            let mut line = Vec::with_capacity(96);
+            push_write_state(&mut line, key, value, cas, exptime);
+            match self.one(line, sent).await? {
+                Reply::Stored => Ok(true),
+                Reply::NotStored | Reply::NotFound => Ok(false),
+                other => Err(unexpected(&other, "ms")),
+            }
         }
         .boxed()
     }

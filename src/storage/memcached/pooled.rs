@@ -161,6 +161,74 @@ async fn sub(conn: &mut Client, protocol: Protocol, key: &str, n: u64) -> Result
     }
 }
 
+/// A lease or release (`ma` with `T`, which sets the TTL on every change).
+async fn lease(conn: &mut Client, command: &Command<'_>) -> Result<u64, Error> {
+    let b64 = STANDARD.encode(command.key);
+    let ttl = format!("T{}", command.exptime);
+    let result = match command.op {
+        Op::Release(n) => {
+            conn.meta_decrement(&b64, false, None, Some(n), Some(&["b", &ttl, "v"]))
+                .await
+        }
+        Op::Lease(n) | Op::Add(n) | Op::Sub(n) => {
+            let vivify = format!("N{}", command.exptime);
+            let initial = format!("J{n}");
+            let flags = ["b", &vivify, &initial, &ttl, "v"];
+            conn.meta_increment(&b64, false, None, Some(n), Some(&flags))
+                .await
+        }
+    };
+    match result {
+        Ok(value) => parse_count(value.as_ref().and_then(|v| v.data.as_deref())),
+        Err(e) if not_found(&e) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a bucket state and its CAS token.
+async fn read_state(conn: &mut Client, key: &str) -> Result<Option<(u128, u64)>, Error> {
+    let b64 = STANDARD.encode(key);
+    let Some(value) = conn
+        .meta_get(&b64, false, None, Some(&["b", "v", "c"]))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let text = value
+        .data
+        .as_deref()
+        .map(|d| String::from_utf8_lossy(d).trim().to_owned())
+        .unwrap_or_default();
+    match (text.parse::<u128>(), value.cas) {
+        (Ok(state), Some(cas)) => Ok(Some((state, cas))),
+        _ => Err(Error::Protocol(Status::Error(
+            async_memcached::ErrorKind::Protocol(Some(format!("not a bucket state: {text:?}"))),
+        ))),
+    }
+}
+
+/// Writes a bucket state by compare-and-swap (or add when new); `false` if another won.
+async fn write_state(
+    conn: &mut Client,
+    key: &str,
+    value: u128,
+    cas: Option<u64>,
+    exptime: u64,
+) -> Result<bool, Error> {
+    let b64 = STANDARD.encode(key);
+    let ttl = format!("T{exptime}");
+    let mode = cas.map_or_else(|| "ME".to_owned(), |c| format!("C{c}"));
+    let data = value.to_string();
+    match conn
+        .meta_set(&b64, data.as_str(), false, None, Some(&["b", &ttl, &mode]))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(Error::Protocol(Status::NotStored | Status::Exists | Status::NotFound)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 impl From<Error> for TransportError {
     fn from(err: Error) -> Self {
         match err {
@@ -210,8 +278,25 @@ impl Pooled {
         let count = match command.op {
             Op::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
             Op::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
+            Op::Lease(0) => add(&mut conn, self.protocol, command.key, 0, command.exptime).await,
+            Op::Lease(_) | Op::Release(_) => {
+                self.meta_only("a concurrency limit")?;
+                lease(&mut conn, command).await
+            }
         };
         Ok(count?)
+    }
+
+    /// Classic commands cannot set a TTL on update or compare-and-swap here: the algorithms
+    /// that need them are refused with a clear error rather than counted wrongly.
+    fn meta_only(&self, what: &str) -> Result<(), TransportError> {
+        match self.protocol {
+            Protocol::Meta => Ok(()),
+            Protocol::Classic => Err(TransportError::Protocol(format!(
+                "{what} needs memcached meta commands (memcached 1.6 or later); \
+                 MEMCACHE_TRANSPORT=classic supports fixed and sliding windows only"
+            ))),
+        }
     }
 }
 
@@ -238,6 +323,37 @@ impl Transport for Pooled {
                 }
                 Ok(counts)
             }
+        }
+        .boxed()
+    }
+
+    fn read_state<'a>(
+        &'a self,
+        key: &'a str,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>> {
+        async move {
+            self.meta_only("a token bucket")?;
+            let mut conn = self.connection().await?;
+            sent.store(true, Ordering::Release);
+            Ok(read_state(&mut conn, key).await?)
+        }
+        .boxed()
+    }
+
+    fn write_state<'a>(
+        &'a self,
+        key: &'a str,
+        value: u128,
+        cas: Option<u64>,
+        exptime: u64,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<bool, TransportError>> {
+        async move {
+            self.meta_only("a token bucket")?;
+            let mut conn = self.connection().await?;
+            sent.store(true, Ordering::Release);
+            Ok(write_state(&mut conn, key, value, cas, exptime).await?)
         }
         .boxed()
     }

@@ -76,6 +76,24 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
         sent: &'a Sent,
     ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>>;
 
+    /// Reads a bucket state and its CAS token (`None` when missing).
+    fn read_state<'a>(
+        &'a self,
+        key: &'a str,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>>;
+
+    /// Writes a bucket state with TTL `exptime`: in place of the item whose CAS token is `cas`,
+    /// or as a new item when `cas` is `None`. `false` when another writer got there first.
+    fn write_state<'a>(
+        &'a self,
+        key: &'a str,
+        value: u128,
+        cas: Option<u64>,
+        exptime: u64,
+        sent: &'a Sent,
+    ) -> BoxFuture<'a, Result<bool, TransportError>>;
+
     /// One cheap round trip that proves the server answers.
     fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>>;
 

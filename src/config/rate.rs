@@ -1,0 +1,132 @@
+//! A `rate_limit`'s rate: `unit`, `unit_multiplier`, `algorithm` and `burst`, each checked
+//! against what the others allow, with file:line:col and what belongs there on every error.
+//!
+//! Must not touch: the rest of the descriptor (that is `compile`'s), YAML parsing.
+
+use super::compile::FileCompiler;
+use super::raw::{Pos, RawRateLimit};
+use crate::rules::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Rate, Unit};
+
+impl FileCompiler<'_> {
+    /// The limit's rate: unit, period and algorithm, each checked against what the others allow.
+    /// `None` (with every error recorded) when any part is wrong.
+    pub(super) fn rate(&mut self, raw: &RawRateLimit, pos: Pos, path: &str) -> Option<Rate> {
+        let at = |s: Option<Pos>| s.unwrap_or(pos);
+        let unit = raw.unit.as_ref().and_then(|u| Unit::parse(&u.value));
+        let unit_pos = at(raw.unit.as_ref().map(|u| Pos::from(u.referenced)));
+        let unit_text = raw.unit.as_ref().map_or("", |u| u.value.as_str());
+        if raw.unlimited {
+            let mut ok = true;
+            if unit.is_some() {
+                let message = "should not specify rate limit unit when unlimited";
+                self.error(unit_pos, &format!("{path}.unit"), message);
+                ok = false;
+            }
+            for (key, found) in [
+                (
+                    "algorithm",
+                    raw.algorithm.as_ref().map(|a| Pos::from(a.referenced)),
+                ),
+                (
+                    "unit_multiplier",
+                    raw.unit_multiplier
+                        .as_ref()
+                        .map(|m| Pos::from(m.referenced)),
+                ),
+                ("burst", raw.burst.as_ref().map(|b| Pos::from(b.referenced))),
+            ] {
+                if let Some(found) = found {
+                    let message = format!(
+                        "an unlimited rate_limit is never counted, so `{key}` means nothing here \
+                         (remove it, or remove `unlimited: true`)"
+                    );
+                    self.error(found, &format!("{path}.{key}"), message);
+                    ok = false;
+                }
+            }
+            return ok.then_some(Rate::Unlimited {
+                written: raw.requests_per_unit,
+            });
+        }
+        let Some(unit) = unit else {
+            let message = format!(
+                "invalid rate limit unit '{unit_text}' (one of second, minute, hour, day, week, \
+                 month, year)"
+            );
+            self.error(unit_pos, &format!("{path}.unit"), message);
+            return None;
+        };
+        let period = self.period(raw, unit, path);
+        let algorithm = self.algorithm(raw, pos, path);
+        Some(Rate::Limited(PerUnit {
+            requests_per_unit: raw.requests_per_unit,
+            period: period?,
+            algorithm: algorithm?,
+        }))
+    }
+
+    /// `unit` × `unit_multiplier`, at least one unit and at most ten years.
+    fn period(&mut self, raw: &RawRateLimit, unit: Unit, path: &str) -> Option<Period> {
+        let Some(multiplier) = &raw.unit_multiplier else {
+            return Some(Period::one(unit));
+        };
+        let at = Pos::from(multiplier.referenced);
+        let period = u32::try_from(multiplier.value)
+            .ok()
+            .and_then(|m| Period::new(unit, m));
+        if period.is_none() {
+            let message = if multiplier.value == 0 {
+                "unit_multiplier must be at least 1 (the period is unit × unit_multiplier)"
+                    .to_owned()
+            } else {
+                format!(
+                    "unit_multiplier {} makes a period longer than 10 years (at most {} for unit \
+                     '{}')",
+                    multiplier.value,
+                    MAX_PERIOD_SECONDS / unit.seconds(),
+                    unit.name().to_ascii_lowercase()
+                )
+            };
+            self.error(at, &format!("{path}.unit_multiplier"), message);
+        }
+        period
+    }
+
+    /// `algorithm` (default fixed_window) and `burst` (token_bucket only).
+    fn algorithm(&mut self, raw: &RawRateLimit, pos: Pos, path: &str) -> Option<Algorithm> {
+        let name = raw
+            .algorithm
+            .as_ref()
+            .map_or("fixed_window", |a| a.value.as_str());
+        let burst = raw.burst.as_ref().map_or(0, |b| b.value);
+        let algorithm = match name {
+            "fixed_window" => Algorithm::FixedWindow,
+            "sliding_window" => Algorithm::SlidingWindow,
+            "token_bucket" => Algorithm::TokenBucket { burst },
+            "concurrency" => Algorithm::Concurrency,
+            other => {
+                let at = raw
+                    .algorithm
+                    .as_ref()
+                    .map_or(pos, |a| Pos::from(a.referenced));
+                let message = format!(
+                    "unknown algorithm '{other}' (one of {})",
+                    Algorithm::NAMES.join(", ")
+                );
+                self.error(at, &format!("{path}.algorithm"), message);
+                return None;
+            }
+        };
+        if let Some(b) = &raw.burst
+            && !matches!(algorithm, Algorithm::TokenBucket { .. })
+        {
+            let message = format!(
+                "burst applies only to `algorithm: token_bucket` (this limit is {})",
+                algorithm.name()
+            );
+            self.error(Pos::from(b.referenced), &format!("{path}.burst"), message);
+            return None;
+        }
+        Some(algorithm)
+    }
+}

@@ -1,0 +1,269 @@
+//! The arithmetic of each algorithm, written once for every backend: what to ask the store for
+//! a descriptor (a [`Plan`]), and how the store's answers become a decision, the remaining
+//! budget and the time until reset (an [`Outcome`]). All of it in whole numbers (milliseconds,
+//! and GCRA ticks of 1/rate ms), so replicas and the reference models agree exactly.
+//!
+//! Must not touch: rule matching, keys, the store's implementation, protobuf.
+
+use std::time::Duration;
+
+use super::window::Window;
+use crate::rules::{Algorithm, PerUnit};
+use crate::storage::{BucketAnswer, BucketStep, Hit, Op, Take};
+
+/// What a descriptor asked of the store, by index into the request's batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Plan {
+    /// One counter in a fixed window.
+    Fixed { hit: usize, window: Window },
+    /// The current window's counter and a read of the previous one.
+    Sliding {
+        current: usize,
+        previous: usize,
+        window: Window,
+    },
+    /// One lease counter.
+    Lease { hit: usize },
+    /// One bucket step on a bucket of `capacity` tokens.
+    Bucket { step: usize, capacity: u128 },
+}
+
+/// A descriptor's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Over the limit.
+    pub(crate) over: bool,
+    /// Whole hits (tokens, leases) left after this one.
+    pub(crate) remaining: u32,
+    /// Time until reset, as each algorithm defines it.
+    pub(crate) reset_in: Duration,
+    /// The limit's usage after the hit, in hits (for metrics; above the limit when over).
+    pub(crate) used: u64,
+}
+
+/// The hits of a descriptor: take (or check, with 0) or give back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hits {
+    Take(u64),
+    Refund(u64),
+}
+
+/// Everything a plan needs to know about its descriptor.
+pub(crate) struct Planned<'a> {
+    pub(crate) rate: PerUnit,
+    pub(crate) hits: Hits,
+    pub(crate) now_ms: u64,
+    /// Builds the key for a tail (`|60@1200`, `|60~c`, `|60~tb5`).
+    pub(crate) key: &'a dyn Fn(&str) -> String,
+}
+
+/// Adds the descriptor's store operations to the batch and returns how to read the answers.
+pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketStep>) -> Plan {
+    let period = p.rate.period.seconds();
+    let op = match p.hits {
+        Hits::Take(n) => Op::Add(n),
+        Hits::Refund(n) => Op::Sub(n),
+    };
+    // A token bucket that never refills (`requests_per_unit: 0`, e.g. by an override) blocks
+    // everything, as a fixed window of 0 does.
+    let algorithm = match p.rate.algorithm {
+        Algorithm::TokenBucket { .. } if p.rate.requests_per_unit == 0 => Algorithm::FixedWindow,
+        other => other,
+    };
+    match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            let window = Window::of(period, p.now_ms / 1000);
+            let current = hits.len();
+            hits.push(Hit {
+                key: (p.key)(&format!("{period}@{}", window.start)),
+                op,
+                // A sliding window reads its counter during the next window too.
+                expires_at: window.end() + period * u64::from(algorithm != Algorithm::FixedWindow),
+            });
+            if algorithm == Algorithm::FixedWindow {
+                return Plan::Fixed {
+                    hit: current,
+                    window,
+                };
+            }
+            hits.push(Hit {
+                key: (p.key)(&format!("{period}@{}", window.start.saturating_sub(period))),
+                op: Op::Add(0),
+                expires_at: window.start,
+            });
+            Plan::Sliding {
+                current,
+                previous: current + 1,
+                window,
+            }
+        }
+        Algorithm::Concurrency => {
+            let hit = hits.len();
+            hits.push(Hit {
+                key: (p.key)(&format!("{period}~c")),
+                op: match p.hits {
+                    Hits::Take(n) => Op::Lease(n),
+                    Hits::Refund(n) => Op::Release(n),
+                },
+                expires_at: p.now_ms / 1000 + period,
+            });
+            Plan::Lease { hit }
+        }
+        Algorithm::TokenBucket { burst } => {
+            let rate = u128::from(p.rate.requests_per_unit.max(1));
+            let capacity = u128::from(p.rate.requests_per_unit) + u128::from(burst);
+            let step = steps.len();
+            steps.push(BucketStep {
+                key: (p.key)(&format!("{period}~tb{rate}")),
+                now: u128::from(p.now_ms) * rate,
+                interval: u128::from(period) * 1000,
+                capacity,
+                take: match p.hits {
+                    Hits::Take(n) => Take::Take(n),
+                    Hits::Refund(n) => Take::Refund(n),
+                },
+                ticks_per_milli: rate,
+            });
+            Plan::Bucket { step, capacity }
+        }
+    }
+}
+
+/// The decision for a plan, from the store's answers.
+pub(crate) fn decide(
+    plan: Plan,
+    rate: PerUnit,
+    hits: Hits,
+    now_ms: u64,
+    counts: &[u64],
+    answers: &[BucketAnswer],
+) -> Outcome {
+    let limit = u64::from(rate.requests_per_unit);
+    // A check (0 hits) answers OVER_LIMIT on a counter already over its limit, as the reference.
+    let taking = matches!(hits, Hits::Take(_));
+    match plan {
+        Plan::Fixed { hit, window } => {
+            let count = counts[hit];
+            Outcome {
+                over: taking && count > limit,
+                remaining: clamp(limit.saturating_sub(count)),
+                reset_in: Duration::from_secs(window.reset_in),
+                used: count,
+            }
+        }
+        Plan::Sliding {
+            current,
+            previous,
+            window,
+        } => sliding(
+            limit,
+            counts[current],
+            counts[previous],
+            window,
+            now_ms,
+            taking,
+        ),
+        Plan::Lease { hit } => {
+            let count = counts[hit];
+            Outcome {
+                over: taking && count > limit,
+                remaining: clamp(limit.saturating_sub(count)),
+                reset_in: Duration::from_secs(rate.period.seconds()),
+                used: count,
+            }
+        }
+        Plan::Bucket { step, capacity } => bucket(rate, capacity, answers[step], hits, now_ms),
+    }
+}
+
+/// The sliding estimate: `current + previous × (P − elapsed) / P`, compared as whole numbers
+/// scaled by P (in milliseconds).
+fn sliding(
+    limit: u64,
+    current: u64,
+    previous: u64,
+    window: Window,
+    now_ms: u64,
+    taking: bool,
+) -> Outcome {
+    let period = u128::from(window.period) * 1000;
+    let elapsed = u128::from(now_ms.saturating_sub(window.start * 1000)).min(period);
+    let (limit, cur, prev) = (u128::from(limit), u128::from(current), u128::from(previous));
+    let scaled = cur * period + prev * (period - elapsed);
+    let over = taking && scaled > limit * period;
+    let remaining = (limit * period).saturating_sub(scaled) / period;
+    let to_end = period - elapsed;
+    let reset = if over {
+        sliding_wait(limit, cur, prev, period, elapsed)
+    } else {
+        to_end
+    };
+    Outcome {
+        over,
+        remaining: clamp_u128(remaining),
+        reset_in: Duration::from_millis(u64::try_from(reset).unwrap_or(u64::MAX)),
+        used: u64::try_from(scaled.div_ceil(period)).unwrap_or(u64::MAX),
+    }
+}
+
+/// How long until one more hit would be admitted if no other hit came: later in this window
+/// (the previous window's weight fades), or in the next one (this window becomes the previous).
+fn sliding_wait(limit: u128, cur: u128, prev: u128, period: u128, elapsed: u128) -> u128 {
+    let to_end = period - elapsed;
+    // In this window: (cur + 1) × P + prev × (P − e) ≤ limit × P.
+    if limit > cur && prev > 0 {
+        let need = period - ((limit - cur - 1) * period / prev).min(period);
+        if need < period {
+            return need.saturating_sub(elapsed).max(1);
+        }
+    }
+    // In the next window: P + cur × (P − e) ≤ limit × P, with e from its start.
+    if limit == 0 {
+        return to_end;
+    }
+    let need = match cur {
+        0 => 0,
+        _ => period - ((limit - 1) * period / cur).min(period),
+    };
+    to_end + need
+}
+
+/// GCRA's answer in tokens and times: `capacity − (tat − now) / interval` tokens now.
+fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, hits: Hits, now_ms: u64) -> Outcome {
+    let r = u128::from(rate.requests_per_unit.max(1));
+    let interval = u128::from(rate.period.seconds()) * 1000;
+    let debt = answer.tat.saturating_sub(u128::from(now_ms) * r);
+    // Tokens × interval available now (after the step).
+    let scaled = (capacity * interval).saturating_sub(debt);
+    let whole = scaled / interval;
+    let over = !answer.admitted;
+    let reset_ticks = if over {
+        // Until the next whole token: scaled reaches (whole + 1) × interval.
+        (whole + 1) * interval - scaled
+    } else {
+        debt
+    };
+    let requested = match hits {
+        Hits::Take(n) => u128::from(n),
+        Hits::Refund(_) => 0,
+    };
+    let used = if over {
+        capacity.saturating_sub(whole) + requested
+    } else {
+        capacity.saturating_sub(whole)
+    };
+    Outcome {
+        over,
+        remaining: clamp_u128(whole),
+        reset_in: Duration::from_millis(u64::try_from(reset_ticks.div_ceil(r)).unwrap_or(u64::MAX)),
+        used: u64::try_from(used).unwrap_or(u64::MAX),
+    }
+}
+
+fn clamp(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn clamp_u128(n: u128) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,155 @@
+//! Token buckets on memcached. A bucket's state (its TAT) is one item updated by
+//! compare-and-swap: `mg <key> b v c`, the GCRA step computed here ([`BucketStep::apply`]), then
+//! `ms <key> ... C<cas>` (or `ME` to create it). Steps on the same key inside this process are
+//! coalesced: while one update of a key is out, later steps queue, and the next update applies
+//! all of them to one read and writes once, so a hot key costs one CAS per batch instead of a
+//! retry storm of one per caller. A lost race re-reads and re-applies, at most
+//! [`MAX_ATTEMPTS`] times; then every waiting step gets an error, never an unearned answer.
+//!
+//! Must not touch: the GCRA arithmetic (that is `storage::bucket`'s), rules, the limiter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::transport::Sent;
+use super::{Inner, MemcachedStore};
+use crate::storage::{BucketAnswer, BucketStep, StorageError};
+
+/// Compare-and-swap rounds one batch may take before it gives up with an error.
+pub(super) const MAX_ATTEMPTS: usize = 8;
+
+type Reply = oneshot::Sender<Result<BucketAnswer, StorageError>>;
+
+/// Steps waiting per bucket key while an update of that key is out.
+#[derive(Debug, Default)]
+pub(super) struct Coalescer {
+    waiting: Mutex<HashMap<String, Vec<(BucketStep, Reply)>>>,
+}
+
+impl Coalescer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(BucketStep, Reply)>>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues a step; `true` when no update of its key is out, so the caller must start one.
+    fn enqueue(&self, step: BucketStep, reply: Reply) -> bool {
+        let mut waiting = self.lock();
+        match waiting.get_mut(&step.key) {
+            Some(queue) => {
+                queue.push((step, reply));
+                false
+            }
+            None => {
+                waiting.insert(step.key.clone(), vec![(step, reply)]);
+                true
+            }
+        }
+    }
+
+    /// Every step queued for `key`; when none is left the key is forgotten (the update ends).
+    fn take(&self, key: &str) -> Vec<(BucketStep, Reply)> {
+        let mut waiting = self.lock();
+        match waiting.get_mut(key) {
+            Some(queue) if !queue.is_empty() => std::mem::take(queue),
+            _ => {
+                waiting.remove(key);
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl MemcachedStore {
+    /// One step, coalesced with the other steps on its key in this process.
+    pub(super) async fn bucket_step(&self, step: BucketStep) -> Result<BucketAnswer, StorageError> {
+        let (reply, answer) = oneshot::channel();
+        let key = step.key.clone();
+        if self.inner.buckets.enqueue(step, reply) {
+            // The update runs on its own task, so a caller that gives up (deadline, cancelled
+            // request) never strands the steps queued behind it.
+            let inner = Arc::clone(&self.inner);
+            tokio::spawn(async move { inner.drain_bucket(key).await });
+        }
+        answer.await.map_err(|_| {
+            StorageError::Protocol("token bucket update ended without an answer".into())
+        })?
+    }
+}
+
+impl Inner {
+    /// Applies every queued step of `key`, batch after batch, until none is left.
+    async fn drain_bucket(&self, key: String) {
+        loop {
+            let batch = self.buckets.take(&key);
+            if batch.is_empty() {
+                return;
+            }
+            let steps: Vec<&BucketStep> = batch.iter().map(|(step, _)| step).collect();
+            match self.update_bucket(&key, &steps).await {
+                Ok(answers) => {
+                    for ((_, reply), answer) in batch.into_iter().zip(answers) {
+                        let _ = reply.send(Ok(answer));
+                    }
+                }
+                Err(err) => {
+                    for (_, reply) in batch {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One read, every step applied in order, one compare-and-swap; again on a lost race.
+    async fn update_bucket(
+        &self,
+        key: &str,
+        steps: &[&BucketStep],
+    ) -> Result<Vec<BucketAnswer>, StorageError> {
+        let topology = self.topology.load();
+        let server = topology
+            .ring
+            .server_for(key.as_bytes())
+            .map(|i| &topology.servers[i])
+            .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
+        for _ in 0..MAX_ATTEMPTS {
+            let sent = Sent::default();
+            let read = server.transport.read_state(key, &sent);
+            let state = self.guarded(server, &sent, read).await?;
+            let mut tat = state.map(|(value, _)| value);
+            let mut changed = None;
+            let answers: Vec<BucketAnswer> = steps
+                .iter()
+                .map(|step| {
+                    let (answer, write) = step.apply(tat);
+                    if let Some(after) = write {
+                        tat = Some(after);
+                        changed = Some((after, step.expires_at(after)));
+                    }
+                    answer
+                })
+                .collect();
+            let Some((value, expires_at)) = changed else {
+                return Ok(answers);
+            };
+            let exptime = self.exptime(key, expires_at, self.clock.now());
+            let sent = Sent::default();
+            let cas = state.map(|(_, cas)| cas);
+            let write = server
+                .transport
+                .write_state(key, value, cas, exptime, &sent);
+            if self.guarded(server, &sent, write).await? {
+                return Ok(answers);
+            }
+        }
+        Err(StorageError::Contended(format!(
+            "token bucket on memcached {} changed under {MAX_ATTEMPTS} compare-and-swap rounds \
+             in a row",
+            server.name
+        )))
+    }
+}

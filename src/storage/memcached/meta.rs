@@ -1,0 +1,120 @@
+//! The meta-protocol command lines Turnstile sends: counters (`ma`), leases, and bucket states
+//! (`mg ... c` and `ms ... C<cas>`), each key base64-encoded (`b`). Pure byte building, shared by
+//! the pipelined connection; the answers are parsed in `pipelined`.
+//!
+//! Must not touch: sockets, queues, how answers are matched to callers.
+
+use std::io::Write;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+/// Appends the key, base64-encoded, to `out` (no intermediate string).
+fn push_key(out: &mut Vec<u8>, key: &str) {
+    let start = out.len();
+    out.resize(start + base64::encoded_len(key.len(), true).unwrap_or(0), 0);
+    let written = STANDARD.encode_slice(key, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + written);
+}
+
+/// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
+/// missing.
+pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    // Writing into a Vec cannot fail.
+    if n == 0 {
+        out.extend_from_slice(b" b D0 v\r\n");
+    } else {
+        let _ = write!(out, " b N{exptime} J{n} D{n} v\r\n");
+    }
+}
+
+/// Appends `ma` in decrement mode (floors at zero; a missing counter stays missing).
+pub(super) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    let _ = write!(out, " b MD D{n} v\r\n");
+}
+
+/// Appends `ma` for a lease: add `n`, creating with TTL `exptime` when missing, and set the TTL
+/// to `exptime` either way (`n` = 0 reads without creating or touching).
+pub(super) fn push_lease(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+    if n == 0 {
+        return push_add(out, key, 0, exptime);
+    }
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    let _ = write!(out, " b N{exptime} J{n} D{n} T{exptime} v\r\n");
+}
+
+/// Appends `ma` for a release: subtract `n` (floors at zero; a missing counter stays missing)
+/// and set the TTL of an existing counter to `exptime`.
+pub(super) fn push_release(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+    out.extend_from_slice(b"ma ");
+    push_key(out, key);
+    let _ = write!(out, " b MD D{n} T{exptime} v\r\n");
+}
+
+/// Appends `mg` for a bucket state with its CAS token.
+pub(super) fn push_read_state(out: &mut Vec<u8>, key: &str) {
+    out.extend_from_slice(b"mg ");
+    push_key(out, key);
+    out.extend_from_slice(b" b v c\r\n");
+}
+
+/// Appends `ms` writing a bucket state: compare-and-swap against `cas`, or add (create only if
+/// missing) when `cas` is `None`.
+pub(super) fn push_write_state(
+    out: &mut Vec<u8>,
+    key: &str,
+    value: u128,
+    cas: Option<u64>,
+    exptime: u64,
+) {
+    let data = value.to_string();
+    out.extend_from_slice(b"ms ");
+    push_key(out, key);
+    let _ = match cas {
+        Some(cas) => write!(out, " {} b T{exptime} C{cas}\r\n{data}\r\n", data.len()),
+        None => write!(out, " {} b T{exptime} ME\r\n{data}\r\n", data.len()),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{push_add, push_sub};
+
+    fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_add(&mut out, key, n, exptime);
+        out
+    }
+
+    fn sub_line(key: &str, n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_sub(&mut out, key, n);
+        out
+    }
+
+    #[test]
+    fn command_lines() {
+        assert_eq!(
+            add_line("a b", 3, 60),
+            b"ma YSBi b N60 J3 D3 v\r\n".to_vec()
+        );
+        assert_eq!(add_line("k", 0, 60), b"ma aw== b D0 v\r\n".to_vec());
+        assert_eq!(sub_line("k", 2), b"ma aw== b MD D2 v\r\n".to_vec());
+        let mut out = Vec::new();
+        super::push_lease(&mut out, "k", 1, 60);
+        super::push_release(&mut out, "k", 1, 60);
+        super::push_read_state(&mut out, "k");
+        super::push_write_state(&mut out, "k", 42, Some(7), 9);
+        super::push_write_state(&mut out, "k", 42, None, 9);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "ma aw== b N60 J1 D1 T60 v\r\nma aw== b MD D1 T60 v\r\nmg aw== b v c\r\n\
+             ms aw== 2 b T9 C7\r\n42\r\nms aw== 2 b T9 ME\r\n42\r\n"
+        );
+    }
+}
