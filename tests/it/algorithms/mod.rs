@@ -1,0 +1,176 @@
+//! The algorithms against their reference models (`models`), on every backend: random
+//! sequences of calls (hits 0–3, refunds) and clock steps in milliseconds go through the real
+//! limiter over the memory store and over a real memcached, and every answer (code, remaining,
+//! reset) must equal the model's. Plus the algorithms end to end over gRPC (`scenarios`) and
+//! exactness under concurrency across two processes (`concurrency`).
+
+mod models;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use turnstile::clock::{Clock, ManualClock, SystemClock};
+use turnstile::limiter::{Code, Descriptor, Entry, Limiter, Request};
+use turnstile::storage::CounterStore;
+use turnstile::storage::memory::MemoryStore;
+
+use crate::support::{Memcached, memcached_store, unique};
+use models::{Answer, Bucket, Leases, Sliding};
+
+/// The rules under test. Concurrency leases live 5 s on memory (the model checks their expiry)
+/// and an hour on memcached (whose expiry runs on real time, not the test clock).
+fn rules(lease_unit: &str) -> String {
+    format!(
+        "domain: alg\ndescriptors:\n\
+         \x20 - key: sw\n    rate_limit: {{ unit: second, unit_multiplier: 2, requests_per_unit: 5, algorithm: sliding_window }}\n\
+         \x20 - key: tb\n    rate_limit: {{ unit: second, unit_multiplier: 2, requests_per_unit: 3, algorithm: token_bucket, burst: 2 }}\n\
+         \x20 - key: cc\n    rate_limit: {{ unit: {lease_unit}, requests_per_unit: 3, algorithm: concurrency }}\n"
+    )
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Call {
+        key: &'static str,
+        value: u8,
+        hits: u64,
+        refund: bool,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (0u64..2_500).prop_map(Step::Advance),
+        3 => (
+            prop_oneof![Just("sw"), Just("tb"), Just("cc")],
+            0u8..2,
+            0u64..4,
+            proptest::bool::weighted(0.15)
+        )
+            .prop_map(|(key, value, hits, refund)| Step::Call { key, value, hits, refund }),
+    ]
+}
+
+struct Models {
+    sliding: Sliding,
+    bucket: Bucket,
+    leases: Leases,
+}
+
+fn request(key: &str, value: &str, hits: u64, refund: bool) -> Request {
+    Request {
+        domain: "alg".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            limit_override: None,
+            hits,
+            refund,
+            hits_addend: Some(hits),
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Drives `steps` through the limiter and the models; the first difference fails the case.
+fn run<S: CounterStore>(
+    runtime: &tokio::runtime::Runtime,
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+    lease_ms: u64,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    let rules = crate::support::rules(&[("alg.yaml", &rules_for(lease_ms))], false);
+    let mut models = Models {
+        sliding: Sliding::new(5, 2_000),
+        bucket: Bucket::new(3, 2, 2_000),
+        leases: Leases::new(3, lease_ms),
+    };
+    let case = unique("case");
+    for step in steps {
+        let (key, value, hits, refund) = match step {
+            Step::Advance(ms) => {
+                clock.advance_millis(ms);
+                continue;
+            }
+            Step::Call {
+                key,
+                value,
+                hits,
+                refund,
+            } => (key, value, hits, refund),
+        };
+        let value = format!("{case}-{value}");
+        let now = clock.now_millis();
+        let want: Answer = match key {
+            "sw" => models.sliding.call(&value, now, hits, refund),
+            "tb" => models.bucket.call(&value, now, hits, refund),
+            _ => models.leases.call(&value, now, hits, refund),
+        };
+        let verdict = runtime
+            .block_on(limiter.check(&rules, &request(key, &value, hits, refund)))
+            .map_err(|e| TestCaseError::fail(format!("store: {e}")))?;
+        let status = &verdict.statuses[0];
+        let got = Answer {
+            over: status.code == Code::OverLimit,
+            remaining: u64::from(status.remaining),
+            reset_ms: status.reset_in.map_or(u64::MAX, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            }),
+        };
+        prop_assert_eq!(
+            got,
+            want,
+            "{} {} hits {} refund {} at {}",
+            key,
+            value,
+            hits,
+            refund,
+            now
+        );
+    }
+    Ok(())
+}
+
+fn rules_for(lease_ms: u64) -> String {
+    match lease_ms {
+        5_000 => rules("second, unit_multiplier: 5"),
+        _ => rules("hour"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+    #[test]
+    fn every_algorithm_matches_its_model_on_memory(steps in proptest::collection::vec(step(), 1..80)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::new(100_000, Arc::new(clock.clone()));
+        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
+        run(&runtime, &limiter, &clock, 5_000, steps)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    #[test]
+    fn every_algorithm_matches_its_model_on_memcached(steps in proptest::collection::vec(step(), 1..60)) {
+        let Some(memcached) = shared_memcached() else { return Ok(()) };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        // memcached expires on real time: the test clock starts at the real present.
+        let clock = ManualClock::new(SystemClock.now());
+        let store = runtime.block_on(async { memcached_store(&[memcached], &clock, Duration::from_secs(2)) });
+        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
+        run(&runtime, &limiter, &clock, 3_600_000, steps)?;
+    }
+}
+
+/// One memcached for every case of the property test (each case uses keys of its own).
+fn shared_memcached() -> Option<&'static Memcached> {
+    static SHARED: std::sync::OnceLock<Option<Memcached>> = std::sync::OnceLock::new();
+    SHARED.get_or_init(Memcached::start).as_ref()
+}
