@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memory::MemoryStore;
-use turnstile::storage::{CounterStore, Hit, MAX_KEY_LEN, Op};
+use turnstile::storage::{BucketStep, CounterStore, Hit, MAX_KEY_LEN, Op, StorageError, Take};
 
 use crate::support::{Memcached, memcached_store_with, unique};
 use turnstile::storage::memcached::MemcachedTransport;
@@ -95,11 +95,120 @@ async fn contract<S: CounterStore + Clone>(store: S, clock: &ManualClock) {
     assert_eq!(all, (1..=1600).collect::<Vec<u64>>());
 }
 
+/// Leases (concurrency): add or subtract and move the expiry on every change.
+async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
+    let end = clock.now() + 3_600;
+    let key = unique("lease");
+    let lease = |op| hit(&key, op, end);
+    assert_eq!(
+        store.hit(&[lease(Op::Release(1))]).await.expect("release"),
+        vec![0]
+    );
+    assert_eq!(
+        store.hit(&[lease(Op::Lease(0))]).await.expect("read"),
+        vec![0],
+        "not created"
+    );
+    let counts = store
+        .hit(&[
+            lease(Op::Lease(2)),
+            lease(Op::Lease(0)),
+            lease(Op::Release(1)),
+            lease(Op::Release(5)),
+        ])
+        .await
+        .expect("leases");
+    assert_eq!(counts, vec![2, 2, 1, 0], "in order, never below zero");
+}
+
+fn step(key: &str, now: u128, take: Take) -> BucketStep {
+    // One token per second, three at most; ticks are milliseconds.
+    BucketStep {
+        key: key.to_owned(),
+        now,
+        interval: 1_000,
+        capacity: 3,
+        take,
+        ticks_per_milli: 1,
+    }
+}
+
+/// Token-bucket steps: applied atomically, in order, and exactly once each under a race.
+async fn buckets<S: CounterStore + Clone>(stores: &[S], clock: &ManualClock) {
+    let store = &stores[0];
+    let now = u128::from(clock.now_millis());
+    let key = unique("bucket");
+    let steps: Vec<BucketStep> = [
+        Take::Take(1),
+        Take::Take(2),
+        Take::Take(1),
+        Take::Refund(1),
+        Take::Take(0),
+    ]
+    .into_iter()
+    .map(|take| step(&key, now, take))
+    .collect();
+    let answers = store.bucket(&steps).await.expect("steps");
+    let admitted: Vec<bool> = answers.iter().map(|a| a.admitted).collect();
+    assert_eq!(
+        admitted,
+        [true, true, false, true, true],
+        "3 tokens: 1 + 2, then none; a refund gives one back"
+    );
+    assert_eq!(
+        answers[1].tat,
+        now + 3_000,
+        "the bucket is full again 3 s later"
+    );
+    assert_eq!(answers[3].tat, now + 2_000);
+    let later = store
+        .bucket(&[
+            step(&key, now + 1_000, Take::Take(3)),
+            step(&key, now + 1_000, Take::Take(2)),
+        ])
+        .await
+        .expect("steps");
+    let admitted: Vec<bool> = later.iter().map(|a| a.admitted).collect();
+    assert_eq!(
+        admitted,
+        [false, true],
+        "1 left + 1 back after a second: 2 tokens, not 3"
+    );
+
+    // A race: 64 callers over every store given take one token each from a bucket of 20.
+    let key = unique("bucket-race");
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let store = stores[i % stores.len()].clone();
+        let mut step = step(&key, now, Take::Take(1));
+        step.capacity = 20;
+        tasks.push(tokio::spawn(async move { store.bucket(&[step]).await }));
+    }
+    let mut tats = Vec::new();
+    for task in tasks {
+        let answer = task
+            .await
+            .expect("task")
+            .expect("no give-up at this contention")[0];
+        if answer.admitted {
+            tats.push(answer.tat);
+        }
+    }
+    tats.sort_unstable();
+    let expected: Vec<u128> = (1..=20).map(|k| now + k * 1_000).collect();
+    assert_eq!(
+        tats, expected,
+        "exactly the capacity, each token taken once"
+    );
+}
+
 #[tokio::test]
 async fn memory_store() {
     let clock = ManualClock::new(crate::support::T0);
     let store = Arc::new(MemoryStore::new(100_000, Arc::new(clock.clone())));
     contract(Arc::clone(&store), &clock).await;
+    leases(&store, &clock).await;
+    buckets(&[Arc::clone(&store)], &clock).await;
     // Expiry: a counter is gone once its window has ended, and the sweeper drops it.
     let key = unique("exp");
     let end = clock.now() + 2;
@@ -118,6 +227,39 @@ async fn memory_store() {
             .expect("read"),
         vec![0]
     );
+    // A lease lives as long after its last change; a read does not move it.
+    let key = unique("lease-exp");
+    let at = |secs: u64| clock.now() + secs;
+    store
+        .hit(&[hit(&key, Op::Lease(1), at(2))])
+        .await
+        .expect("lease");
+    clock.advance(1);
+    store
+        .hit(&[hit(&key, Op::Lease(1), at(2))])
+        .await
+        .expect("lease");
+    store
+        .hit(&[hit(&key, Op::Lease(0), at(60))])
+        .await
+        .expect("read");
+    clock.advance(1);
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Lease(0), at(2))])
+            .await
+            .expect("read"),
+        vec![2]
+    );
+    clock.advance(1);
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Lease(0), at(2))])
+            .await
+            .expect("read"),
+        vec![0],
+        "expired 2 s after the last lease"
+    );
 }
 
 async fn memcached(transport: MemcachedTransport) {
@@ -125,6 +267,15 @@ async fn memcached(transport: MemcachedTransport) {
     let clock = ManualClock::new(SystemClock.now());
     let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
     contract(store.clone(), &clock).await;
+    if transport == MemcachedTransport::Classic {
+        classic_refuses_what_it_cannot_do_atomically(&store, &clock).await;
+    } else {
+        leases(&store, &clock).await;
+        // Two stores on one memcached: two Turnstile processes racing on one bucket.
+        let other = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
+        buckets(&[store.clone(), other], &clock).await;
+        lease_expiry_moves(&store, &clock).await;
+    }
     // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
     // second early, never later than asked).
     let key = unique("exp");
@@ -151,6 +302,71 @@ async fn memcached(transport: MemcachedTransport) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The classic protocol (memcached < 1.6) has no TTL update or compare-and-swap here: leases
+/// and buckets get a clear error, never a wrong count.
+async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
+    store: &S,
+    clock: &ManualClock,
+) {
+    let key = unique("classic");
+    let err = store
+        .hit(&[hit(&key, Op::Lease(1), clock.now() + 60)])
+        .await
+        .expect_err("lease");
+    assert!(
+        matches!(&err, StorageError::Protocol(m) if m.contains("meta commands")),
+        "{err}"
+    );
+    let now = u128::from(clock.now_millis());
+    let err = store
+        .bucket(&[step(&key, now, Take::Take(1))])
+        .await
+        .expect_err("bucket");
+    assert!(
+        matches!(&err, StorageError::Protocol(m) if m.contains("meta commands")),
+        "{err}"
+    );
+}
+
+/// On memcached a lease's TTL moves with every change: a lease first set to live 2 s and then
+/// renewed for an hour outlives a control counter that was given the same 2 s.
+async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
+    let (key, control) = (unique("lease-ttl"), unique("control"));
+    let soon = clock.now() + 1;
+    store
+        .hit(&[
+            hit(&key, Op::Lease(1), soon),
+            hit(&control, Op::Lease(1), soon),
+        ])
+        .await
+        .expect("leases");
+    store
+        .hit(&[hit(&key, Op::Lease(1), clock.now() + 3_600)])
+        .await
+        .expect("renew");
+    // memcached's own clock decides: poll the control counter until it is gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store
+        .hit(&[hit(&control, Op::Lease(0), soon)])
+        .await
+        .expect("read")
+        != vec![0]
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the control lease did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Lease(0), soon)])
+            .await
+            .expect("read"),
+        vec![2]
+    );
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! exactness under concurrency across two processes (`concurrency`).
 
 mod models;
+mod scenarios;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -236,7 +236,11 @@ impl Leases {
         let over = !refund && after > self.limit;
         Answer {
             over,
-            remaining: if over { 0 } else { self.limit.saturating_sub(after) },
+            remaining: if over {
+                0
+            } else {
+                self.limit.saturating_sub(after)
+            },
             reset_ms: self.period_ms,
         }
     }
