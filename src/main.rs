@@ -1,6 +1,6 @@
 //! The `turnstile` binary: settings → telemetry → serve → exit code. All logic is in the library.
 //!
-//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config]`.
+//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config] [--reference]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,18 +17,23 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("check-config") => {
-            let Some(dir) = args.get(1) else {
+            let Some(dir) = args.iter().skip(1).find(|a| !a.starts_with("--")) else {
                 return usage();
             };
             let merge_domains = args.iter().any(|a| a == "--merge-domain-config");
+            let reference = args.iter().any(|a| a == "--reference");
             let options = LoadOptions {
                 ignore_dotfiles: false,
                 merge_domains,
             };
-            match turnstile::app::check_config(&PathBuf::from(dir), options) {
-                Ok(report) => {
+            match turnstile::app::check_config(&PathBuf::from(dir), options, reference) {
+                Ok((report, true)) => {
                     println!("{report}");
                     ExitCode::SUCCESS
+                }
+                Ok((report, false)) => {
+                    println!("{report}");
+                    ExitCode::from(1)
                 }
                 Err(errors) => {
                     eprintln!("{errors}");
@@ -47,7 +52,7 @@ fn main() -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config]"
+        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config] [--reference]"
     );
     ExitCode::from(64)
 }

@@ -318,14 +318,33 @@ fn raise_open_files_limit() {
     }
 }
 
-/// `turnstile check-config DIR`: prints `all rate limit configs ok` or every error.
-pub fn check_config(dir: &std::path::Path, options: LoadOptions) -> Result<String, ConfigErrors> {
+/// `turnstile check-config DIR [--reference]`: the report, and whether the files pass (they
+/// load; with `reference`, also in envoyproxy/ratelimit, i.e. they use no extension).
+pub fn check_config(
+    dir: &std::path::Path,
+    options: LoadOptions,
+    reference: bool,
+) -> Result<(String, bool), ConfigErrors> {
     config::load_dir(dir, options).map(|loaded| {
         let mut out = String::new();
         for warning in loaded.warnings {
             out.push_str(&format!("warning: {warning}\n"));
         }
         out.push_str("all rate limit configs ok");
-        out
+        if !reference {
+            return (out, true);
+        }
+        if loaded.extensions.is_empty() {
+            out.push_str("\nno Turnstile extensions: envoyproxy/ratelimit loads these files too");
+            return (out, true);
+        }
+        out.push_str(&format!(
+            "\n{} uses of Turnstile extensions (envoyproxy/ratelimit refuses these files):",
+            loaded.extensions.len()
+        ));
+        for extension in loaded.extensions {
+            out.push_str(&format!("\n{extension}"));
+        }
+        (out, false)
     })
 }

@@ -17,6 +17,8 @@ pub(crate) struct FileCompiler<'a> {
     pub(crate) origin: &'a str,
     pub(crate) errors: &'a mut Vec<ConfigError>,
     pub(crate) warnings: &'a mut Vec<String>,
+    /// Keys the reference does not know (`check-config --reference` lists them).
+    pub(crate) extensions: &'a mut Vec<String>,
 }
 
 impl FileCompiler<'_> {
@@ -250,7 +252,7 @@ impl FileCompiler<'_> {
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,
             metadata,
-            fail_open: raw.fail_open,
+            fail_open: raw.fail_open.as_ref().is_some_and(|f| f.value),
             path: node_path.to_vec(),
             full_key: full_key.to_owned(),
         })

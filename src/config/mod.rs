@@ -36,6 +36,9 @@ pub struct Loaded {
     pub rules: RuleSet,
     /// Things worth a log line that do not stop the load (ignored keys).
     pub warnings: Vec<String>,
+    /// Every use of a key that envoyproxy/ratelimit does not know (it refuses such files), as
+    /// `file:line:col: path: ...`, for teams that run both services.
+    pub extensions: Vec<String>,
     /// How many files were read.
     pub files: usize,
 }
@@ -89,6 +92,7 @@ pub const FUZZ_LOADER_STACK: usize = LOADER_STACK;
 fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loaded, ConfigErrors> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    let mut extensions = Vec::new();
     let mut domains = HashMap::new();
     for (origin, text) in files {
         match raw::parse(text) {
@@ -96,6 +100,7 @@ fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loa
                 origin,
                 errors: &mut errors,
                 warnings: &mut warnings,
+                extensions: &mut extensions,
             }
             .compile(parsed, &mut domains, options.merge_domains),
             Err(err) => errors.push(ConfigError {
@@ -111,6 +116,7 @@ fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loa
         Ok(Loaded {
             rules: RuleSet::new(domains),
             warnings,
+            extensions,
             files: files.len(),
         })
     } else {

@@ -11,6 +11,7 @@ impl FileCompiler<'_> {
     /// The limit's rate: unit, period and algorithm, each checked against what the others allow.
     /// `None` (with every error recorded) when any part is wrong.
     pub(super) fn rate(&mut self, raw: &RawRateLimit, pos: Pos, path: &str) -> Option<Rate> {
+        self.note_extensions(raw, path);
         let at = |s: Option<Pos>| s.unwrap_or(pos);
         let unit = raw.unit.as_ref().and_then(|u| Unit::parse(&u.value));
         let unit_pos = at(raw.unit.as_ref().map(|u| Pos::from(u.referenced)));
@@ -63,6 +64,29 @@ impl FileCompiler<'_> {
             period: period?,
             algorithm: algorithm?,
         }))
+    }
+
+    /// Records every key of this map that only Turnstile reads.
+    fn note_extensions(&mut self, raw: &RawRateLimit, path: &str) {
+        let used = [
+            (
+                "unit_multiplier",
+                raw.unit_multiplier.as_ref().map(|s| s.referenced),
+            ),
+            ("algorithm", raw.algorithm.as_ref().map(|s| s.referenced)),
+            ("burst", raw.burst.as_ref().map(|s| s.referenced)),
+            ("fail_open", raw.fail_open.as_ref().map(|s| s.referenced)),
+        ];
+        for (key, at) in used {
+            if let Some(at) = at {
+                let at = Pos::from(at);
+                self.extensions.push(format!(
+                    "{}:{}:{}: {path}.{key}: a Turnstile extension; envoyproxy/ratelimit refuses \
+                     this file (unknown key '{key}')",
+                    self.origin, at.line, at.column
+                ));
+            }
+        }
     }
 
     /// `unit` × `unit_multiplier`, at least one unit and at most ten years.

@@ -205,7 +205,7 @@ raw_struct! {
         unlimited: bool,
         name: Option<String>,
         replaces: List<RawReplace>,
-        fail_open: bool,
+        fail_open: Option<Spanned<bool>>,
         unit_multiplier: Option<Spanned<u64>>,
         algorithm: Option<Spanned<String>>,
         burst: Option<Spanned<u32>>,

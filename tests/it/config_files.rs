@@ -96,6 +96,26 @@ fn every_invalid_fixture_names_file_line_and_column() {
             "share_threshold_without_wildcard.yaml:5:22: descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'",
         ),
         (
+            "burst_without_token_bucket.yaml",
+            "burst_without_token_bucket.yaml:8:14: descriptors[0].rate_limit.burst: burst applies only to `algorithm: token_bucket` (this limit is sliding_window)",
+        ),
+        (
+            "unit_multiplier_zero.yaml",
+            "unit_multiplier_zero.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1 (the period is unit × unit_multiplier)",
+        ),
+        (
+            "unit_multiplier_absurd.yaml",
+            "unit_multiplier_absurd.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier 11 makes a period longer than 10 years (at most 10 for unit 'year')",
+        ),
+        (
+            "algorithm_misspelled.yaml",
+            "algorithm_misspelled.yaml:7:18: descriptors[0].rate_limit.algorithm: unknown algorithm 'sliding-window' (one of fixed_window, sliding_window, token_bucket, concurrency)",
+        ),
+        (
+            "concurrency_unlimited.yaml",
+            "concurrency_unlimited.yaml:6:18: descriptors[0].rate_limit.algorithm: an unlimited rate_limit is never counted, so `algorithm` means nothing here (remove it, or remove `unlimited: true`)",
+        ),
+        (
             "unlimited_with_unit.yaml",
             "unlimited_with_unit.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
         ),
@@ -306,6 +326,54 @@ fn dot_files_and_kubernetes_configmap_layout() {
             .domain_count(),
         1
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn check_config_reference_lists_every_extension() {
+    let bin = env!("CARGO_BIN_EXE_turnstile");
+    let dir = temp_dir("reference");
+    std::fs::copy(
+        fixtures().join("valid/algorithms.yaml"),
+        dir.join("algorithms.yaml"),
+    )
+    .expect("copy");
+    let plain = Command::new(bin)
+        .arg("check-config")
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(plain.status.success(), "the file is valid for Turnstile");
+    let out = Command::new(bin)
+        .args(["check-config", "--reference"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the reference would refuse the file"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "algorithms.yaml:8:24: descriptors[0].rate_limit.unit_multiplier: a Turnstile extension; envoyproxy/ratelimit refuses this file (unknown key 'unit_multiplier')",
+        "algorithms.yaml:15:18: descriptors[1].rate_limit.algorithm: a Turnstile extension",
+        "algorithms.yaml:21:18: descriptors[2].rate_limit.algorithm: a Turnstile extension",
+        "algorithms.yaml:22:14: descriptors[2].rate_limit.burst: a Turnstile extension",
+        "algorithms.yaml:27:24: descriptors[3].rate_limit.unit_multiplier: a Turnstile extension",
+        "algorithms.yaml:29:18: descriptors[3].rate_limit.algorithm: a Turnstile extension",
+        "6 uses of Turnstile extensions",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let reference = Command::new(bin)
+        .args(["check-config", "--reference"])
+        .arg(root.join("config"))
+        .output()
+        .expect("run");
+    assert!(reference.status.success());
+    assert!(String::from_utf8_lossy(&reference.stdout).contains("no Turnstile extensions"));
     let _ = std::fs::remove_dir_all(dir);
 }
 
