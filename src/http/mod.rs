@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::grpc::{RateLimitHandler, ServiceState};
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use crate::rules::Rate;
+use crate::rules::{Algorithm, PerUnit, Rate};
 use crate::storage::CounterStore;
 
 /// `PORT`: `/healthcheck` and `/json`.
@@ -124,12 +124,12 @@ async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) ->
         .limits()
         .iter()
         .map(|l| {
-            let (unit, requests_per_unit) = match l.rate {
-                Rate::Limited(p) => (p.unit().name(), p.requests_per_unit),
-                Rate::Unlimited { written } => ("UNKNOWN", written),
+            let (unit, requests_per_unit, extensions) = match l.rate {
+                Rate::Limited(p) => (p.unit().name(), p.requests_per_unit, extensions(&p)),
+                Rate::Unlimited { written } => ("UNKNOWN", written, String::new()),
             };
             format!(
-                "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}, quota_mode: {}",
+                "{}: unit={unit} requests_per_unit={requests_per_unit}{extensions}, shadow_mode: {}, quota_mode: {}",
                 l.full_key, l.shadow_mode, l.quota_mode
             )
         })
@@ -140,7 +140,49 @@ async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) ->
     (StatusCode::OK, body).into_response()
 }
 
+/// Turnstile's additions to a `/rlconfig` line (nothing for the reference's own limits, so
+/// those lines read exactly as the reference prints them).
+fn extensions(rate: &PerUnit) -> String {
+    let mut out = String::new();
+    if rate.period.multiplier() != 1 {
+        out.push_str(&format!(" unit_multiplier={}", rate.period.multiplier()));
+    }
+    match rate.algorithm {
+        Algorithm::FixedWindow => {}
+        Algorithm::TokenBucket { burst } => {
+            out.push_str(&format!(" algorithm=token_bucket burst={burst}"));
+        }
+        other => out.push_str(&format!(" algorithm={}", other.name())),
+    }
+    out
+}
+
 async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
     let text = state.metrics.render(&state.limiter.store().gauges());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::extensions;
+    use crate::rules::{Algorithm, PerUnit, Period, Unit};
+
+    #[test]
+    fn rlconfig_lines_show_extensions_only_when_used() {
+        assert_eq!(extensions(&PerUnit::fixed(5, Unit::Minute)), "");
+        let bucket = PerUnit {
+            requests_per_unit: 10,
+            period: Period::new(Unit::Second, 2).expect("period"),
+            algorithm: Algorithm::TokenBucket { burst: 5 },
+        };
+        assert_eq!(
+            extensions(&bucket),
+            " unit_multiplier=2 algorithm=token_bucket burst=5"
+        );
+        let sliding = PerUnit {
+            algorithm: Algorithm::SlidingWindow,
+            ..PerUnit::fixed(1, Unit::Hour)
+        };
+        assert_eq!(extensions(&sliding), " algorithm=sliding_window");
+    }
 }
