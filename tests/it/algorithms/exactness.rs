@@ -1,0 +1,234 @@
+//! Exactness under concurrency for every algorithm: 64 concurrent callers over two Turnstile
+//! servers (separate stores, connections and coalescers) sharing two memcached servers admit
+//! exactly what the model admits. The clock is frozen (and moved by hand) so the expected
+//! numbers are exact: a token bucket gives its capacity at once and then the refill; a sliding
+//! window gives the limit, then what the previous window's weight leaves; a concurrency limit
+//! never has more than the limit in flight and returns to 0 when every request has ended.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use tonic::transport::Channel;
+use turnstile::clock::{Clock, ManualClock, SystemClock};
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+use crate::support::{
+    Memcached, Options, TestServer, desc, memcached_store, req, start_with, unique,
+};
+
+const RULES: &str = r#"
+domain: exact
+descriptors:
+  - key: sw
+    rate_limit: { unit: minute, requests_per_unit: 50, algorithm: sliding_window }
+  - key: tb
+    rate_limit: { unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 40 }
+  - key: cc
+    rate_limit: { unit: hour, requests_per_unit: 5, algorithm: concurrency }
+"#;
+
+const CALLERS: usize = 64;
+const KEYS: usize = 8;
+
+/// Two servers over two memcached, frozen at the start of a minute.
+async fn replicas() -> Option<(TestServer, TestServer, ManualClock, [Memcached; 2])> {
+    let (Some(mc1), Some(mc2)) = (Memcached::start(), Memcached::start()) else {
+        return None;
+    };
+    let now = SystemClock.now();
+    let clock = ManualClock::new(now - now % 60 + 60);
+    let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2));
+    let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2));
+    let files = [("exact.yaml", RULES)];
+    let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
+    let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
+    Some((a, b, clock, [mc1, mc2]))
+}
+
+async fn one(
+    client: &mut RateLimitServiceClient<Channel>,
+    key: &str,
+    value: &str,
+    hits: u64,
+    refund: bool,
+) -> Code {
+    let mut d = desc(&[(key, value)]);
+    d.hits_addend = Some(hits);
+    d.is_negative_hits = refund;
+    let response = client
+        .should_rate_limit(req("exact", vec![d]))
+        .await
+        .expect("call")
+        .into_inner();
+    response.overall_code()
+}
+
+/// Every caller (half on each server) makes `rounds` attempts spread over the keys; returns
+/// the admitted count per key.
+async fn burst(
+    a: &TestServer,
+    b: &TestServer,
+    key: &'static str,
+    values: &[String],
+    rounds: usize,
+) -> Vec<u32> {
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let mut client = if caller % 2 == 0 {
+            a.client.clone()
+        } else {
+            b.client.clone()
+        };
+        let values = values.to_vec();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = vec![0u32; values.len()];
+            for round in 0..rounds {
+                let k = (caller + round) % values.len();
+                if one(&mut client, key, &values[k], 1, false).await == Code::Ok {
+                    admitted[k] += 1;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = vec![0u32; values.len()];
+    for task in tasks {
+        for (total, n) in admitted.iter_mut().zip(task.await.expect("caller")) {
+            *total += n;
+        }
+    }
+    admitted
+}
+
+fn values(tag: &str) -> Vec<String> {
+    (0..KEYS).map(|i| unique(&format!("{tag}{i}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_bucket_admits_capacity_then_the_refill() {
+    let Some((a, b, clock, _mc)) = replicas().await else {
+        return;
+    };
+    let users = values("tb");
+    let first = burst(&a, &b, "tb", &users, 10).await;
+    eprintln!("token bucket (capacity 50), 80 attempts per key at one instant: {first:?}");
+    assert!(first.iter().all(|&n| n == 50), "{first:?}");
+    clock.advance(1);
+    let refill = burst(&a, &b, "tb", &users, 10).await;
+    eprintln!("token bucket one second later (10 per second), 80 attempts per key: {refill:?}");
+    assert!(refill.iter().all(|&n| n == 10), "{refill:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_admits_the_limit_then_what_the_estimate_leaves() {
+    let Some((a, b, clock, _mc)) = replicas().await else {
+        return;
+    };
+    let users = values("sw");
+    let first = burst(&a, &b, "sw", &users, 10).await;
+    eprintln!("sliding window (50 per minute), fresh keys, 80 attempts per key: {first:?}");
+    assert!(first.iter().all(|&n| n == 50), "{first:?}");
+    // Half-way into the next minute the previous one (80 counted) still weighs 40.
+    clock.advance(90);
+    let next = burst(&a, &b, "sw", &users, 10).await;
+    eprintln!("sliding window half-way into the next minute, 80 attempts per key: {next:?}");
+    assert!(next.iter().all(|&n| n == 10), "{next:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_never_exceeds_the_limit_and_returns_to_zero() {
+    let Some((a, b, _clock, _mc)) = replicas().await else {
+        return;
+    };
+    let route = unique("cc");
+    let in_flight = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let mut client = if caller % 2 == 0 {
+            a.client.clone()
+        } else {
+            b.client.clone()
+        };
+        let (route, in_flight, peak) = (route.clone(), Arc::clone(&in_flight), Arc::clone(&peak));
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0u32;
+            for _ in 0..10 {
+                if one(&mut client, "cc", &route, 1, false).await == Code::Ok {
+                    admitted += 1;
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                }
+                // Every request ends with a release, refused ones included (as Envoy does).
+                one(&mut client, "cc", &route, 1, true).await;
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.expect("caller");
+    }
+    let mut client = a.client.clone();
+    let mut d = desc(&[("cc", &route)]);
+    d.hits_addend = Some(0);
+    let check = client
+        .should_rate_limit(req("exact", vec![d]))
+        .await
+        .expect("check")
+        .into_inner();
+    let peak = peak.load(Ordering::SeqCst);
+    eprintln!(
+        "concurrency (limit 5): 640 requests, {admitted} admitted, peak in flight {peak}, remaining after all ended {}",
+        check.statuses[0].limit_remaining
+    );
+    assert!(peak <= 5, "never more than the limit in flight: {peak}");
+    assert!(admitted >= 5, "the limit was used: {admitted}");
+    assert_eq!(
+        check.statuses[0].limit_remaining, 5,
+        "0 in flight once every request has ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_admits_exactly_the_limit_in_each_wave() {
+    let Some((a, b, _clock, _mc)) = replicas().await else {
+        return;
+    };
+    let route = unique("waves");
+    const WAVES: usize = 3;
+    // Every caller acquires, all wait, every caller releases, all wait: a wave of 64 requests
+    // in flight at once, then all ended.
+    let barrier = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let mut client = if caller % 2 == 0 {
+            a.client.clone()
+        } else {
+            b.client.clone()
+        };
+        let (route, barrier) = (route.clone(), Arc::clone(&barrier));
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = [0u32; WAVES];
+            for wave in admitted.iter_mut() {
+                *wave = u32::from(one(&mut client, "cc", &route, 1, false).await == Code::Ok);
+                barrier.wait().await;
+                one(&mut client, "cc", &route, 1, true).await;
+                barrier.wait().await;
+            }
+            admitted
+        }));
+    }
+    let mut per_wave = [0u32; WAVES];
+    for task in tasks {
+        for (total, n) in per_wave.iter_mut().zip(task.await.expect("caller")) {
+            *total += n;
+        }
+    }
+    eprintln!("concurrency (limit 5): admitted per wave of 64 simultaneous requests: {per_wave:?}");
+    assert_eq!(per_wave, [5; WAVES]);
+}
