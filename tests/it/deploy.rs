@@ -186,6 +186,9 @@ fn envoy_and_istio_configs_validate_with_a_real_envoy() {
     let istio = root().join("deploy/istio/envoyfilter.yaml");
     let (ok, report) = envoy_check(&envoy, "bootstrap", &bootstrap);
     assert!(ok, "{report}");
+    let algorithms = root().join("deploy/envoy/algorithms.yaml");
+    let (ok, report) = envoy_check(&envoy, "bootstrap", &algorithms);
+    assert!(ok, "{report}");
     let (ok, report) = envoy_check(&envoy, "envoyfilter", &istio);
     assert!(ok, "{report}");
     // Both checks reject a misspelled field inside the ratelimit filter's typed_config.

@@ -14,7 +14,7 @@ use crate::deploy::envoy;
 use crate::process::{Process, http_get, rules_root, temp_dir};
 use crate::support::{Memcached, free_port};
 
-struct Envoy(Child);
+pub(crate) struct Envoy(Child);
 
 impl Drop for Envoy {
     fn drop(&mut self) {
@@ -24,7 +24,7 @@ impl Drop for Envoy {
 }
 
 /// `(status, lower-cased headers, body)` of one HTTP/1.1 request.
-fn request(
+pub(crate) fn request(
     port: u16,
     path: &str,
     headers: &[(&str, &str)],
@@ -55,19 +55,23 @@ fn request(
     (status, headers, body.to_owned())
 }
 
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
 }
 
-fn start_envoy(binary: &Path, grpc: u16, listener: u16, admin: u16) -> Envoy {
+pub(crate) fn start_envoy(
+    binary: &Path,
+    file: &str,
+    grpc: u16,
+    listener: u16,
+    admin: u16,
+) -> Envoy {
     let backend = free_port();
-    let text = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/envoy/envoy.yaml"),
-    )
-    .expect("envoy.yaml");
+    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file))
+        .expect("envoy config");
     let text = text
         .replace(
             "turnstile.turnstile.svc.cluster.local, port_value: 8081",
@@ -96,7 +100,7 @@ fn start_envoy(binary: &Path, grpc: u16, listener: u16, admin: u16) -> Envoy {
     Envoy(child)
 }
 
-fn wait_for(what: &str, mut probe: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut probe: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !probe() {
         assert!(Instant::now() < deadline, "{what} within 30 s");
@@ -123,7 +127,13 @@ fn envoy_turnstile_memcached_end_to_end() {
         ],
     );
     let (listener, admin) = (free_port(), free_port());
-    let _envoy = start_envoy(&binary, turnstile.grpc, listener, admin);
+    let _envoy = start_envoy(
+        &binary,
+        "deploy/envoy/envoy.yaml",
+        turnstile.grpc,
+        listener,
+        admin,
+    );
     wait_for("Envoy ready", || {
         http_get(admin, "/ready").map(|r| r.0) == Some(200)
     });

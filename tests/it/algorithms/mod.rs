@@ -4,6 +4,7 @@
 //! reset) must equal the model's. Plus the algorithms end to end over gRPC (`scenarios`) and
 //! exactness under concurrency across two processes (`concurrency`).
 
+mod envoy;
 mod exactness;
 mod models;
 mod scenarios;
