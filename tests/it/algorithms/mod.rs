@@ -177,3 +177,32 @@ fn shared_memcached() -> Option<&'static Memcached> {
     static SHARED: std::sync::OnceLock<Option<Memcached>> = std::sync::OnceLock::new();
     SHARED.get_or_init(Memcached::start).as_ref()
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+    /// The sliding window's worst case (docs/algorithms.md): in any period of length P ending at
+    /// an admitted hit at e into its window, at most L + ⌊L·e/P⌋ hits were admitted (< 2L).
+    #[test]
+    fn sliding_window_stays_within_its_stated_bound(gaps in proptest::collection::vec(0u64..400, 1..300)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::new(100_000, Arc::new(clock.clone()));
+        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
+        let rules = crate::support::rules(&[("alg.yaml", &rules_for(5_000))], false);
+        let (limit, period) = (5u64, 2_000u64);
+        let mut admitted: Vec<u64> = Vec::new();
+        for gap in gaps {
+            clock.advance_millis(gap);
+            let verdict = runtime
+                .block_on(limiter.check(&rules, &request("sw", "bound", 1, false)))
+                .expect("memory store");
+            if verdict.statuses[0].code == Code::Ok {
+                let t = clock.now_millis();
+                admitted.push(t);
+                let in_period = admitted.iter().filter(|&&a| a + period > t).count() as u64;
+                let e = t % period;
+                prop_assert!(in_period <= limit + limit * e / period, "{in_period} admitted in the period ending {t}");
+            }
+        }
+    }
+}
