@@ -11,20 +11,20 @@
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 mod bucket;
+mod guard;
 mod meta;
 mod pipelined;
 #[cfg(fuzzing)]
 pub use pipelined::fuzz_replies;
 mod pipelined_transport;
 mod pooled;
+mod pooled_commands;
 mod ring;
 mod server;
 pub mod srv;
 mod transport;
 
-use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -37,7 +37,7 @@ use pooled::{Pooled, Protocol};
 use ring::Ring;
 use server::Server;
 use srv::Resolver;
-use transport::{Command, Sent, Transport, TransportError};
+use transport::{Command, Sent, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);
@@ -240,91 +240,6 @@ impl Inner {
         let sent = Sent::default();
         self.guarded(server, &sent, server.transport.apply(commands, &sent))
             .await
-    }
-
-    /// Runs `call` (which sets `sent` once its commands are written) under the operation
-    /// deadline and the server's health tracking: a server in backoff is not asked; time spent
-    /// before the write is Turnstile's overload; a late answer is checked by a probe before the
-    /// server is called down; connection faults mark it down at once.
-    async fn guarded<T>(
-        &self,
-        server: &Server,
-        sent: &Sent,
-        call: impl Future<Output = Result<T, TransportError>>,
-    ) -> Result<T, StorageError> {
-        if !server.admit() {
-            return Err(StorageError::Unavailable(format!(
-                "memcached {} is down (retrying with backoff)",
-                server.name
-            )));
-        }
-        let error = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => {
-                server.record_success();
-                return Ok(answer);
-            }
-            Ok(Err(err)) => err,
-            Err(_) if !sent.load(Ordering::Acquire) => {
-                // Never written: the time went in Turnstile's own queue.
-                return Err(StorageError::Overloaded(format!(
-                    "commands for memcached {} waited {:?} in Turnstile without being sent",
-                    server.name, self.timeout
-                )));
-            }
-            Err(_) => {
-                // Written, not answered in time: ask the server on the side before calling it
-                // down (Turnstile may have been too busy to read the answer).
-                self.probe_later(server);
-                return Err(StorageError::Timeout(format!(
-                    "memcached {} did not answer within {:?}",
-                    server.name, self.timeout
-                )));
-            }
-        };
-        if let TransportError::Overloaded(why) = error {
-            return Err(StorageError::Overloaded(why));
-        }
-        if error.is_connection_fault() {
-            server.record_failure();
-            server.transport.reset();
-            Err(StorageError::Unavailable(format!(
-                "memcached {}: {error}",
-                server.name
-            )))
-        } else {
-            server.record_success();
-            Err(StorageError::Protocol(format!(
-                "memcached {}: {error}",
-                server.name
-            )))
-        }
-    }
-
-    /// Probes `server` in the background (one probe at a time); a probe that fails within
-    /// [`PROBE_DEADLINE`] marks the server down.
-    fn probe_later(&self, server: &Server) {
-        if !server.start_probe() {
-            return;
-        }
-        let topology = self.topology.load();
-        let Some(server) = topology
-            .servers
-            .iter()
-            .find(|s| std::ptr::eq(s.as_ref(), server))
-            .cloned()
-        else {
-            return;
-        };
-        tokio::spawn(async move {
-            let answered = matches!(
-                tokio::time::timeout(PROBE_DEADLINE, server.transport.probe()).await,
-                Ok(Ok(()))
-            );
-            if !answered {
-                server.transport.reset();
-            }
-            server.probe_done(answered);
-        });
     }
 }
 

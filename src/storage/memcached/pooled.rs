@@ -6,15 +6,15 @@
 
 use std::time::Duration;
 
-use async_memcached::{AsciiProtocol, Client, Error, MetaProtocol, Status};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
+use async_memcached::{Client, Error};
 use bb8::Pool;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, try_join_all};
 
 use std::sync::atomic::Ordering;
 
+pub(super) use super::pooled_commands::Protocol;
+use super::pooled_commands::{add, lease, read_state, sub, write_state};
 use super::transport::{Command, Connections, Sent, Transport, TransportError};
 use crate::storage::Op;
 
@@ -59,174 +59,6 @@ pub(super) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAdd
                 format!("{server} has no address"),
             )
         })
-}
-
-/// Which command family a server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Protocol {
-    /// `ma` (memcached ≥ 1.6).
-    Meta,
-    /// `incr`/`add`/`decr`/`get`.
-    Classic,
-}
-
-fn parse_count(data: Option<&[u8]>) -> Result<u64, Error> {
-    let text = data
-        .map(|d| String::from_utf8_lossy(d).trim().to_owned())
-        .unwrap_or_default();
-    text.parse().map_err(|_| {
-        Error::Protocol(Status::Error(async_memcached::ErrorKind::Protocol(Some(
-            format!("not a counter: {text:?}"),
-        ))))
-    })
-}
-
-fn not_found(err: &Error) -> bool {
-    matches!(err, Error::Protocol(Status::NotFound))
-}
-
-/// Adds `n` (0 = read only; a missing counter is not created) and returns the count after.
-/// `exptime` is memcached's: seconds, or an absolute Unix time beyond 30 days.
-async fn add(
-    conn: &mut Client,
-    protocol: Protocol,
-    key: &str,
-    n: u64,
-    exptime: u64,
-) -> Result<u64, Error> {
-    match protocol {
-        Protocol::Meta => {
-            let b64 = STANDARD.encode(key);
-            let result = if n == 0 {
-                conn.meta_increment(&b64, false, None, Some(0), Some(&["b", "v"]))
-                    .await
-            } else {
-                let ttl = format!("N{exptime}");
-                let initial = format!("J{n}");
-                conn.meta_increment(
-                    &b64,
-                    false,
-                    None,
-                    Some(n),
-                    Some(&["b", &ttl, &initial, "v"]),
-                )
-                .await
-            };
-            match result {
-                Ok(value) => parse_count(value.as_ref().and_then(|v| v.data.as_deref())),
-                Err(e) if not_found(&e) => Ok(0),
-                Err(e) => Err(e),
-            }
-        }
-        Protocol::Classic => classic_add(conn, key, n, exptime).await,
-    }
-}
-
-/// Classic commands accept our keys as they are: printable ASCII without spaces, ≤ 186 bytes.
-async fn classic_add(conn: &mut Client, key: &str, n: u64, exptime: u64) -> Result<u64, Error> {
-    if n == 0 {
-        return match conn.get(key).await? {
-            Some(value) => parse_count(value.data.as_deref()),
-            None => Ok(0),
-        };
-    }
-    match conn.increment(key, n).await {
-        Ok(count) => return Ok(count),
-        Err(e) if not_found(&e) => {}
-        Err(e) => return Err(e),
-    }
-    let ttl = i64::try_from(exptime).unwrap_or(i64::MAX);
-    match conn.add(key, n.to_string().as_str(), Some(ttl), None).await {
-        Ok(()) => Ok(n),
-        // Another client created it between our incr and add: count on top of theirs.
-        Err(Error::Protocol(Status::NotStored)) => conn.increment(key, n).await,
-        Err(e) => Err(e),
-    }
-}
-
-/// Refunds `n` (never below zero; a missing counter stays missing) and returns the count after.
-async fn sub(conn: &mut Client, protocol: Protocol, key: &str, n: u64) -> Result<u64, Error> {
-    let result = match protocol {
-        Protocol::Meta => {
-            let b64 = STANDARD.encode(key);
-            conn.meta_decrement(&b64, false, None, Some(n), Some(&["b", "v"]))
-                .await
-                .and_then(|v| parse_count(v.as_ref().and_then(|v| v.data.as_deref())))
-        }
-        Protocol::Classic => conn.decrement(key, n).await,
-    };
-    match result {
-        Err(e) if not_found(&e) => Ok(0),
-        other => other,
-    }
-}
-
-/// A lease or release (`ma` with `T`, which sets the TTL on every change).
-async fn lease(conn: &mut Client, command: &Command<'_>) -> Result<u64, Error> {
-    let b64 = STANDARD.encode(command.key);
-    let ttl = format!("T{}", command.exptime);
-    let result = match command.op {
-        Op::Release(n) => {
-            conn.meta_decrement(&b64, false, None, Some(n), Some(&["b", &ttl, "v"]))
-                .await
-        }
-        Op::Lease(n) | Op::Add(n) | Op::Sub(n) => {
-            let vivify = format!("N{}", command.exptime);
-            let initial = format!("J{n}");
-            let flags = ["b", &vivify, &initial, &ttl, "v"];
-            conn.meta_increment(&b64, false, None, Some(n), Some(&flags))
-                .await
-        }
-    };
-    match result {
-        Ok(value) => parse_count(value.as_ref().and_then(|v| v.data.as_deref())),
-        Err(e) if not_found(&e) => Ok(0),
-        Err(e) => Err(e),
-    }
-}
-
-/// Reads a bucket state and its CAS token.
-async fn read_state(conn: &mut Client, key: &str) -> Result<Option<(u128, u64)>, Error> {
-    let b64 = STANDARD.encode(key);
-    let Some(value) = conn
-        .meta_get(&b64, false, None, Some(&["b", "v", "c"]))
-        .await?
-    else {
-        return Ok(None);
-    };
-    let text = value
-        .data
-        .as_deref()
-        .map(|d| String::from_utf8_lossy(d).trim().to_owned())
-        .unwrap_or_default();
-    match (text.parse::<u128>(), value.cas) {
-        (Ok(state), Some(cas)) => Ok(Some((state, cas))),
-        _ => Err(Error::Protocol(Status::Error(
-            async_memcached::ErrorKind::Protocol(Some(format!("not a bucket state: {text:?}"))),
-        ))),
-    }
-}
-
-/// Writes a bucket state by compare-and-swap (or add when new); `false` if another won.
-async fn write_state(
-    conn: &mut Client,
-    key: &str,
-    value: u128,
-    cas: Option<u64>,
-    exptime: u64,
-) -> Result<bool, Error> {
-    let b64 = STANDARD.encode(key);
-    let ttl = format!("T{exptime}");
-    let mode = cas.map_or_else(|| "ME".to_owned(), |c| format!("C{c}"));
-    let data = value.to_string();
-    match conn
-        .meta_set(&b64, data.as_str(), false, None, Some(&["b", &ttl, &mode]))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(Error::Protocol(Status::NotStored | Status::Exists | Status::NotFound)) => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 impl From<Error> for TransportError {
