@@ -23,6 +23,8 @@ pub(crate) struct Planned {
 /// A request's store operations and, after [`Batch::run`], their answers.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
+    /// The request's time, in Unix milliseconds (one reading for every descriptor).
+    pub(crate) now_ms: u64,
     pub(crate) hits: Vec<Hit>,
     pub(crate) steps: Vec<BucketStep>,
     pub(crate) planned: Vec<Planned>,
@@ -31,6 +33,14 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// An empty batch for a request decided at `now_ms`.
+    pub(crate) fn at(now_ms: u64) -> Batch {
+        Batch {
+            now_ms,
+            ..Batch::default()
+        }
+    }
+
     /// Adds a descriptor's operations; returns its plan and the index of its first hit.
     pub(crate) fn plan(&mut self, planned: &algorithm::Planned<'_>) -> (Plan, usize) {
         let first = self.hits.len();

@@ -123,8 +123,8 @@ impl<S: CounterStore> Limiter<S> {
 
         // 3. One batched store call for every counted descriptor.
         let now_ms = self.clock.now_millis();
-        let mut batch = Batch::default();
-        for (index, (descriptor, applied)) in request.descriptors.iter().zip(&applied).enumerate() {
+        let mut batch = Batch::at(now_ms);
+        for (index, applied) in applied.iter().enumerate() {
             let Some(limit) = applied else { continue };
             if limit
                 .rule()
@@ -133,15 +133,7 @@ impl<S: CounterStore> Limiter<S> {
             {
                 continue;
             }
-            self.plan(
-                &request.domain,
-                descriptor,
-                limit,
-                now_ms,
-                &mut statuses[index],
-                index,
-                &mut batch,
-            );
+            self.plan(request, index, limit, &mut statuses[index], &mut batch);
         }
         if let Err(err) = batch.run(&self.store).await {
             return self.fail_open(err, statuses, &batch.counted());
@@ -191,17 +183,16 @@ impl<S: CounterStore> Limiter<S> {
 
     /// Plans one counted descriptor into the batch (or answers it at once: unlimited, a
     /// blocking token bucket, the local over-limit cache).
-    #[allow(clippy::too_many_arguments)]
     fn plan<'r>(
         &self,
-        domain: &str,
-        descriptor: &Descriptor,
-        limit: &Applied<'r>,
-        now_ms: u64,
-        status: &mut Status<'r>,
+        request: &Request,
         index: usize,
+        limit: &Applied<'r>,
+        status: &mut Status<'r>,
         batch: &mut Batch,
     ) {
+        let (domain, descriptor, now_ms) =
+            (&request.domain, &request.descriptors[index], batch.now_ms);
         let Some(rate) = limit.rate() else {
             status.counting = Counting::Unlimited;
             status.remaining = u32::MAX;

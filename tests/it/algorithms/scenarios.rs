@@ -229,7 +229,86 @@ async fn override_keeps_the_rules_algorithm(backend: Backend) {
     );
 }
 
+const COMPOSED: &str = r#"
+domain: composed
+descriptors:
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 1, algorithm: token_bucket }
+  - key: quota
+    quota_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1, algorithm: concurrency }
+  - key: sliding
+    rate_limit: { unit: minute, requests_per_unit: 3, algorithm: sliding_window }
+  - key: replacer
+    rate_limit: { unit: minute, requests_per_unit: 5, algorithm: sliding_window, replaces: [{ name: bucket }] }
+  - key: replaced
+    rate_limit: { unit: second, requests_per_unit: 1, algorithm: token_bucket, name: bucket }
+"#;
+
+/// Existing features work with the new algorithms: shadow mode answers OK when a bucket is
+/// empty, a quota-mode concurrency limit alone refuses only when every quota descriptor is over,
+/// `replaces` drops a token bucket, and the local over-limit cache (on) never holds a sliding
+/// window over once its estimate has room again.
+async fn features_compose_with_algorithms(backend: Backend) {
+    let limiter = turnstile::limiter::LimiterSettings {
+        local_cache_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let Some(s) = backend.start(&[("c.yaml", COMPOSED)], limiter.into()).await else {
+        return;
+    };
+    let one = |key: &str, value: &str| req("composed", vec![desc(&[(key, value)])]);
+    let user = unique("c");
+    align(&s, 60, 0);
+    assert_eq!(status(s.call(one("shadow", &user)).await).0, Code::Ok);
+    let shadowed = s.call(one("shadow", &user)).await;
+    assert_eq!(
+        shadowed.overall_code(),
+        Code::Ok,
+        "shadow mode: an empty bucket still answers OK"
+    );
+    assert_eq!(s.call(one("quota", &user)).await.overall_code(), Code::Ok);
+    assert_eq!(
+        s.call(one("quota", &user)).await.overall_code(),
+        Code::OverLimit,
+        "the only quota descriptor is over"
+    );
+    let both = req(
+        "composed",
+        vec![desc(&[("replacer", &user)]), desc(&[("replaced", &user)])],
+    );
+    for _ in 0..3 {
+        let response = s.call(both.clone()).await;
+        assert_eq!(
+            response.overall_code(),
+            Code::Ok,
+            "the replaced bucket is not counted"
+        );
+        assert!(response.statuses[1].current_limit.is_none(), "{response:?}");
+    }
+    // Sliding window with the local cache on: a full minute ...
+    s.clock.advance(59);
+    for _ in 0..3 {
+        assert_eq!(status(s.call(one("sliding", &user)).await).0, Code::Ok);
+    }
+    // ... holds the next one over at its start (0 + 3 × 59/60 + 1 > 3) ...
+    s.clock.advance(2);
+    assert_eq!(
+        status(s.call(one("sliding", &user)).await).0,
+        Code::OverLimit
+    );
+    // ... and 39 s later, in the same window, there is room again (1 + 3 × 20/60 + 1 = 3).
+    s.clock.advance(39);
+    assert_eq!(
+        status(s.call(one("sliding", &user)).await).0,
+        Code::Ok,
+        "the local cache must not hold a sliding window over"
+    );
+}
+
 on_every_backend!(
+    features_compose_with_algorithms,
     sliding_window_holds_back_the_next_burst,
     token_bucket_gives_capacity_then_the_rate,
     concurrency_leases_balance,
