@@ -247,10 +247,12 @@ fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, hits: Hits, now_m
         Hits::Take(n) => u128::from(n),
         Hits::Refund(_) => 0,
     };
+    // For the stats split, usage must read over the limit exactly when the take was refused.
+    let limit = u128::from(rate.requests_per_unit);
     let used = if over {
-        capacity.saturating_sub(whole) + requested
+        limit + requested
     } else {
-        capacity.saturating_sub(whole)
+        capacity.saturating_sub(whole).min(limit)
     };
     Outcome {
         over,
@@ -266,4 +268,34 @@ fn clamp(n: u64) -> u32 {
 
 fn clamp_u128(n: u128) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Hits, Window, bucket, sliding};
+    use crate::rules::{Algorithm, PerUnit, Period, Unit};
+    use crate::storage::BucketAnswer;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The stats split reads "over" from usage > limit: it must agree with the decision.
+        #[test]
+        fn usage_is_over_the_limit_exactly_when_refused(
+            limit in 0u64..50, cur in 1u64..100, prev in 0u64..100, into in 0u64..60_000,
+            burst in 0u32..10, debt in 0u128..2_000_000, admitted: bool, n in 1u64..5,
+        ) {
+            let window = Window::of(60, 600);
+            let out = sliding(limit, cur, prev, window, 600_000 + into, true);
+            prop_assert_eq!(out.over, out.used > limit);
+            let rate = PerUnit {
+                requests_per_unit: u32::try_from(limit.max(1)).unwrap_or(1),
+                period: Period::one(Unit::Minute),
+                algorithm: Algorithm::TokenBucket { burst },
+            };
+            let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
+            let answer = BucketAnswer { admitted, tat: 1_000 * u128::from(rate.requests_per_unit) + debt };
+            let out = bucket(rate, capacity, answer, Hits::Take(n), 1_000);
+            prop_assert_eq!(out.over, out.used > u64::from(rate.requests_per_unit));
+        }
+    }
 }
