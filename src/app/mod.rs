@@ -32,7 +32,7 @@ use crate::limiter::{Limiter, LimiterSettings};
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::{Reloader, RulesHandle};
 use crate::server::{ConnectionLimits, ServerOptions};
-use crate::settings::Settings;
+use crate::settings::{Backend, KeyLayout, Settings};
 use crate::telemetry::LIFECYCLE;
 
 /// Why the process stopped with an error.
@@ -297,6 +297,12 @@ fn limiter_settings(s: &Settings) -> LimiterSettings {
         quota_mode: s.quota_mode,
         fail_open: s.fail_open,
         local_cache_bytes: s.local_cache_bytes,
+        key_layout: match &s.backend {
+            Backend::Redis(redis) if redis.key_layout == KeyLayout::Reference => {
+                crate::limiter::KeyLayout::Reference
+            }
+            _ => crate::limiter::KeyLayout::Turnstile,
+        },
     }
 }
 

@@ -9,10 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::settings::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
+use crate::settings::{
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, RedisAddress, RedisSettings,
+    RedisTopology,
+};
 use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
+use crate::storage::redis::{RedisOptions, RedisStore, RedisTarget};
 use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 /// How often the memory store drops expired counters.
@@ -28,6 +32,8 @@ pub enum Store {
     Memory(Arc<MemoryStore>),
     /// memcached.
     Memcached(MemcachedStore),
+    /// Redis or Valkey.
+    Redis(RedisStore),
 }
 
 impl CounterStore for Store {
@@ -35,6 +41,7 @@ impl CounterStore for Store {
         match self {
             Store::Memory(s) => s.hit(hits).await,
             Store::Memcached(s) => s.hit(hits).await,
+            Store::Redis(s) => s.hit(hits).await,
         }
     }
 
@@ -42,6 +49,7 @@ impl CounterStore for Store {
         match self {
             Store::Memory(s) => s.bucket(steps).await,
             Store::Memcached(s) => s.bucket(steps).await,
+            Store::Redis(s) => s.bucket(steps).await,
         }
     }
 
@@ -49,6 +57,7 @@ impl CounterStore for Store {
         match self {
             Store::Memory(s) => s.ready().await,
             Store::Memcached(s) => s.ready().await,
+            Store::Redis(s) => s.ready().await,
         }
     }
 
@@ -56,6 +65,7 @@ impl CounterStore for Store {
         match self {
             Store::Memory(s) => s.gauges(),
             Store::Memcached(s) => s.gauges(),
+            Store::Redis(s) => s.gauges(),
         }
     }
 }
@@ -72,6 +82,10 @@ pub(super) async fn build(
             Ok((Store::Memory(store), vec![sweeper]))
         }
         Backend::Memcached(settings) => memcached_store(settings, clock).await,
+        Backend::Redis(settings) => Ok((
+            Store::Redis(RedisStore::new(redis_options(settings), Arc::clone(clock))),
+            Vec::new(),
+        )),
     }
 }
 
@@ -118,5 +132,30 @@ async fn memcached_store(
             };
             Ok((Store::Memcached(store), tasks))
         }
+    }
+}
+
+fn redis_options(s: &RedisSettings) -> RedisOptions {
+    let target = match &s.topology {
+        RedisTopology::Single(RedisAddress::Tcp(a)) => RedisTarget::Tcp(a.clone()),
+        RedisTopology::Single(RedisAddress::Unix(p)) => RedisTarget::Unix(p.clone()),
+        RedisTopology::Cluster(nodes) => RedisTarget::Cluster(nodes.clone()),
+        RedisTopology::Sentinel {
+            master,
+            sentinels,
+            sentinel_auth,
+        } => RedisTarget::Sentinel {
+            master: master.clone(),
+            sentinels: sentinels.clone(),
+            sentinel_username: sentinel_auth.as_ref().and_then(|a| a.user.clone()),
+            sentinel_password: sentinel_auth.as_ref().map(|a| a.password.clone()),
+        },
+    };
+    RedisOptions {
+        target,
+        username: s.auth.as_ref().and_then(|a| a.user.clone()),
+        password: s.auth.as_ref().map(|a| a.password.clone()),
+        timeout: s.timeout,
+        jitter_max_seconds: s.jitter_max_seconds,
     }
 }

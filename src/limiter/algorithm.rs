@@ -48,13 +48,24 @@ pub(crate) enum Hits {
     Refund(u64),
 }
 
+/// What ends a counter key after the descriptor's part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// A window of `period` seconds starting at `start` (`|60@1200`).
+    Window { period: u64, start: u64 },
+    /// A concurrency count (`|60~c`).
+    Lease { period: u64 },
+    /// A token bucket's state (`|60~tb5`).
+    Bucket { period: u64, rate: u128 },
+}
+
 /// Everything a plan needs to know about its descriptor.
 pub(crate) struct Planned<'a> {
     pub(crate) rate: PerUnit,
     pub(crate) hits: Hits,
     pub(crate) now_ms: u64,
-    /// Builds the key for a tail (`|60@1200`, `|60~c`, `|60~tb5`).
-    pub(crate) key: &'a dyn Fn(&str) -> String,
+    /// Builds the key for a tail.
+    pub(crate) key: &'a dyn Fn(Tail) -> String,
 }
 
 /// Adds the descriptor's store operations to the batch and returns how to read the answers.
@@ -75,7 +86,10 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
             let window = Window::of(period, p.now_ms / 1000);
             let current = hits.len();
             hits.push(Hit {
-                key: (p.key)(&format!("{period}@{}", window.start)),
+                key: (p.key)(Tail::Window {
+                    period,
+                    start: window.start,
+                }),
                 op,
                 // A sliding window reads its counter during the next window too.
                 expires_at: window.end() + period * u64::from(algorithm != Algorithm::FixedWindow),
@@ -87,7 +101,10 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
                 };
             }
             hits.push(Hit {
-                key: (p.key)(&format!("{period}@{}", window.start.saturating_sub(period))),
+                key: (p.key)(Tail::Window {
+                    period,
+                    start: window.start.saturating_sub(period),
+                }),
                 op: Op::Add(0),
                 expires_at: window.start,
             });
@@ -100,7 +117,7 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
         Algorithm::Concurrency => {
             let hit = hits.len();
             hits.push(Hit {
-                key: (p.key)(&format!("{period}~c")),
+                key: (p.key)(Tail::Lease { period }),
                 op: match p.hits {
                     Hits::Take(n) => Op::Lease(n),
                     Hits::Refund(n) => Op::Release(n),
@@ -114,7 +131,7 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
             let capacity = u128::from(p.rate.requests_per_unit) + u128::from(burst);
             let step = steps.len();
             steps.push(BucketStep {
-                key: (p.key)(&format!("{period}~tb{rate}")),
+                key: (p.key)(Tail::Bucket { period, rate }),
                 now: u128::from(p.now_ms) * rate,
                 interval: u128::from(period) * 1000,
                 capacity,

@@ -27,12 +27,28 @@ fn push_escaped(out: &mut String, text: &str) {
     }
 }
 
+/// Which bytes window counters are kept under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyLayout {
+    /// Turnstile's escaped, unambiguous, bounded keys.
+    #[default]
+    Turnstile,
+    /// envoyproxy/ratelimit's bytes for window counters, `prefix + domain + "_" + (key + "_" +
+    /// value + "_")… + window start`, so both services share counters in one Redis during a
+    /// cut-over. Ambiguous (`(a, b_c)` and `(a_b, c)` share a key; the period is not in the key,
+    /// so two limits on the same entries whose windows start together share a counter) and
+    /// unbounded, exactly as the reference. Other algorithms keep Turnstile's layout.
+    Reference,
+}
+
 /// A counter key up to its tail: prefix, domain and entries, escaped. One base serves every
 /// counter of a descriptor (a sliding window's two windows, for instance).
 #[derive(Debug, Clone)]
 pub(crate) struct KeyBase {
     text: String,
     prefix_len: usize,
+    /// The reference's bytes up to the window start, when that layout is on.
+    reference: Option<String>,
 }
 
 impl KeyBase {
@@ -53,12 +69,47 @@ impl KeyBase {
             text.push('=');
             push_escaped(&mut text, v);
         }
-        KeyBase { text, prefix_len }
+        KeyBase {
+            text,
+            prefix_len,
+            reference: None,
+        }
+    }
+
+    /// Also keeps the reference's key bytes (`prefix + domain + "_" + (key + "_" + value +
+    /// "_")…`) for window counters.
+    pub(crate) fn with_reference<'a>(
+        mut self,
+        prefix: &str,
+        domain: &str,
+        entries: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> KeyBase {
+        let mut text = format!("{prefix}{domain}_");
+        for (k, v) in entries {
+            text.push_str(k);
+            text.push('_');
+            text.push_str(v);
+            text.push('_');
+        }
+        self.reference = Some(text);
+        self
+    }
+
+    /// The key for a tail: the reference's bytes for windows when that layout is on, else
+    /// Turnstile's.
+    pub(crate) fn tail(&self, tail: super::algorithm::Tail) -> String {
+        use super::algorithm::Tail;
+        match (tail, &self.reference) {
+            (Tail::Window { start, .. }, Some(reference)) => format!("{reference}{start}"),
+            (Tail::Window { period, start }, None) => self.with(&format!("{period}@{start}")),
+            (Tail::Lease { period }, _) => self.with(&format!("{period}~c")),
+            (Tail::Bucket { period, rate }, _) => self.with(&format!("{period}~tb{rate}")),
+        }
     }
 
     /// The full key with `tail` (made of safe characters: digits, `@`, `~`, letters), hashed
     /// when it would be longer than [`MAX_KEY_LEN`].
-    pub(crate) fn with(&self, tail: &str) -> String {
+    fn with(&self, tail: &str) -> String {
         let mut key = String::with_capacity(self.text.len() + tail.len() + 1);
         key.push_str(&self.text);
         key.push('|');

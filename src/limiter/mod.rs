@@ -13,7 +13,7 @@ mod request;
 mod verdict;
 mod window;
 
-pub use key::counter_key;
+pub use key::{KeyLayout, counter_key};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
 
@@ -41,6 +41,8 @@ pub struct LimiterSettings {
     pub fail_open: bool,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache's budget (0 = off).
     pub local_cache_bytes: u64,
+    /// Which bytes window counters are kept under (the reference's on Redis by default).
+    pub key_layout: KeyLayout,
 }
 
 /// Decides requests against rules, counting in a store.
@@ -208,7 +210,7 @@ impl<S: CounterStore> Limiter<S> {
             (false, n) => Hits::Take(n),
         };
         let base = self.key_base(domain, descriptor, limit);
-        let key = |tail: &str| base.with(tail);
+        let key = |tail| base.tail(tail);
         let (plan, hit_at) = batch.plan(&algorithm::Planned {
             rate,
             hits,
@@ -249,7 +251,11 @@ impl<S: CounterStore> Limiter<S> {
             };
             (e.key.as_str(), value)
         });
-        KeyBase::new(&self.settings.key_prefix, domain, entries)
+        let base = KeyBase::new(&self.settings.key_prefix, domain, entries.clone());
+        match self.settings.key_layout {
+            KeyLayout::Turnstile => base,
+            KeyLayout::Reference => base.with_reference(&self.settings.key_prefix, domain, entries),
+        }
     }
 
     fn fail_open<'r>(

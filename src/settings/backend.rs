@@ -16,6 +16,8 @@ pub enum Backend {
     },
     /// memcached (`memcache`).
     Memcached(MemcachedSettings),
+    /// Redis or Valkey (`redis`).
+    Redis(super::redis::RedisSettings),
 }
 
 /// The memcached backend's settings.
@@ -69,10 +71,11 @@ pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
             max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
         }),
         "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
+        "redis" => Ok(Backend::Redis(super::redis::redis(r)?)),
         other => Err(err(
             "BACKEND_TYPE",
             other,
-            "expected memory or memcache (redis is not supported)",
+            "expected memory, memcache or redis",
         )),
     }
 }

@@ -7,9 +7,11 @@
 mod backend;
 mod grpc;
 mod reader;
+mod redis;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
 pub use grpc::{ConnectionAge, GrpcLimits};
+pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTopology};
 
 pub use reader::parse_duration;
 use reader::{Reader, err};

@@ -10,6 +10,7 @@
 pub mod bucket;
 pub mod memcached;
 pub mod memory;
+pub mod redis;
 
 pub use bucket::{BucketAnswer, BucketStep, Take};
 

@@ -1,0 +1,202 @@
+//! The Redis backend's settings (`BACKEND_TYPE=redis`), with the reference's names, forms and
+//! defaults. Settings the reference has and Turnstile does not support yet are refused at start
+//! with their name, never silently ignored.
+
+use std::time::Duration;
+
+use super::SettingsError;
+use super::reader::{Reader, err};
+
+/// The Redis backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisSettings {
+    /// Where Redis is (`REDIS_TYPE`, `REDIS_URL`, `REDIS_SOCKET_TYPE`).
+    pub topology: RedisTopology,
+    /// `REDIS_AUTH`: `pass` or `user:pass`.
+    pub auth: Option<RedisAuth>,
+    /// `REDIS_POOL_SIZE`: accepted; connections are multiplexed (one per node carries every
+    /// request pipelined), so no pool is kept.
+    pub pool_size: u32,
+    /// `REDIS_TIMEOUT`: the deadline of one operation (default 10 s, as the reference; Envoy's
+    /// own deadline is usually far shorter).
+    pub timeout: Duration,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`.
+    pub jitter_max_seconds: u64,
+    /// `REDIS_KEY_LAYOUT`: the reference's key bytes for fixed windows (default, so both
+    /// services share counters during a cut-over) or Turnstile's unambiguous layout.
+    pub key_layout: KeyLayout,
+}
+
+/// `REDIS_AUTH` / `REDIS_SENTINEL_AUTH`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisAuth {
+    /// The ACL user, when given as `user:pass`.
+    pub user: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// How Redis is deployed (`REDIS_TYPE`) and where (`REDIS_URL`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RedisTopology {
+    /// `single`: one server, `host:port` (tcp) or a socket path (unix).
+    Single(RedisAddress),
+    /// `cluster`: seed nodes `host:port,host:port,...` (the rest is discovered).
+    Cluster(Vec<String>),
+    /// `sentinel`: `master_name,host:port,host:port,...` (the sentinels).
+    Sentinel {
+        /// The monitored master's name.
+        master: String,
+        /// The sentinels' `host:port`.
+        sentinels: Vec<String>,
+        /// `REDIS_SENTINEL_AUTH`.
+        sentinel_auth: Option<RedisAuth>,
+    },
+}
+
+/// One server's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisAddress {
+    /// `host:port`.
+    Tcp(String),
+    /// A unix socket path (`REDIS_SOCKET_TYPE=unix`).
+    Unix(String),
+}
+
+/// Which key bytes fixed-window counters use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyLayout {
+    /// The reference's `prefix + domain + "_" + (key + "_" + value + "_")… + window start`.
+    #[default]
+    Reference,
+    /// Turnstile's escaped, unambiguous layout (as on memcached).
+    Turnstile,
+}
+
+/// Settings of the reference that Turnstile refuses when they ask for something it does not do.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("REDIS_TLS", "TLS to Redis is not supported yet"),
+    (
+        "REDIS_PERSECOND",
+        "a second Redis for per-second limits is not supported yet",
+    ),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "not supported yet (every hit is counted, as the reference does by default)",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "not supported yet (readiness follows a PING to Redis)",
+    ),
+];
+
+pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
+    for (name, why) in UNSUPPORTED {
+        if r.bool(name, false)? {
+            return Err(err(name, "true", *why));
+        }
+    }
+    let empty = r.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT");
+    if !empty.eq_ignore_ascii_case("wait") {
+        return Err(err(
+            "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+            &empty,
+            "only WAIT (connections are multiplexed; requests never wait for a pool)",
+        ));
+    }
+    let pool_size = r.parsed("REDIS_POOL_SIZE", 10u32)?;
+    if pool_size == 0 {
+        return Err(err("REDIS_POOL_SIZE", "0", "at least 1"));
+    }
+    Ok(RedisSettings {
+        topology: topology(r)?,
+        auth: auth(&r.string("REDIS_AUTH", "")),
+        pool_size,
+        timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
+        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
+        key_layout: match r.string("REDIS_KEY_LAYOUT", "reference").as_str() {
+            "reference" => KeyLayout::Reference,
+            "turnstile" => KeyLayout::Turnstile,
+            other => {
+                return Err(err(
+                    "REDIS_KEY_LAYOUT",
+                    other,
+                    "expected reference or turnstile",
+                ));
+            }
+        },
+    })
+}
+
+fn auth(text: &str) -> Option<RedisAuth> {
+    match text.split_once(':') {
+        _ if text.is_empty() => None,
+        Some((user, password)) => Some(RedisAuth {
+            user: Some(user.to_owned()),
+            password: password.to_owned(),
+        }),
+        None => Some(RedisAuth {
+            user: None,
+            password: text.to_owned(),
+        }),
+    }
+}
+
+fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
+    let url = r.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
+    let socket = r.string("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase();
+    let list: Vec<String> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let kind = r.string("REDIS_TYPE", "single").to_ascii_lowercase();
+    match kind.as_str() {
+        "single" => match socket.as_str() {
+            "tcp" if list.len() == 1 => Ok(RedisTopology::Single(RedisAddress::Tcp(url))),
+            "unix" => Ok(RedisTopology::Single(RedisAddress::Unix(url))),
+            "tcp" => Err(err(
+                "REDIS_URL",
+                &url,
+                "REDIS_TYPE=single takes one host:port",
+            )),
+            other => Err(err("REDIS_SOCKET_TYPE", other, "expected tcp or unix")),
+        },
+        "cluster" if socket == "tcp" && !list.is_empty() => Ok(RedisTopology::Cluster(list)),
+        "sentinel" if socket == "tcp" && list.len() >= 2 => Ok(RedisTopology::Sentinel {
+            master: list[0].clone(),
+            sentinels: list[1..].to_vec(),
+            sentinel_auth: auth(&r.string("REDIS_SENTINEL_AUTH", "")),
+        }),
+        "cluster" | "sentinel" if socket != "tcp" => Err(err(
+            "REDIS_SOCKET_TYPE",
+            &socket,
+            format!("REDIS_TYPE={kind} needs tcp"),
+        )),
+        "cluster" => Err(err(
+            "REDIS_URL",
+            &url,
+            "expected host:port,host:port,... (seed nodes)",
+        )),
+        "sentinel" => Err(err(
+            "REDIS_URL",
+            &url,
+            "expected master_name,host:port,host:port,... (the sentinels)",
+        )),
+        other => Err(err(
+            "REDIS_TYPE",
+            other,
+            "expected single, sentinel or cluster",
+        )),
+    }
+}

@@ -1,0 +1,224 @@
+//! Connections to Redis for each deployment: one server (a reconnecting multiplexed
+//! connection), a cluster (redis-rs's cluster connection: slots, MOVED/ASK and topology changes
+//! are followed by the crate), or a master found through Sentinel (re-resolved after a
+//! connection failure or a READONLY reply, i.e. a demoted master). Connecting is lazy: a store
+//! whose Redis is absent at start still starts, reports not ready, and connects when Redis
+//! appears; between failed attempts it waits (backoff) instead of adding a connect timeout to
+//! every request.
+//!
+//! Must not touch: scripts, keys, what the answers mean.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
+
+use super::{RedisOptions, RedisTarget};
+
+/// A live connection of any kind; cheap to clone (multiplexed).
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(MultiplexedConnection),
+}
+
+/// The first retry waits this long after a failed connect; each failure doubles it.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The current connection, or when the next attempt may be made.
+pub(super) struct Connector {
+    options: RedisOptions,
+    current: arc_swap::ArcSwapOption<Conn>,
+    connecting: tokio::sync::Mutex<()>,
+    retry: Mutex<(Option<Instant>, Duration)>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("target", &self.options.target)
+            .finish()
+    }
+}
+
+fn settings(options: &RedisOptions) -> RedisConnectionInfo {
+    let mut info = RedisConnectionInfo::default();
+    if let Some(user) = &options.username {
+        info = info.set_username(user);
+    }
+    if let Some(password) = &options.password {
+        info = info.set_password(password);
+    }
+    info
+}
+
+fn tcp(address: &str) -> RedisResult<ConnectionAddr> {
+    let (host, port) = address.rsplit_once(':').ok_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "expected host:port"))
+    })?;
+    let port = port.parse().map_err(|_| {
+        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad port"))
+    })?;
+    Ok(ConnectionAddr::Tcp(
+        host.trim_matches(['[', ']']).to_owned(),
+        port,
+    ))
+}
+
+impl Connector {
+    pub(super) fn new(options: RedisOptions) -> Self {
+        Connector {
+            options,
+            current: arc_swap::ArcSwapOption::empty(),
+            connecting: tokio::sync::Mutex::new(()),
+            retry: Mutex::new((None, BACKOFF_MIN)),
+        }
+    }
+
+    /// The live connection, connecting first when there is none (unless in backoff).
+    pub(super) async fn get(&self) -> RedisResult<Conn> {
+        if let Some(conn) = self.current.load_full() {
+            return Ok((*conn).clone());
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(conn) = self.current.load_full() {
+            return Ok((*conn).clone());
+        }
+        if let (Some(next), _) = *self.retry_lock()
+            && Instant::now() < next
+        {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "down (retrying with backoff)",
+            )));
+        }
+        match tokio::time::timeout(self.options.timeout, self.connect()).await {
+            Ok(Ok(conn)) => {
+                *self.retry_lock() = (None, BACKOFF_MIN);
+                self.current.store(Some(std::sync::Arc::new(conn.clone())));
+                Ok(conn)
+            }
+            Ok(Err(e)) => {
+                self.back_off();
+                Err(e)
+            }
+            Err(_) => {
+                self.back_off();
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "connect timed out",
+                )))
+            }
+        }
+    }
+
+    /// Where this connects.
+    pub(super) fn target(&self) -> &RedisTarget {
+        &self.options.target
+    }
+
+    /// Forgets the connection after a fault that a reconnect (or, behind Sentinel, a new
+    /// master) may cure.
+    pub(super) fn reset(&self) {
+        self.current.store(None);
+    }
+
+    fn retry_lock(&self) -> std::sync::MutexGuard<'_, (Option<Instant>, Duration)> {
+        self.retry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn back_off(&self) {
+        let mut retry = self.retry_lock();
+        let wait = retry.1;
+        *retry = (Some(Instant::now() + wait), (wait * 2).min(BACKOFF_MAX));
+    }
+
+    async fn connect(&self) -> RedisResult<Conn> {
+        let o = &self.options;
+        match &o.target {
+            RedisTarget::Tcp(address) => {
+                let info = tcp(address)?
+                    .into_connection_info()?
+                    .set_redis_settings(settings(o));
+                let client = redis::Client::open(info)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(o.timeout))
+                    .set_connection_timeout(Some(o.timeout))
+                    .set_number_of_retries(1);
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            RedisTarget::Unix(path) => {
+                let info = ConnectionAddr::Unix(path.into())
+                    .into_connection_info()?
+                    .set_redis_settings(settings(o));
+                let client = redis::Client::open(info)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(o.timeout))
+                    .set_connection_timeout(Some(o.timeout))
+                    .set_number_of_retries(1);
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            RedisTarget::Cluster(nodes) => {
+                let nodes = nodes
+                    .iter()
+                    .map(|n| tcp(n).and_then(|a| a.into_connection_info()))
+                    .collect::<RedisResult<Vec<_>>>()?;
+                let mut builder = ClusterClientBuilder::new(nodes)
+                    .connection_timeout(o.timeout)
+                    .response_timeout(o.timeout);
+                if let Some(user) = &o.username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &o.password {
+                    builder = builder.password(password);
+                }
+                Ok(Conn::Cluster(
+                    builder.build()?.get_async_connection().await?,
+                ))
+            }
+            RedisTarget::Sentinel {
+                master,
+                sentinels,
+                sentinel_username,
+                sentinel_password,
+            } => {
+                let mut sentinel_info = RedisConnectionInfo::default();
+                if let Some(user) = sentinel_username {
+                    sentinel_info = sentinel_info.set_username(user);
+                }
+                if let Some(password) = sentinel_password {
+                    sentinel_info = sentinel_info.set_password(password);
+                }
+                let sentinels = sentinels
+                    .iter()
+                    .map(|s| {
+                        tcp(s)
+                            .and_then(|a| a.into_connection_info())
+                            .map(|i| i.set_redis_settings(sentinel_info.clone()))
+                    })
+                    .collect::<RedisResult<Vec<_>>>()?;
+                let node =
+                    SentinelNodeConnectionInfo::default().set_redis_connection_info(settings(o));
+                let mut client = SentinelClient::build(
+                    sentinels,
+                    master.clone(),
+                    Some(node),
+                    SentinelServerType::Master,
+                )?;
+                Ok(Conn::Sentinel(client.get_async_connection().await?))
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The Redis (and Valkey) counter store (`BACKEND_TYPE=redis`): one server, a cluster, or a
+//! master behind Sentinel. Every operation is a script call that does it atomically on the
+//! server and returns what the decision needs (`scripts`): on one server (and behind Sentinel)
+//! a request's counters travel in one call, one round trip; on a cluster each key goes to its
+//! slot's node, all at once over multiplexed connections. Bucket steps are one call each.
+//! Failures are typed and name Redis; a connection fault or a READONLY answer (a demoted
+//! master) drops the connection at once so the next call reconnects (and, behind Sentinel,
+//! asks the sentinels for the master again).
+//!
+//! Must not touch: rules, limits, the algorithms' arithmetic (the bucket script mirrors
+//! `storage::bucket`, which the contract suite checks), key layout.
+
+mod connect;
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use redis::{FromRedisValue, RedisError};
+
+use super::{BucketAnswer, BucketStep, CounterStore, Hit, Op, StorageError, Take};
+use crate::clock::Clock;
+use connect::{Conn, Connector};
+use scripts::Scripts;
+
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server at `host:port`.
+    Tcp(String),
+    /// One server on a unix socket.
+    Unix(String),
+    /// Cluster seed nodes (`host:port`).
+    Cluster(Vec<String>),
+    /// A master named `master`, found through these sentinels.
+    Sentinel {
+        /// The monitored master's name.
+        master: String,
+        /// The sentinels' `host:port`.
+        sentinels: Vec<String>,
+        /// `REDIS_SENTINEL_AUTH` user.
+        sentinel_username: Option<String>,
+        /// `REDIS_SENTINEL_AUTH` password.
+        sentinel_password: Option<String>,
+    },
+}
+
+/// How to reach Redis.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Where.
+    pub target: RedisTarget,
+    /// ACL user (`REDIS_AUTH=user:pass`).
+    pub username: Option<String>,
+    /// Password (`REDIS_AUTH`).
+    pub password: Option<String>,
+    /// Deadline of one operation, and of a connection attempt.
+    pub timeout: Duration,
+    /// Extra TTL of up to this many seconds, spread per key.
+    pub jitter_max_seconds: u64,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("target", &self.target)
+            .field("username", &self.username)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The largest `capacity × period (ms)` a bucket may have here: the script's numbers are Lua
+/// doubles, exact below 2^53.
+const BUCKET_MAX_SCALE: u128 = 1 << 53;
+
+/// The Redis counter store.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connector: Connector,
+    scripts: Scripts,
+    timeout: Duration,
+    jitter_max_seconds: u64,
+    clock: Arc<dyn Clock>,
+    name: String,
+}
+
+impl RedisStore {
+    /// A store over `options`; nothing connects until the first call (or readiness check).
+    pub fn new(options: RedisOptions, clock: Arc<dyn Clock>) -> Self {
+        let name = match &options.target {
+            RedisTarget::Tcp(a) | RedisTarget::Unix(a) => format!("redis {a}"),
+            RedisTarget::Cluster(nodes) => format!("redis cluster {}", nodes.join(",")),
+            RedisTarget::Sentinel { master, .. } => format!("redis master {master} (sentinel)"),
+        };
+        RedisStore {
+            inner: Arc::new(Inner {
+                timeout: options.timeout,
+                jitter_max_seconds: options.jitter_max_seconds,
+                connector: Connector::new(options),
+                scripts: Scripts::default(),
+                clock,
+                name,
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Seconds a counter created now for a window ending at `expires_at` must live.
+    fn ttl(&self, key: &str, expires_at: u64, now: u64) -> u64 {
+        let jitter = match self.jitter_max_seconds {
+            0 => 0,
+            max => xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % max,
+        };
+        (expires_at + jitter + 1).saturating_sub(now).max(1)
+    }
+
+    /// Runs one script invocation under the deadline; faults reset the connection.
+    async fn call<T: FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StorageError> {
+        let conn = self.connector.get().await.map_err(|e| self.error(&e))?;
+        let result = match conn {
+            Conn::Single(mut c) => {
+                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
+            }
+            Conn::Cluster(mut c) => {
+                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
+            }
+            Conn::Sentinel(mut c) => {
+                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
+            }
+        };
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || is_readonly(&e) {
+                    self.connector.reset();
+                }
+                Err(self.error(&e))
+            }
+            Err(_) => Err(StorageError::Timeout(format!(
+                "{} did not answer within {:?}",
+                self.name, self.timeout
+            ))),
+        }
+    }
+
+    fn error(&self, e: &RedisError) -> StorageError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            StorageError::Unavailable(format!("{}: {e}", self.name))
+        } else if e.is_timeout() {
+            StorageError::Timeout(format!("{}: {e}", self.name))
+        } else {
+            StorageError::Protocol(format!("{}: {e}", self.name))
+        }
+    }
+
+    /// The counts after `hits`, in one script call.
+    async fn counters(&self, hits: &[&Hit], now: u64) -> Result<Vec<u64>, StorageError> {
+        let mut invocation = self.scripts.counters.prepare_invoke();
+        for hit in hits {
+            let (op, n) = match hit.op {
+                Op::Add(n) => ("add", n),
+                Op::Sub(n) => ("sub", n),
+                Op::Lease(n) => ("lease", n),
+                Op::Release(n) => ("release", n),
+            };
+            invocation
+                .key(hit.key.as_bytes())
+                .arg(op)
+                .arg(n)
+                .arg(self.ttl(&hit.key, hit.expires_at, now));
+        }
+        let counts: Vec<i64> = self.call(&invocation).await?;
+        if counts.len() != hits.len() {
+            return Err(StorageError::Protocol(format!(
+                "{}: {} answers to {} counters",
+                self.name,
+                counts.len(),
+                hits.len()
+            )));
+        }
+        Ok(counts
+            .into_iter()
+            .map(|c| u64::try_from(c).unwrap_or(0))
+            .collect())
+    }
+
+    async fn step(&self, step: &BucketStep) -> Result<BucketAnswer, StorageError> {
+        let rate = step.ticks_per_milli.max(1);
+        if step.capacity.saturating_mul(step.interval) >= BUCKET_MAX_SCALE {
+            return Err(StorageError::Protocol(format!(
+                "token bucket too large for Redis: capacity {} x period {} ms must stay under 2^53",
+                step.capacity, step.interval
+            )));
+        }
+        let (n, refund) = match step.take {
+            Take::Take(n) => (n, 0),
+            Take::Refund(n) => (n, 1),
+        };
+        let mut invocation = self.scripts.bucket.prepare_invoke();
+        invocation
+            .key(step.key.as_bytes())
+            .arg(u64::try_from(step.now / rate).unwrap_or(u64::MAX))
+            .arg(u64::try_from(rate).unwrap_or(u64::MAX))
+            .arg(u64::try_from(step.interval).unwrap_or(u64::MAX))
+            .arg(u64::try_from(step.capacity).unwrap_or(u64::MAX))
+            .arg(n)
+            .arg(refund);
+        let (admitted, q, r): (i64, i64, i64) = self.call(&invocation).await?;
+        let q = u128::try_from(q).unwrap_or(0);
+        let r = u128::try_from(r).unwrap_or(0);
+        Ok(BucketAnswer {
+            admitted: admitted == 1,
+            tat: q * rate + r,
+        })
+    }
+}
+
+/// Whether no key comes twice (then the calls may run at once; otherwise in order).
+fn distinct<'a>(keys: impl Iterator<Item = &'a str> + Clone) -> bool {
+    keys.clone()
+        .enumerate()
+        .all(|(i, k)| keys.clone().take(i).all(|o| o != k))
+}
+
+fn is_readonly(e: &RedisError) -> bool {
+    e.code() == Some("READONLY")
+}
+
+impl CounterStore for RedisStore {
+    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        let now = self.inner.clock.now();
+        let all: Vec<&Hit> = hits.iter().collect();
+        if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
+            return self.inner.counters(&all, now).await;
+        }
+        // A cluster: each key on its slot's node (a script's keys must share a slot), all at
+        // once; the multiplexed connections pipeline them per node. A key that comes twice is
+        // applied in order.
+        if distinct(all.iter().map(|h| h.key.as_str())) {
+            let calls = all
+                .iter()
+                .map(|hit| self.inner.counters(std::slice::from_ref(hit), now));
+            return Ok(try_join_all(calls).await?.into_iter().flatten().collect());
+        }
+        let mut counts = Vec::with_capacity(all.len());
+        for hit in &all {
+            counts.extend(self.inner.counters(std::slice::from_ref(hit), now).await?);
+        }
+        Ok(counts)
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        if distinct(steps.iter().map(|s| s.key.as_str())) {
+            return try_join_all(steps.iter().map(|step| self.inner.step(step))).await;
+        }
+        // The same bucket twice: in order, each step on the state the one before left.
+        let mut answers = Vec::with_capacity(steps.len());
+        for step in steps {
+            answers.push(self.inner.step(step).await?);
+        }
+        Ok(answers)
+    }
+
+    async fn ready(&self) -> bool {
+        let Ok(conn) = self.inner.connector.get().await else {
+            return false;
+        };
+        let ping = redis::cmd("PING");
+        let answer: Result<Result<String, RedisError>, _> = match conn {
+            Conn::Single(mut c) => {
+                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
+            }
+            Conn::Cluster(mut c) => {
+                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
+            }
+            Conn::Sentinel(mut c) => {
+                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
+            }
+        };
+        let ok = matches!(answer, Ok(Ok(ref pong)) if pong == "PONG");
+        if !ok {
+            self.inner.connector.reset();
+        }
+        ok
+    }
+}

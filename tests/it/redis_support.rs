@@ -1,0 +1,235 @@
+//! Real Redis for the tests: `redis-server` processes on free ports (Debian's package, which CI
+//! installs), one alone, three as a cluster (`redis-cli --cluster create`), or a master with a
+//! replica watched by a Sentinel. Killed on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile::clock::ManualClock;
+use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
+
+use crate::support::{free_port, missing, unique};
+
+fn binary(name: &str) -> Option<PathBuf> {
+    [format!("/usr/bin/{name}"), format!("/usr/local/bin/{name}")]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// One redis-server (or sentinel) process.
+pub struct RedisProcess {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl RedisProcess {
+    /// Starts `redis-server` with `args` on a free port; `None` when it is not installed.
+    fn spawn(args: &[&str]) -> Option<RedisProcess> {
+        let Some(server) = binary("redis-server") else {
+            missing("redis-server");
+            return None;
+        };
+        for _ in 0..10 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(unique("redis"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            let mut command = Command::new(&server);
+            if args.first() == Some(&"--sentinel") {
+                let conf = dir.join("sentinel.conf");
+                std::fs::write(&conf, "").expect("sentinel.conf");
+                command.arg(&conf);
+            }
+            let mut child = command
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                ])
+                .args(["--appendonly", "no", "--dir"])
+                .arg(&dir)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut up = false;
+            while Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                // Ours, not another test's server that took the port first.
+                let mine = format!("process_id:{}", child.id());
+                if cli(port, &["INFO", "server"]).is_some_and(|info| info.contains(&mine)) {
+                    up = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if up {
+                return Some(RedisProcess {
+                    port,
+                    child: Some(child),
+                    dir,
+                });
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("redis-server did not start on any of 10 free ports");
+    }
+
+    /// A standalone server.
+    pub fn start() -> Option<RedisProcess> {
+        Self::spawn(&[])
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli -p port args...`, its output.
+pub fn cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new(binary("redis-cli")?)
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Three masters forming a cluster (no replicas).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisProcess>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Option<RedisCluster> {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(RedisProcess::spawn(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes.iter().map(RedisProcess::addr).collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        cli(nodes[0].port, &args).expect("redis-cli --cluster create");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nodes.iter().all(|n| {
+            cli(n.port, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"))
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(RedisCluster { nodes })
+    }
+
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisProcess::addr).collect()
+    }
+}
+
+/// A master, a replica and one Sentinel watching them (quorum 1, fast failover).
+pub struct RedisSentinel {
+    pub master: RedisProcess,
+    pub replica: RedisProcess,
+    pub sentinel: RedisProcess,
+}
+
+pub const SENTINEL_MASTER: &str = "turnstile";
+
+impl RedisSentinel {
+    pub fn start() -> Option<RedisSentinel> {
+        let master = RedisProcess::start()?;
+        let replica = RedisProcess::spawn(&["--replicaof", "127.0.0.1", &master.port.to_string()])?;
+        let sentinel = RedisProcess::spawn(&["--sentinel"])?;
+        let port = master.port.to_string();
+        cli(
+            sentinel.port,
+            &[
+                "SENTINEL",
+                "MONITOR",
+                SENTINEL_MASTER,
+                "127.0.0.1",
+                &port,
+                "1",
+            ],
+        )
+        .expect("sentinel monitor");
+        for (option, value) in [
+            ("down-after-milliseconds", "500"),
+            ("failover-timeout", "2000"),
+        ] {
+            cli(
+                sentinel.port,
+                &["SENTINEL", "SET", SENTINEL_MASTER, option, value],
+            )
+            .expect("sentinel set");
+        }
+        // A failover needs a replica the sentinel knows (it learns them from the master's INFO,
+        // every 10 s) and that is in sync.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let replica_port = format!("{}", replica.port);
+        while !cli(sentinel.port, &["SENTINEL", "REPLICAS", SENTINEL_MASTER])
+            .is_some_and(|r| r.contains(&replica_port))
+            || !cli(replica.port, &["INFO", "replication"])
+                .is_some_and(|i| i.contains("master_link_status:up"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel did not see an in-sync replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(RedisSentinel {
+            master,
+            replica,
+            sentinel,
+        })
+    }
+}
+
+/// A store over `target` on `clock`.
+pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
+    let options = RedisOptions {
+        target,
+        username: None,
+        password: None,
+        timeout: Duration::from_secs(2),
+        jitter_max_seconds: 0,
+    };
+    RedisStore::new(options, Arc::new(clock.clone()))
+}
