@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of Turnstile on a fresh machine: installs what the tests need when it
-# is missing (memcached from Debian's packages; a Python virtualenv with Envoy's generated code,
+# is missing (memcached and redis-server from Debian's packages; a Python virtualenv with Envoy's generated code,
 # grpcio and grpcurl), then formatting, clippy and the whole test suite. The tests start their
-# own memcached processes on free loopback ports.
+# own memcached and redis-server processes on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +10,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
 [ -x /usr/bin/memcached ] || command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+# Redis backend tests: redis-server (standalone, cluster, and --sentinel) and redis-cli.
+{ [ -x /usr/bin/redis-server ] && [ -x /usr/bin/redis-cli ]; } || missing+=(redis-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # Network fault tests: memcached in a namespace of the test's own, packets dropped by iptables.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)

@@ -1,10 +1,14 @@
-//! Runs one scenario on every counter store: the memory store and a real memcached process
-//! (meta protocol). `on_every_backend!` stamps one test per backend.
+//! Runs one scenario on every counter store: the memory store, a real memcached process (meta
+//! protocol), one redis-server (with the reference's key layout) and a 3-master Redis Cluster. `on_every_backend!` stamps one test per backend.
 
 use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 
+use turnstile::limiter::KeyLayout;
+use turnstile::storage::redis::RedisTarget;
+
+use crate::redis_support::{RedisCluster, RedisProcess, redis_store};
 use crate::support::{Memcached, Options, TestServer, memcached_store, start_memory, start_with};
 
 /// Which store a scenario runs on.
@@ -12,6 +16,10 @@ use crate::support::{Memcached, Options, TestServer, memcached_store, start_memo
 pub enum Backend {
     Memory,
     Memcached,
+    /// One redis-server, with the reference's key layout (the Redis default).
+    Redis,
+    /// A 3-master Redis Cluster, with Turnstile's key layout.
+    RedisCluster,
 }
 
 /// A server plus whatever it needs kept alive.
@@ -19,6 +27,8 @@ pub struct Harness {
     pub server: TestServer,
     /// Kept alive for the server's lifetime.
     pub _memcached: Option<Memcached>,
+    /// Redis processes, kept alive for the server's lifetime.
+    pub _redis: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl std::ops::Deref for Harness {
@@ -35,6 +45,7 @@ impl Backend {
             Backend::Memory => Some(Harness {
                 server: start_memory(files, options).await,
                 _memcached: None,
+                _redis: None,
             }),
             Backend::Memcached => {
                 let mc = Memcached::start()?;
@@ -45,6 +56,29 @@ impl Backend {
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
                     _memcached: Some(mc),
+                    _redis: None,
+                })
+            }
+            Backend::Redis => {
+                let redis = RedisProcess::start()?;
+                let clock = ManualClock::new(SystemClock.now());
+                let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
+                let mut options = options;
+                options.limiter.key_layout = KeyLayout::Reference;
+                Some(Harness {
+                    server: start_with(store, clock, files, options).await,
+                    _memcached: None,
+                    _redis: Some(Box::new(redis)),
+                })
+            }
+            Backend::RedisCluster => {
+                let cluster = RedisCluster::start()?;
+                let clock = ManualClock::new(SystemClock.now());
+                let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
+                Some(Harness {
+                    server: start_with(store, clock, files, options).await,
+                    _memcached: None,
+                    _redis: Some(Box::new(cluster)),
                 })
             }
         }
@@ -59,6 +93,12 @@ macro_rules! on_every_backend {
         }
         mod memcached_backend {
             $(#[tokio::test] async fn $scenario() { super::$scenario($crate::backends::Backend::Memcached).await })*
+        }
+        mod redis_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::Redis).await })*
+        }
+        mod redis_cluster_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::RedisCluster).await })*
         }
     };
 }

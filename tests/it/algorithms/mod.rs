@@ -206,3 +206,47 @@ proptest! {
         }
     }
 }
+
+/// The same comparison on Redis (one server, and a 3-master cluster), each case on keys of its
+/// own; the Redis processes live for the whole run and are stopped at its end.
+fn models_on_redis(target: turnstile::storage::redis::RedisTarget, cases: u32) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases));
+    let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
+        // Redis expires on real time: the test clock starts at the real present.
+        let clock = ManualClock::new(SystemClock.now());
+        let store =
+            runtime.block_on(async { crate::redis_support::redis_store(target.clone(), &clock) });
+        let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
+        run(&runtime, &limiter, &clock, 3_600_000, steps)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn every_algorithm_matches_its_model_on_redis() {
+    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+        return;
+    };
+    models_on_redis(
+        turnstile::storage::redis::RedisTarget::Tcp(redis.addr()),
+        40,
+    );
+}
+
+#[test]
+fn every_algorithm_matches_its_model_on_a_redis_cluster() {
+    let Some(cluster) = crate::redis_support::RedisCluster::start() else {
+        return;
+    };
+    models_on_redis(
+        turnstile::storage::redis::RedisTarget::Cluster(cluster.seeds()),
+        20,
+    );
+}
