@@ -69,3 +69,88 @@ fn go_durations() {
     assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
     assert_eq!(parse_duration("10"), None);
 }
+
+fn redis(pairs: &[(&str, &str)]) -> Result<RedisSettings, SettingsError> {
+    let mut all = vec![("BACKEND_TYPE", "redis")];
+    all.extend_from_slice(pairs);
+    match with(&all)?.backend {
+        Backend::Redis(r) => Ok(r),
+        other => panic!("redis backend expected, got {other:?}"),
+    }
+}
+
+#[test]
+fn redis_settings_take_the_references_forms() {
+    let d = redis(&[]).expect("defaults");
+    assert_eq!(
+        d.topology,
+        RedisTopology::Single(RedisAddress::Unix(
+            "/var/run/nutcracker/ratelimit.sock".into()
+        ))
+    );
+    assert_eq!((d.pool_size, d.timeout), (10, Duration::from_secs(10)));
+    assert_eq!(d.key_layout, KeyLayout::Reference);
+    let tcp = redis(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "r:6379"),
+        ("REDIS_AUTH", "u:p"),
+    ])
+    .expect("tcp");
+    assert_eq!(
+        tcp.topology,
+        RedisTopology::Single(RedisAddress::Tcp("r:6379".into()))
+    );
+    let auth = tcp.auth.expect("auth");
+    assert_eq!(
+        (auth.user.as_deref(), auth.password.as_str()),
+        (Some("u"), "p")
+    );
+    assert!(!format!("{auth:?}").contains("\"p\""), "the password never reaches a log");
+    let cluster = redis(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_URL", "a:1,b:2"),
+    ])
+    .expect("cluster");
+    assert_eq!(
+        cluster.topology,
+        RedisTopology::Cluster(vec!["a:1".into(), "b:2".into()])
+    );
+    let sentinel = redis(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+        ("REDIS_SENTINEL_AUTH", "secret"),
+    ])
+    .expect("sentinel");
+    let RedisTopology::Sentinel {
+        master,
+        sentinels,
+        sentinel_auth,
+    } = sentinel.topology
+    else {
+        panic!("sentinel expected");
+    };
+    assert_eq!((master.as_str(), sentinels.len()), ("mymaster", 2));
+    assert_eq!(sentinel_auth.map(|a| a.password), Some("secret".into()));
+}
+
+#[test]
+fn unsupported_redis_settings_are_refused_by_name() {
+    for (name, value) in [
+        ("REDIS_TLS", "true"),
+        ("REDIS_PERSECOND", "true"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+        ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"),
+        ("REDIS_TYPE", "ring"),
+        ("REDIS_KEY_LAYOUT", "mine"),
+    ] {
+        let err = redis(&[(name, value)]).expect_err(name).to_string();
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    let err = redis(&[("REDIS_TYPE", "cluster")])
+        .expect_err("unix cluster")
+        .to_string();
+    assert!(err.contains("REDIS_SOCKET_TYPE"), "{err}");
+}

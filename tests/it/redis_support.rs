@@ -29,12 +29,21 @@ pub struct RedisProcess {
 impl RedisProcess {
     /// Starts `redis-server` with `args` on a free port; `None` when it is not installed.
     fn spawn(args: &[&str]) -> Option<RedisProcess> {
+        Self::spawn_on(None, args)
+    }
+
+    /// A standalone server on `port` (which must be free).
+    pub fn start_on(port: u16) -> Option<RedisProcess> {
+        Self::spawn_on(Some(port), &[])
+    }
+
+    fn spawn_on(fixed: Option<u16>, args: &[&str]) -> Option<RedisProcess> {
         let Some(server) = binary("redis-server") else {
             missing("redis-server");
             return None;
         };
         for _ in 0..10 {
-            let port = free_port();
+            let port = fixed.unwrap_or_else(free_port);
             let dir = std::env::temp_dir().join(unique("redis"));
             std::fs::create_dir_all(&dir).expect("dir");
             let mut command = Command::new(&server);
