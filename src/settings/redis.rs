@@ -113,6 +113,16 @@ pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
             "only WAIT (connections are multiplexed; requests never wait for a pool)",
         ));
     }
+    // Accepted for compatibility, validated, and documented as having no effect here: commands
+    // are pipelined on multiplexed connections as they arrive (no write-flush window or limit),
+    // and the start never waits for Redis (connections are made lazily, with a backoff of
+    // 50 ms doubling to 1 s between attempts).
+    r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO)?;
+    r.parsed("REDIS_PIPELINE_LIMIT", 0u64)?;
+    r.parsed("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1u64)?;
+    r.duration("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?;
+    r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?;
+    r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
     let pool_size = r.parsed("REDIS_POOL_SIZE", 10u32)?;
     if pool_size == 0 {
         return Err(err("REDIS_POOL_SIZE", "0", "at least 1"));
