@@ -105,7 +105,10 @@ fn redis_settings_take_the_references_forms() {
         (auth.user.as_deref(), auth.password.as_str()),
         (Some("u"), "p")
     );
-    assert!(!format!("{auth:?}").contains("\"p\""), "the password never reaches a log");
+    assert!(
+        !format!("{auth:?}").contains("\"p\""),
+        "the password never reaches a log"
+    );
     let cluster = redis(&[
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_TYPE", "cluster"),

@@ -17,7 +17,7 @@ mod modes;
 mod overload;
 mod peers;
 mod process;
-mod redis_cutover;
+mod redis_backend;
 mod redis_support;
 mod responses;
 mod robustness;

@@ -13,6 +13,7 @@
 mod connect;
 mod scripts;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -237,8 +238,27 @@ fn is_readonly(e: &RedisError) -> bool {
     e.code() == Some("READONLY")
 }
 
+/// The futures are boxed: redis-rs's are deep, and unboxed they push the service's request
+/// future past the compiler's layout depth limit in release builds.
 impl CounterStore for RedisStore {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
+        Box::pin(self.hit_all(hits))
+    }
+
+    fn bucket(
+        &self,
+        steps: &[BucketStep],
+    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send {
+        Box::pin(self.bucket_all(steps))
+    }
+
+    fn ready(&self) -> impl Future<Output = bool> + Send {
+        Box::pin(self.is_ready())
+    }
+}
+
+impl RedisStore {
+    async fn hit_all(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
         let all: Vec<&Hit> = hits.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
@@ -260,7 +280,7 @@ impl CounterStore for RedisStore {
         Ok(counts)
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         if distinct(steps.iter().map(|s| s.key.as_str())) {
             return try_join_all(steps.iter().map(|step| self.inner.step(step))).await;
         }
@@ -272,7 +292,7 @@ impl CounterStore for RedisStore {
         Ok(answers)
     }
 
-    async fn ready(&self) -> bool {
+    async fn is_ready(&self) -> bool {
         let Ok(conn) = self.inner.connector.get().await else {
             return false;
         };

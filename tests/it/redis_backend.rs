@@ -1,4 +1,7 @@
-//! A cut-over from envoyproxy/ratelimit on one Redis: with the default key layout Turnstile
+//! The Redis backend as a service: a cut-over from envoyproxy/ratelimit on one Redis, starting
+//! without Redis, and Redis dying and coming back under a running service.
+//!
+//! A cut-over: with the default key layout Turnstile
 //! counts fixed-window hits in the reference's key (`domain_key_value_<window start>`, the value
 //! an INCRBY'd decimal, a TTL on every key), so hits counted by the reference (replayed here
 //! with the commands it sends: INCRBY then EXPIRE) and by Turnstile are one count.
@@ -106,4 +109,42 @@ fn starts_without_redis_and_connects_when_it_appears() {
     assert_eq!(answered.statuses[0].limit_remaining, 4);
     drop(runtime);
     p.stop().expect("stops cleanly");
+}
+
+/// Redis killed under a running service: calls fail with UNAVAILABLE naming Redis (never an OK
+/// that was not counted), readiness drops, and when Redis is back on its address the same
+/// service counts again, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_redis_dying_and_coming_back() {
+    let Some(mut redis) = RedisProcess::start() else {
+        return;
+    };
+    let port = redis.port;
+    let clock = ManualClock::new(SystemClock.now());
+    let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
+    let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
+    let request = req1("cut", &[("user", &unique("fault"))]);
+    assert_eq!(s.call(request.clone()).await.statuses[0].limit_remaining, 4);
+    redis.kill();
+    let refused = s
+        .try_call(request.clone())
+        .await
+        .expect_err("Redis is down");
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+    let _back = RedisProcess::start_on(port).expect("redis-server again");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let answered = loop {
+        match s.try_call(request.clone()).await {
+            Ok(response) => break response,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+                assert!(std::time::Instant::now() < deadline, "no recovery: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // A fresh Redis (no persistence here): the count starts again, and goes on.
+    assert_eq!(answered.statuses[0].limit_remaining, 4);
+    assert_eq!(s.call(request).await.statuses[0].limit_remaining, 3);
 }
