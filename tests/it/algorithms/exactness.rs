@@ -1,5 +1,6 @@
 //! Exactness under concurrency for every algorithm: 64 concurrent callers over two Turnstile
-//! servers (separate stores, connections and coalescers) sharing two memcached servers admit
+//! servers (separate stores, connections and coalescers) sharing two memcached servers, or a
+//! 3-master Redis Cluster, admit
 //! exactly what the model admits. The clock is frozen (and moved by hand) so the expected
 //! numbers are exact: a token bucket gives its capacity at once and then the refill; a sliding
 //! window gives the limit, then what the previous window's weight leaves; a concurrency limit
@@ -21,6 +22,8 @@ use crate::support::{
 const RULES: &str = r#"
 domain: exact
 descriptors:
+  - key: fw
+    rate_limit: { unit: minute, requests_per_unit: 50 }
   - key: sw
     rate_limit: { unit: minute, requests_per_unit: 50, algorithm: sliding_window }
   - key: tb
@@ -32,19 +35,48 @@ descriptors:
 const CALLERS: usize = 64;
 const KEYS: usize = 8;
 
-/// Two servers over two memcached, frozen at the start of a minute.
-async fn replicas() -> Option<(TestServer, TestServer, ManualClock, [Memcached; 2])> {
-    let (Some(mc1), Some(mc2)) = (Memcached::start(), Memcached::start()) else {
-        return None;
-    };
+/// The store two Turnstile servers share.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Shared {
+    /// Two memcached servers on a ring.
+    Memcached,
+    /// A 3-master Redis Cluster.
+    RedisCluster,
+}
+
+type Replicas = (
+    TestServer,
+    TestServer,
+    ManualClock,
+    Box<dyn std::any::Any + Send>,
+);
+
+/// Two servers over one shared store, frozen at the start of a minute.
+async fn replicas(shared: Shared) -> Option<Replicas> {
     let now = SystemClock.now();
     let clock = ManualClock::new(now - now % 60 + 60);
-    let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2));
-    let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2));
     let files = [("exact.yaml", RULES)];
-    let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
-    let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
-    Some((a, b, clock, [mc1, mc2]))
+    match shared {
+        Shared::Memcached => {
+            let (Some(mc1), Some(mc2)) = (Memcached::start(), Memcached::start()) else {
+                return None;
+            };
+            let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2));
+            let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2));
+            let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
+            let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
+            Some((a, b, clock, Box::new([mc1, mc2])))
+        }
+        Shared::RedisCluster => {
+            let cluster = crate::redis_support::RedisCluster::start()?;
+            let target = turnstile::storage::redis::RedisTarget::Cluster(cluster.seeds());
+            let store_a = crate::redis_support::redis_store(target.clone(), &clock);
+            let store_b = crate::redis_support::redis_store(target, &clock);
+            let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
+            let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
+            Some((a, b, clock, Box::new(cluster)))
+        }
+    }
 }
 
 async fn one(
@@ -106,40 +138,45 @@ fn values(tag: &str) -> Vec<String> {
     (0..KEYS).map(|i| unique(&format!("{tag}{i}"))).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_bucket_admits_capacity_then_the_refill() {
-    let Some((a, b, clock, _mc)) = replicas().await else {
+async fn token_bucket_admits_capacity_then_the_refill(shared: Shared) {
+    let Some((a, b, clock, _store)) = replicas(shared).await else {
         return;
     };
     let users = values("tb");
     let first = burst(&a, &b, "tb", &users, 10).await;
-    eprintln!("token bucket (capacity 50), 80 attempts per key at one instant: {first:?}");
+    eprintln!(
+        "{shared:?}: token bucket (capacity 50), 80 attempts per key at one instant: {first:?}"
+    );
     assert!(first.iter().all(|&n| n == 50), "{first:?}");
     clock.advance(1);
     let refill = burst(&a, &b, "tb", &users, 10).await;
-    eprintln!("token bucket one second later (10 per second), 80 attempts per key: {refill:?}");
+    eprintln!(
+        "{shared:?}: token bucket one second later (10 per second), 80 attempts per key: {refill:?}"
+    );
     assert!(refill.iter().all(|&n| n == 10), "{refill:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sliding_window_admits_the_limit_then_what_the_estimate_leaves() {
-    let Some((a, b, clock, _mc)) = replicas().await else {
+async fn sliding_window_admits_the_limit_then_what_the_estimate_leaves(shared: Shared) {
+    let Some((a, b, clock, _store)) = replicas(shared).await else {
         return;
     };
     let users = values("sw");
     let first = burst(&a, &b, "sw", &users, 10).await;
-    eprintln!("sliding window (50 per minute), fresh keys, 80 attempts per key: {first:?}");
+    eprintln!(
+        "{shared:?}: sliding window (50 per minute), fresh keys, 80 attempts per key: {first:?}"
+    );
     assert!(first.iter().all(|&n| n == 50), "{first:?}");
     // Half-way into the next minute the previous one (80 counted) still weighs 40.
     clock.advance(90);
     let next = burst(&a, &b, "sw", &users, 10).await;
-    eprintln!("sliding window half-way into the next minute, 80 attempts per key: {next:?}");
+    eprintln!(
+        "{shared:?}: sliding window half-way into the next minute, 80 attempts per key: {next:?}"
+    );
     assert!(next.iter().all(|&n| n == 10), "{next:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_never_exceeds_the_limit_and_returns_to_zero() {
-    let Some((a, b, _clock, _mc)) = replicas().await else {
+async fn concurrency_never_exceeds_the_limit_and_returns_to_zero(shared: Shared) {
+    let Some((a, b, _clock, _store)) = replicas(shared).await else {
         return;
     };
     let route = unique("cc");
@@ -194,9 +231,8 @@ async fn concurrency_never_exceeds_the_limit_and_returns_to_zero() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_admits_exactly_the_limit_in_each_wave() {
-    let Some((a, b, _clock, _mc)) = replicas().await else {
+async fn concurrency_admits_exactly_the_limit_in_each_wave(shared: Shared) {
+    let Some((a, b, _clock, _store)) = replicas(shared).await else {
         return;
     };
     let route = unique("waves");
@@ -229,6 +265,38 @@ async fn concurrency_admits_exactly_the_limit_in_each_wave() {
             *total += n;
         }
     }
-    eprintln!("concurrency (limit 5): admitted per wave of 64 simultaneous requests: {per_wave:?}");
+    eprintln!(
+        "{shared:?}: concurrency (limit 5): admitted per wave of 64 simultaneous requests: {per_wave:?}"
+    );
     assert_eq!(per_wave, [5; WAVES]);
 }
+
+async fn fixed_window_admits_exactly_the_limit(shared: Shared) {
+    let Some((a, b, _clock, _store)) = replicas(shared).await else {
+        return;
+    };
+    let admitted = burst(&a, &b, "fw", &values("fw"), 10).await;
+    eprintln!("{shared:?}: fixed window (50 per minute), 80 attempts per key: {admitted:?}");
+    assert!(admitted.iter().all(|&n| n == 50), "{admitted:?}");
+}
+
+macro_rules! on_shared_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod over_memcached {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Shared::Memcached).await })*
+        }
+        mod over_a_redis_cluster {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Shared::RedisCluster).await })*
+        }
+    };
+}
+
+on_shared_stores!(
+    fixed_window_admits_exactly_the_limit,
+    token_bucket_admits_capacity_then_the_refill,
+    sliding_window_admits_the_limit_then_what_the_estimate_leaves,
+    concurrency_never_exceeds_the_limit_and_returns_to_zero,
+    concurrency_admits_exactly_the_limit_in_each_wave,
+);
