@@ -6,6 +6,8 @@
 //! an INCRBY'd decimal, a TTL on every key), so hits counted by the reference (replayed here
 //! with the commands it sends: INCRBY then EXPIRE) and by Turnstile are one count.
 
+use std::sync::Arc;
+
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::{KeyLayout, LimiterSettings};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -147,4 +149,162 @@ async fn survives_redis_dying_and_coming_back() {
     // A fresh Redis (no persistence here): the count starts again, and goes on.
     assert_eq!(answered.statuses[0].limit_remaining, 4);
     assert_eq!(s.call(request).await.statuses[0].limit_remaining, 3);
+}
+
+/// Failover under load: 8 callers keep calling while the master behind Sentinel is killed.
+/// Every answer in the meantime is a timely UNAVAILABLE (never a hang, never a crash), counting
+/// resumes on the promoted replica without a restart, and no READONLY sticks afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_under_load() {
+    use crate::redis_support::{RedisSentinel, SENTINEL_MASTER};
+    use std::time::{Duration, Instant};
+    let Some(mut set) = RedisSentinel::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let target = RedisTarget::Sentinel {
+        master: SENTINEL_MASTER.into(),
+        sentinels: vec![set.sentinel.addr()],
+        sentinel_username: None,
+        sentinel_password: None,
+    };
+    let store = redis_store(target, &clock);
+    let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let mut callers = Vec::new();
+    for i in 0..8 {
+        let (mut client, stop) = (s.client.clone(), Arc::clone(&stop));
+        callers.push(tokio::spawn(async move {
+            // (ms since start, ok, latency ms)
+            let mut log = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let result = client
+                    .should_rate_limit(req1("cut", &[("user", &format!("load{i}"))]))
+                    .await;
+                let latency = t.elapsed().as_millis();
+                match result {
+                    Ok(_) => log.push((started.elapsed().as_millis(), true, latency)),
+                    Err(e) => {
+                        assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+                        log.push((started.elapsed().as_millis(), false, latency));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            log
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed_at = started.elapsed().as_millis();
+    set.master.kill();
+    // Until every caller has succeeded again after the kill (or 30 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let probe = req1("cut", &[("user", "probe")]);
+    let recovered_at = loop {
+        if s.try_call(probe.clone()).await.is_ok() {
+            break started.elapsed().as_millis();
+        }
+        assert!(Instant::now() < deadline, "no new master within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut logs = Vec::new();
+    for caller in callers {
+        logs.extend(caller.await.expect("caller"));
+    }
+    let during: Vec<_> = logs
+        .iter()
+        .filter(|(t, _, _)| *t >= killed_at && *t <= recovered_at)
+        .collect();
+    let errors = during.iter().filter(|(_, ok, _)| !ok).count();
+    let slowest = during.iter().map(|(_, _, l)| *l).max().unwrap_or(0);
+    let after_ok = logs
+        .iter()
+        .filter(|(t, ok, _)| *t > recovered_at && *ok)
+        .count();
+    let after_err = logs
+        .iter()
+        .filter(|(t, ok, _)| *t > recovered_at + 100 && !*ok)
+        .count();
+    eprintln!(
+        "sentinel failover under load: master killed at {killed_at} ms, counting again at {recovered_at} ms \
+         ({} ms), {} calls meanwhile ({errors} UNAVAILABLE), slowest answer {slowest} ms, \
+         after: {after_ok} OK, {after_err} errors",
+        recovered_at - killed_at,
+        during.len()
+    );
+    assert!(
+        slowest < 2_500,
+        "answers stayed timely (REDIS_TIMEOUT 2 s): {slowest} ms"
+    );
+    assert!(
+        after_ok > 0 && after_err == 0,
+        "no READONLY or error sticks after the failover"
+    );
+}
+
+/// A cluster node killed and restarted under load: keys on the other nodes keep counting,
+/// keys on the dead node get timely UNAVAILABLE, and once the node is back (it rejoins with its
+/// `nodes.conf`) every key counts again, without a restart of Turnstile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_node_killed_and_restarted() {
+    use crate::redis_support::RedisCluster;
+    use std::time::{Duration, Instant};
+    let Some(mut cluster) = RedisCluster::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
+    let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
+    let users: Vec<String> = (0..24).map(|i| unique(&format!("node{i}"))).collect();
+    for user in &users {
+        s.call(req1("cut", &[("user", user)])).await;
+    }
+    let killed = Instant::now();
+    cluster.nodes[1].kill();
+    let (mut ok, mut unavailable, mut slowest) = (0, 0, Duration::ZERO);
+    for user in &users {
+        let t = Instant::now();
+        match s.try_call(req1("cut", &[("user", user)])).await {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+                unavailable += 1;
+            }
+        }
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(ok > 0, "keys on the live nodes keep counting");
+    assert!(
+        unavailable > 0,
+        "keys on the dead node are refused, not admitted uncounted"
+    );
+    cluster.nodes[1].restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut all_back = false;
+    while !all_back {
+        assert!(
+            Instant::now() < deadline,
+            "not every key counts 30 s after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut every = true;
+        for user in &users {
+            every &= s.try_call(req1("cut", &[("user", user)])).await.is_ok();
+        }
+        all_back = every;
+    }
+    eprintln!(
+        "cluster node down: {ok} of {} keys still counted, {unavailable} UNAVAILABLE, slowest answer \
+         {slowest:?}; every key counting again {:?} after the kill",
+        users.len(),
+        killed.elapsed()
+    );
+    assert!(
+        slowest < Duration::from_millis(2_500),
+        "timely: {slowest:?}"
+    );
 }

@@ -24,6 +24,7 @@ pub struct RedisProcess {
     pub port: u16,
     child: Option<Child>,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl RedisProcess {
@@ -87,6 +88,7 @@ impl RedisProcess {
                     port,
                     child: Some(child),
                     dir,
+                    args: args.iter().map(|a| (*a).to_owned()).collect(),
                 });
             }
             let _ = child.kill();
@@ -102,6 +104,40 @@ impl RedisProcess {
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process again on its port, with its directory (a cluster node keeps its
+    /// `nodes.conf` and rejoins).
+    pub fn restart(&mut self) {
+        self.kill();
+        let server = binary("redis-server").expect("redis-server");
+        let child = Command::new(server)
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir"])
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let mine = format!("process_id:{}", child.id());
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cli(self.port, &["INFO", "server"]).is_some_and(|i| i.contains(&mine)) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server restarts on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn kill(&mut self) {
@@ -146,6 +182,11 @@ impl RedisCluster {
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                // The other nodes keep serving their slots while one is down.
+                "--cluster-require-full-coverage",
+                "no",
+                "--cluster-node-timeout",
+                "2000",
             ])?);
         }
         let addrs: Vec<String> = nodes.iter().map(RedisProcess::addr).collect();

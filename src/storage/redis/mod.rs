@@ -129,6 +129,10 @@ impl Inner {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StorageError> {
         let conn = self.connector.get().await.map_err(|e| self.error(&e))?;
+        // A cluster connection follows node faults and topology changes itself; the others
+        // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
+        // the sentinels name now).
+        let own_recovery = matches!(conn, Conn::Cluster(_));
         let result = match conn {
             Conn::Single(mut c) => {
                 tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
@@ -143,7 +147,8 @@ impl Inner {
         match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() || is_readonly(&e) {
+                let fault = e.is_io_error() || e.is_connection_dropped() || is_readonly(&e);
+                if fault && !own_recovery {
                     self.connector.reset();
                 }
                 Err(self.error(&e))
