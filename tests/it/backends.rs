@@ -1,5 +1,6 @@
 //! Runs one scenario on every counter store: the memory store, a real memcached process (meta
-//! protocol), one redis-server (with the reference's key layout) and a 3-master Redis Cluster. `on_every_backend!` stamps one test per backend.
+//! protocol), one redis-server (with the reference's key layout), a master behind a Sentinel, and a
+//! 3-master Redis Cluster. `on_every_backend!` stamps one test per backend.
 
 use std::time::Duration;
 
@@ -8,7 +9,9 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::KeyLayout;
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{RedisCluster, RedisProcess, redis_store};
+use crate::redis_support::{
+    RedisCluster, RedisProcess, RedisSentinel, SENTINEL_MASTER, redis_store,
+};
 use crate::support::{Memcached, Options, TestServer, memcached_store, start_memory, start_with};
 
 /// Which store a scenario runs on.
@@ -20,6 +23,8 @@ pub enum Backend {
     Redis,
     /// A 3-master Redis Cluster, with Turnstile's key layout.
     RedisCluster,
+    /// A master with a replica behind a Sentinel.
+    RedisSentinel,
 }
 
 /// A server plus whatever it needs kept alive.
@@ -71,6 +76,22 @@ impl Backend {
                     _redis: Some(Box::new(redis)),
                 })
             }
+            Backend::RedisSentinel => {
+                let set = RedisSentinel::start()?;
+                let clock = ManualClock::new(SystemClock.now());
+                let target = RedisTarget::Sentinel {
+                    master: SENTINEL_MASTER.into(),
+                    sentinels: vec![set.sentinel.addr()],
+                    sentinel_username: None,
+                    sentinel_password: None,
+                };
+                let store = redis_store(target, &clock);
+                Some(Harness {
+                    server: start_with(store, clock, files, options).await,
+                    _memcached: None,
+                    _redis: Some(Box::new(set)),
+                })
+            }
             Backend::RedisCluster => {
                 let cluster = RedisCluster::start()?;
                 let clock = ManualClock::new(SystemClock.now());
@@ -96,6 +117,9 @@ macro_rules! on_every_backend {
         }
         mod redis_backend {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::Redis).await })*
+        }
+        mod redis_sentinel_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::RedisSentinel).await })*
         }
         mod redis_cluster_backend {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::RedisCluster).await })*

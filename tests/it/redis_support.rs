@@ -223,8 +223,18 @@ pub const SENTINEL_MASTER: &str = "turnstile";
 
 impl RedisSentinel {
     pub fn start() -> Option<RedisSentinel> {
-        let master = RedisProcess::start()?;
+        // No 5 s wait before the replica's first (diskless) sync.
+        let master = RedisProcess::spawn(&["--repl-diskless-sync-delay", "0"])?;
         let replica = RedisProcess::spawn(&["--replicaof", "127.0.0.1", &master.port.to_string()])?;
+        // The sentinel learns the replicas from the master's INFO, which it asks every 10 s:
+        // let the replica connect first, so the first INFO already names it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cli(master.port, &["INFO", "replication"])
+            .is_some_and(|i| i.contains("connected_slaves:1"))
+        {
+            assert!(Instant::now() < deadline, "the replica did not connect");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let sentinel = RedisProcess::spawn(&["--sentinel"])?;
         let port = master.port.to_string();
         cli(

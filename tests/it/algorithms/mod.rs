@@ -250,3 +250,17 @@ fn every_algorithm_matches_its_model_on_a_redis_cluster() {
         20,
     );
 }
+
+#[test]
+fn every_algorithm_matches_its_model_through_sentinel() {
+    let Some(set) = crate::redis_support::RedisSentinel::start() else {
+        return;
+    };
+    let target = turnstile::storage::redis::RedisTarget::Sentinel {
+        master: crate::redis_support::SENTINEL_MASTER.into(),
+        sentinels: vec![set.sentinel.addr()],
+        sentinel_username: None,
+        sentinel_password: None,
+    };
+    models_on_redis(target, 20);
+}
