@@ -205,3 +205,79 @@ fn envoy_and_istio_configs_validate_with_a_real_envoy() {
         assert!(!ok, "{mode}: a misspelled field must fail:\n{report}");
     }
 }
+
+/// The Redis/Valkey overlay: its own manifests pass strict schema validation, the settings it
+/// gives Turnstile are accepted and name the Valkey Service, and (where kubectl is installed)
+/// it renders without any memcached workload.
+#[test]
+fn redis_overlay_validates_and_its_settings_load() {
+    let dir = root().join("deploy/overlays/redis");
+    if peers_venv().is_some() {
+        for version in ["1.30.0", "1.37.0"] {
+            let (ok, report) = kube_validate(&[dir.join("valkey.yaml")], version).expect("venv");
+            assert!(ok, "Kubernetes {version}:\n{report}");
+        }
+    } else {
+        missing("kubernetes-validate (the peer virtualenv)");
+    }
+    #[derive(serde::Deserialize)]
+    struct Env {
+        name: String,
+        value: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Container {
+        env: Vec<Env>,
+    }
+    #[derive(serde::Deserialize)]
+    struct PodSpec {
+        containers: Vec<Container>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Template {
+        spec: PodSpec,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spec {
+        template: Template,
+    }
+    #[derive(serde::Deserialize)]
+    struct Deployment {
+        spec: Spec,
+    }
+    let text = std::fs::read_to_string(dir.join("deployment-redis.yaml")).expect("patch");
+    let patch: Deployment = serde_saphyr::from_str(&text).expect("patch parses");
+    let env: BTreeMap<String, String> = patch.spec.template.spec.containers[0]
+        .env
+        .iter()
+        .filter_map(|e| e.value.clone().map(|v| (e.name.clone(), v)))
+        .collect();
+    let settings = turnstile::settings::Settings::from_env(&|k| env.get(k).cloned(), None)
+        .expect("the overlay's settings load");
+    let turnstile::settings::Backend::Redis(redis) = settings.backend else {
+        panic!("the overlay selects Redis");
+    };
+    assert_eq!(
+        redis.topology,
+        turnstile::settings::RedisTopology::Single(turnstile::settings::RedisAddress::Tcp(
+            "valkey.turnstile.svc.cluster.local:6379".into()
+        ))
+    );
+    if let Ok(out) = Command::new("kubectl").arg("kustomize").arg(&dir).output() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rendered = String::from_utf8_lossy(&out.stdout);
+        assert!(rendered.contains("name: valkey") && rendered.contains("value: redis"));
+        assert!(
+            !rendered.contains("\n  name: memcached\n"),
+            "no memcached object remains"
+        );
+        assert!(
+            !rendered.contains("MEMCACHE_SRV"),
+            "no memcached setting remains"
+        );
+    }
+}
