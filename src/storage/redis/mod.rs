@@ -2,7 +2,8 @@
 //! master behind Sentinel. Every operation is a script call that does it atomically on the
 //! server and returns what the decision needs (`scripts`): on one server (and behind Sentinel)
 //! a request's counters travel in one call, one round trip; on a cluster each key goes to its
-//! slot's node, all at once over multiplexed connections. Bucket steps are one call each.
+//! slot's node, all at once over multiplexed connections. Bucket steps travel the same way (one
+//! call for all of a request's steps on one server, one per key on a cluster).
 //! Failures are typed and name Redis; a connection fault or a READONLY answer (a demoted
 //! master) drops the connection at once so the next call reconnects (and, behind Sentinel,
 //! asks the sentinels for the master again).
@@ -201,34 +202,55 @@ impl Inner {
             .collect())
     }
 
-    async fn step(&self, step: &BucketStep) -> Result<BucketAnswer, StorageError> {
-        let rate = step.ticks_per_milli.max(1);
-        if step.capacity.saturating_mul(step.interval) >= BUCKET_MAX_SCALE {
+    /// Bucket steps in one script call, in order (their keys must share a slot on a cluster).
+    async fn steps(&self, steps: &[&BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        let mut invocation = self.scripts.bucket.prepare_invoke();
+        for step in steps {
+            if step.capacity.saturating_mul(step.interval) >= BUCKET_MAX_SCALE {
+                return Err(StorageError::Protocol(format!(
+                    "token bucket too large for Redis: capacity {} x period {} ms must stay \
+                     under 2^53",
+                    step.capacity, step.interval
+                )));
+            }
+            let rate = step.ticks_per_milli.max(1);
+            let (n, refund) = match step.take {
+                Take::Take(n) => (n, 0),
+                Take::Refund(n) => (n, 1),
+            };
+            invocation
+                .key(step.key.as_bytes())
+                .arg(u64::try_from(step.now / rate).unwrap_or(u64::MAX))
+                .arg(u64::try_from(rate).unwrap_or(u64::MAX))
+                .arg(u64::try_from(step.interval).unwrap_or(u64::MAX))
+                .arg(u64::try_from(step.capacity).unwrap_or(u64::MAX))
+                .arg(n)
+                .arg(refund);
+        }
+        let flat: Vec<i64> = self.call(&invocation).await?;
+        if flat.len() != 3 * steps.len() {
             return Err(StorageError::Protocol(format!(
-                "token bucket too large for Redis: capacity {} x period {} ms must stay under 2^53",
-                step.capacity, step.interval
+                "{}: {} values for {} bucket steps",
+                self.name,
+                flat.len(),
+                steps.len()
             )));
         }
-        let (n, refund) = match step.take {
-            Take::Take(n) => (n, 0),
-            Take::Refund(n) => (n, 1),
-        };
-        let mut invocation = self.scripts.bucket.prepare_invoke();
-        invocation
-            .key(step.key.as_bytes())
-            .arg(u64::try_from(step.now / rate).unwrap_or(u64::MAX))
-            .arg(u64::try_from(rate).unwrap_or(u64::MAX))
-            .arg(u64::try_from(step.interval).unwrap_or(u64::MAX))
-            .arg(u64::try_from(step.capacity).unwrap_or(u64::MAX))
-            .arg(n)
-            .arg(refund);
-        let (admitted, q, r): (i64, i64, i64) = self.call(&invocation).await?;
-        let q = u128::try_from(q).unwrap_or(0);
-        let r = u128::try_from(r).unwrap_or(0);
-        Ok(BucketAnswer {
-            admitted: admitted == 1,
-            tat: q * rate + r,
-        })
+        Ok(flat
+            .chunks(3)
+            .zip(steps)
+            .map(|(v, step)| {
+                let rate = step.ticks_per_milli.max(1);
+                let (q, r) = (
+                    u128::try_from(v[1]).unwrap_or(0),
+                    u128::try_from(v[2]).unwrap_or(0),
+                );
+                BucketAnswer {
+                    admitted: v[0] == 1,
+                    tat: q * rate + r,
+                }
+            })
+            .collect())
     }
 }
 
@@ -286,13 +308,21 @@ impl RedisStore {
     }
 
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
-        if distinct(steps.iter().map(|s| s.key.as_str())) {
-            return try_join_all(steps.iter().map(|step| self.inner.step(step))).await;
+        let all: Vec<&BucketStep> = steps.iter().collect();
+        if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
+            return self.inner.steps(&all).await;
         }
-        // The same bucket twice: in order, each step on the state the one before left.
-        let mut answers = Vec::with_capacity(steps.len());
-        for step in steps {
-            answers.push(self.inner.step(step).await?);
+        // A cluster: one call per step (a script's keys must share a slot), at once unless a
+        // key repeats, then in order.
+        if distinct(all.iter().map(|s| s.key.as_str())) {
+            let calls = all
+                .iter()
+                .map(|step| self.inner.steps(std::slice::from_ref(step)));
+            return Ok(try_join_all(calls).await?.into_iter().flatten().collect());
+        }
+        let mut answers = Vec::with_capacity(all.len());
+        for step in &all {
+            answers.extend(self.inner.steps(std::slice::from_ref(step)).await?);
         }
         Ok(answers)
     }

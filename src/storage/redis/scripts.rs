@@ -40,42 +40,47 @@ end
 return out
 ";
 
-/// One GCRA step (as `storage::bucket`): ARGV = now (ms), rate L, period P (ms), capacity C,
-/// n, refund (0/1). The state is `q:r` with TAT = q + r/L ms (0 ≤ r < L), so every number in
-/// the script stays a whole number below 2^53 while C × P does (checked by the caller).
-/// Returns `{admitted, q, r}` after the step.
+/// GCRA steps (as `storage::bucket`), one per key, in order; ARGV holds six values per key:
+/// now (ms), rate L, period P (ms), capacity C, n, refund (0/1). The state is `q:r` with
+/// TAT = q + r/L ms (0 ≤ r < L), so every number in the script stays a whole number below 2^53
+/// while C × P does (checked by the caller). Returns `admitted, q, r` per step.
 const BUCKET: &str = r"
-local now, L, P = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local C, n, refund = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
 local function divmod(a, b)
   local q = math.floor(a / b)
   while q * b > a do q = q - 1 end
   while (q + 1) * b <= a do q = q + 1 end
   return q, a - q * b
 end
-local q, r = now, 0
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local sq, sr = string.match(stored, '^(%d+):(%d+)$')
-  sq, sr = tonumber(sq), tonumber(sr)
-  if sq and sr and (sq > now or (sq == now and sr > 0)) then q, r = sq, sr end
+local out = {}
+for i, key in ipairs(KEYS) do
+  local at = 6 * (i - 1)
+  local now, L, P = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local C, n, refund = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6] == '1'
+  local q, r = now, 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local sq, sr = string.match(stored, '^(%d+):(%d+)$')
+    sq, sr = tonumber(sq), tonumber(sr)
+    if sq and sr and (sq > now or (sq == now and sr > 0)) then q, r = sq, sr end
+  end
+  local d = (q - now) * L + r
+  local admitted, write = 1, false
+  if refund then
+    d = math.max(d - n * P, 0)
+    write = stored ~= false and stored ~= nil
+  elseif d + math.max(n, 1) * P <= C * P then
+    if n > 0 then d = d + n * P; write = true end
+  else
+    admitted = 0
+  end
+  local dq, dr = divmod(d, L)
+  q, r = now + dq, dr
+  if write then
+    redis.call('SET', key, string.format('%d:%d', q, r), 'PX', dq + 1001)
+  end
+  out[3 * i - 2], out[3 * i - 1], out[3 * i] = admitted, q, r
 end
-local d = (q - now) * L + r
-local admitted, write = 1, false
-if refund then
-  d = math.max(d - n * P, 0)
-  write = stored ~= false and stored ~= nil
-elseif d + math.max(n, 1) * P <= C * P then
-  if n > 0 then d = d + n * P; write = true end
-else
-  admitted = 0
-end
-local dq, dr = divmod(d, L)
-q, r = now + dq, dr
-if write then
-  redis.call('SET', KEYS[1], string.format('%d:%d', q, r), 'PX', dq + 1001)
-end
-return {admitted, q, r}
+return out
 ";
 
 /// The scripts, hashed once.
