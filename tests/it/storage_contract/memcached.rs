@@ -1,0 +1,132 @@
+//! The suite on memcached: meta commands (pipelined and pooled) and the classic protocol.
+
+use std::time::Duration;
+
+use turnstile::clock::{Clock, ManualClock, SystemClock};
+use turnstile::storage::memcached::MemcachedTransport;
+use turnstile::storage::{CounterStore, Op, StorageError, Take};
+
+use super::{buckets, contract, hit, leases, step};
+use crate::support::{Memcached, memcached_store_with, unique};
+
+async fn memcached(transport: MemcachedTransport) {
+    let Some(mc) = Memcached::start() else { return };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
+    contract(store.clone(), &clock).await;
+    if transport == MemcachedTransport::Classic {
+        classic_refuses_what_it_cannot_do_atomically(&store, &clock).await;
+    } else {
+        leases(&store, &clock).await;
+        // Two stores on one memcached: two Turnstile processes racing on one bucket.
+        let other = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
+        buckets(&[store.clone(), other], &clock).await;
+        lease_expiry_moves(&store, &clock).await;
+    }
+    // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
+    // second early, never later than asked).
+    let key = unique("exp");
+    let end = clock.now() + 1;
+    assert_eq!(
+        store.hit(&[hit(&key, Op::Add(1), end)]).await.expect("hit"),
+        vec![1]
+    );
+    // memcached's own clock decides: poll until the counter is gone, at the latest 1 s after
+    // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    loop {
+        let read = store
+            .hit(&[hit(&key, Op::Add(0), end)])
+            .await
+            .expect("read");
+        if read == vec![0] {
+            break;
+        }
+        assert_eq!(read, vec![1], "unexpired, the counter still holds its hit");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counter did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The classic protocol (memcached < 1.6) has no TTL update or compare-and-swap here: leases
+/// and buckets get a clear error, never a wrong count.
+async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
+    store: &S,
+    clock: &ManualClock,
+) {
+    let key = unique("classic");
+    let err = store
+        .hit(&[hit(&key, Op::Lease(1), clock.now() + 60)])
+        .await
+        .expect_err("lease");
+    assert!(
+        matches!(&err, StorageError::Protocol(m) if m.contains("meta commands")),
+        "{err}"
+    );
+    let now = u128::from(clock.now_millis());
+    let err = store
+        .bucket(&[step(&key, now, Take::Take(1))])
+        .await
+        .expect_err("bucket");
+    assert!(
+        matches!(&err, StorageError::Protocol(m) if m.contains("meta commands")),
+        "{err}"
+    );
+}
+
+/// On memcached a lease's TTL moves with every change: a lease first set to live 2 s and then
+/// renewed for an hour outlives a control counter that was given the same 2 s.
+async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
+    let (key, control) = (unique("lease-ttl"), unique("control"));
+    let soon = clock.now() + 1;
+    store
+        .hit(&[
+            hit(&key, Op::Lease(1), soon),
+            hit(&control, Op::Lease(1), soon),
+        ])
+        .await
+        .expect("leases");
+    store
+        .hit(&[hit(&key, Op::Lease(1), clock.now() + 3_600)])
+        .await
+        .expect("renew");
+    // memcached's own clock decides: poll the control counter until it is gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store
+        .hit(&[hit(&control, Op::Lease(0), soon)])
+        .await
+        .expect("read")
+        != vec![0]
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the control lease did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Lease(0), soon)])
+            .await
+            .expect("read"),
+        vec![2]
+    );
+}
+
+#[tokio::test]
+async fn memcached_pipelined_meta_store() {
+    memcached(MemcachedTransport::Pipelined).await;
+}
+
+#[tokio::test]
+async fn memcached_pooled_meta_store() {
+    memcached(MemcachedTransport::Pool).await;
+}
+
+#[tokio::test]
+async fn memcached_classic_store() {
+    memcached(MemcachedTransport::Classic).await;
+}

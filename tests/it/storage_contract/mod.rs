@@ -1,0 +1,203 @@
+//! One behaviour suite for every `CounterStore` (`contract`, `leases`, `buckets` here), run on
+//! the memory store (`memory`), memcached with meta commands and with the classic `incr`/`add`
+//! fallback (`memcached`), and Redis single, cluster and Sentinel (`redis`).
+
+mod memcached;
+mod memory;
+mod redis;
+
+use turnstile::clock::{Clock, ManualClock};
+use turnstile::storage::{BucketStep, CounterStore, Hit, MAX_KEY_LEN, Op, Take};
+
+use crate::support::unique;
+
+pub(super) fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
+    Hit {
+        key: key.to_owned(),
+        op,
+        expires_at,
+    }
+}
+
+pub(super) async fn contract<S: CounterStore + Clone>(store: S, clock: &ManualClock) {
+    let now = clock.now();
+    let end = now + 60;
+    let (a, b) = (unique("a"), unique("b"));
+    assert_eq!(
+        store.hit(&[hit(&a, Op::Add(0), end)]).await.expect("read"),
+        vec![0],
+        "read of a missing counter"
+    );
+    assert_eq!(
+        store
+            .hit(&[hit(&a, Op::Sub(3), end)])
+            .await
+            .expect("refund"),
+        vec![0],
+        "refund of a missing counter"
+    );
+    assert_eq!(
+        store.hit(&[hit(&a, Op::Add(0), end)]).await.expect("read"),
+        vec![0],
+        "neither created it"
+    );
+    let counts = store
+        .hit(&[
+            hit(&a, Op::Add(1), end),
+            hit(&b, Op::Add(5), end),
+            hit(&a, Op::Add(2), end),
+        ])
+        .await
+        .expect("batch");
+    assert_eq!(counts, vec![1, 5, 3], "counts after each hit, in order");
+    assert_eq!(
+        store
+            .hit(&[hit(&a, Op::Sub(2), end)])
+            .await
+            .expect("refund"),
+        vec![1]
+    );
+    assert_eq!(
+        store
+            .hit(&[hit(&a, Op::Sub(9), end)])
+            .await
+            .expect("refund"),
+        vec![0],
+        "floors at zero"
+    );
+    let longest = "k".repeat(MAX_KEY_LEN);
+    assert_eq!(
+        store
+            .hit(&[hit(&longest, Op::Add(7), end)])
+            .await
+            .expect("long key"),
+        vec![7]
+    );
+
+    // Atomic under concurrency: 64 callers × 25 hits see every count from 1 to 1600 exactly once.
+    let key = unique("race");
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (store, key) = (store.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..25 {
+                seen.extend(store.hit(&[hit(&key, Op::Add(1), end)]).await.expect("hit"));
+            }
+            seen
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("task"));
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=1600).collect::<Vec<u64>>());
+}
+
+/// Leases (concurrency): add or subtract and move the expiry on every change.
+pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
+    let end = clock.now() + 3_600;
+    let key = unique("lease");
+    let lease = |op| hit(&key, op, end);
+    assert_eq!(
+        store.hit(&[lease(Op::Release(1))]).await.expect("release"),
+        vec![0]
+    );
+    assert_eq!(
+        store.hit(&[lease(Op::Lease(0))]).await.expect("read"),
+        vec![0],
+        "not created"
+    );
+    let counts = store
+        .hit(&[
+            lease(Op::Lease(2)),
+            lease(Op::Lease(0)),
+            lease(Op::Release(1)),
+            lease(Op::Release(5)),
+        ])
+        .await
+        .expect("leases");
+    assert_eq!(counts, vec![2, 2, 1, 0], "in order, never below zero");
+}
+
+pub(super) fn step(key: &str, now: u128, take: Take) -> BucketStep {
+    // One token per second, three at most; ticks are milliseconds.
+    BucketStep {
+        key: key.to_owned(),
+        now,
+        interval: 1_000,
+        capacity: 3,
+        take,
+        ticks_per_milli: 1,
+    }
+}
+
+/// Token-bucket steps: applied atomically, in order, and exactly once each under a race.
+pub(super) async fn buckets<S: CounterStore + Clone>(stores: &[S], clock: &ManualClock) {
+    let store = &stores[0];
+    let now = u128::from(clock.now_millis());
+    let key = unique("bucket");
+    let steps: Vec<BucketStep> = [
+        Take::Take(1),
+        Take::Take(2),
+        Take::Take(1),
+        Take::Refund(1),
+        Take::Take(0),
+    ]
+    .into_iter()
+    .map(|take| step(&key, now, take))
+    .collect();
+    let answers = store.bucket(&steps).await.expect("steps");
+    let admitted: Vec<bool> = answers.iter().map(|a| a.admitted).collect();
+    assert_eq!(
+        admitted,
+        [true, true, false, true, true],
+        "3 tokens: 1 + 2, then none; a refund gives one back; now {now}, answers {answers:?}"
+    );
+    assert_eq!(
+        answers[1].tat,
+        now + 3_000,
+        "the bucket is full again 3 s later"
+    );
+    assert_eq!(answers[3].tat, now + 2_000);
+    let later = store
+        .bucket(&[
+            step(&key, now + 1_000, Take::Take(3)),
+            step(&key, now + 1_000, Take::Take(2)),
+        ])
+        .await
+        .expect("steps");
+    let admitted: Vec<bool> = later.iter().map(|a| a.admitted).collect();
+    assert_eq!(
+        admitted,
+        [false, true],
+        "1 left + 1 back after a second: 2 tokens, not 3"
+    );
+
+    // A race: 64 callers over every store given take one token each from a bucket of 20.
+    let key = unique("bucket-race");
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let store = stores[i % stores.len()].clone();
+        let mut step = step(&key, now, Take::Take(1));
+        step.capacity = 20;
+        tasks.push(tokio::spawn(async move { store.bucket(&[step]).await }));
+    }
+    let mut tats = Vec::new();
+    for task in tasks {
+        let answer = task
+            .await
+            .expect("task")
+            .expect("no give-up at this contention")[0];
+        if answer.admitted {
+            tats.push(answer.tat);
+        }
+    }
+    tats.sort_unstable();
+    let expected: Vec<u128> = (1..=20).map(|k| now + k * 1_000).collect();
+    assert_eq!(
+        tats, expected,
+        "exactly the capacity, each token taken once"
+    );
+}

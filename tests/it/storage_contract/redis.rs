@@ -1,0 +1,112 @@
+//! The suite on Redis: one server, a 3-master cluster, and through Sentinel (with a failover).
+
+use std::time::Duration;
+
+use turnstile::clock::{Clock, ManualClock, SystemClock};
+use turnstile::storage::{CounterStore, Op};
+
+use super::{buckets, contract, hit, leases};
+use crate::support::unique;
+
+/// Redis: the same suite on one server, on a 3-master cluster, and through Sentinel; plus the
+/// reference's TTL rule (every counter has a TTL, set when it is created).
+async fn redis_suite(store: turnstile::storage::redis::RedisStore, clock: &ManualClock) {
+    contract(store.clone(), &clock.clone()).await;
+    leases(&store, clock).await;
+    let other = store.clone();
+    buckets(&[store.clone(), other], clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_store() {
+    use crate::redis_support::{RedisProcess, cli, redis_store};
+    use turnstile::storage::redis::RedisTarget;
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
+    redis_suite(store.clone(), &clock).await;
+    // A counter is created with its TTL, and the TTL is not pushed back by later hits.
+    let key = unique("ttl");
+    store
+        .hit(&[hit(&key, Op::Add(1), clock.now() + 60)])
+        .await
+        .expect("hit");
+    let ttl = |k: &str| cli(redis.port, &["TTL", k]).and_then(|t| t.trim().parse::<i64>().ok());
+    let first = ttl(&key).expect("ttl");
+    assert!((59..=62).contains(&first), "TTL {first}");
+    store
+        .hit(&[hit(&key, Op::Add(1), clock.now() + 600)])
+        .await
+        .expect("hit");
+    assert!(
+        ttl(&key).expect("ttl") <= first,
+        "later hits do not move a window's TTL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_store() {
+    use crate::redis_support::{RedisCluster, redis_store};
+    use turnstile::storage::redis::RedisTarget;
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
+    redis_suite(store, &clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_store() {
+    use crate::redis_support::{RedisSentinel, SENTINEL_MASTER, cli, redis_store};
+    use turnstile::storage::redis::RedisTarget;
+    let Some(mut set) = RedisSentinel::start() else {
+        return;
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let target = RedisTarget::Sentinel {
+        master: SENTINEL_MASTER.into(),
+        sentinels: vec![set.sentinel.addr()],
+        sentinel_username: None,
+        sentinel_password: None,
+    };
+    let store = redis_store(target, &clock);
+    redis_suite(store.clone(), &clock).await;
+    // Failover: the master dies, Sentinel promotes the replica, and the same store finds the
+    // new master without a restart (calls fail meanwhile; none is answered wrongly).
+    let key = unique("failover");
+    let end = clock.now() + 600;
+    store
+        .hit(&[hit(&key, Op::Add(1), end)])
+        .await
+        .expect("before failover");
+    set.master.kill();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let count = loop {
+        match store.hit(&[hit(&key, Op::Add(0), end)]).await {
+            Ok(counts) => break counts[0],
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no new master within 30 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(
+        cli(set.replica.port, &["ROLE"]).is_some_and(|r| r.starts_with("master")),
+        "the replica was promoted"
+    );
+    assert!(
+        count <= 1,
+        "the replica holds what it had replicated: {count}"
+    );
+    let after = store
+        .hit(&[hit(&key, Op::Add(1), end)])
+        .await
+        .expect("after failover");
+    assert_eq!(after, vec![count + 1], "counting goes on on the new master");
+}
