@@ -11,12 +11,12 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::settings::{
     Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, RedisAddress, RedisSettings,
-    RedisTopology,
+    RedisTls, RedisTopology,
 };
 use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
-use crate::storage::redis::{RedisOptions, RedisStore, RedisTarget};
+use crate::storage::redis::{RedisOptions, RedisStore, RedisTarget, RedisTlsOptions};
 use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 /// How often the memory store drops expired counters.
@@ -83,7 +83,7 @@ pub(super) async fn build(
         }
         Backend::Memcached(settings) => memcached_store(settings, clock).await,
         Backend::Redis(settings) => Ok((
-            Store::Redis(RedisStore::new(redis_options(settings), Arc::clone(clock))),
+            Store::Redis(RedisStore::new(redis_options(settings)?, Arc::clone(clock))),
             Vec::new(),
         )),
     }
@@ -135,7 +135,31 @@ async fn memcached_store(
     }
 }
 
-fn redis_options(s: &RedisSettings) -> RedisOptions {
+/// Reads the TLS files named by the settings (at start: a missing file stops start-up).
+fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
+    let read = |setting: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            StorageError::Unavailable(format!("{setting}: cannot read {}: {e}", path.display()))
+        })
+    };
+    Ok(RedisTlsOptions {
+        root_cert: tls
+            .ca
+            .as_deref()
+            .map(|p| read("REDIS_TLS_CACERT", p))
+            .transpose()?,
+        client: match &tls.client {
+            Some((cert, key)) => Some((
+                read("REDIS_TLS_CLIENT_CERT", cert)?,
+                read("REDIS_TLS_CLIENT_KEY", key)?,
+            )),
+            None => None,
+        },
+        skip_hostname_verification: tls.skip_hostname_verification,
+    })
+}
+
+fn redis_options(s: &RedisSettings) -> Result<RedisOptions, StorageError> {
     let target = match &s.topology {
         RedisTopology::Single(RedisAddress::Tcp(a)) => RedisTarget::Tcp(a.clone()),
         RedisTopology::Single(RedisAddress::Unix(p)) => RedisTarget::Unix(p.clone()),
@@ -151,11 +175,12 @@ fn redis_options(s: &RedisSettings) -> RedisOptions {
             sentinel_password: sentinel_auth.as_ref().map(|a| a.password.clone()),
         },
     };
-    RedisOptions {
+    Ok(RedisOptions {
         target,
         username: s.auth.as_ref().and_then(|a| a.user.clone()),
         password: s.auth.as_ref().map(|a| a.password.clone()),
         timeout: s.timeout,
         jitter_max_seconds: s.jitter_max_seconds,
-    }
+        tls: s.tls.as_ref().map(redis_tls).transpose()?,
+    })
 }

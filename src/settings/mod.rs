@@ -11,7 +11,7 @@ mod redis;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
 pub use grpc::{ConnectionAge, GrpcLimits};
-pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTopology};
+pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 
 pub use reader::parse_duration;
 use reader::{Reader, err};

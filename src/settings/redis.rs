@@ -22,9 +22,23 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// `EXPIRATION_JITTER_MAX_SECONDS`.
     pub jitter_max_seconds: u64,
+    /// `REDIS_TLS` and its files: TLS to every Redis node (single or cluster).
+    pub tls: Option<RedisTls>,
     /// `REDIS_KEY_LAYOUT`: the reference's key bytes for fixed windows (default, so both
     /// services share counters during a cut-over) or Turnstile's unambiguous layout.
     pub key_layout: KeyLayout,
+}
+
+/// TLS to Redis (`REDIS_TLS=true`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTls {
+    /// `REDIS_TLS_CACERT`: the CA bundle (PEM) that signs the servers' certificates; the
+    /// system's roots when unset.
+    pub ca: Option<std::path::PathBuf>,
+    /// `REDIS_TLS_CLIENT_CERT` and `REDIS_TLS_CLIENT_KEY`: a client certificate (mTLS).
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`: accept a server certificate for another name.
+    pub skip_hostname_verification: bool,
 }
 
 /// `REDIS_AUTH` / `REDIS_SENTINEL_AUTH`.
@@ -84,7 +98,6 @@ pub enum KeyLayout {
 
 /// Settings of the reference that Turnstile refuses when they ask for something it does not do.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("REDIS_TLS", "TLS to Redis is not supported yet"),
     (
         "REDIS_PERSECOND",
         "a second Redis for per-second limits is not supported yet",
@@ -127,8 +140,23 @@ pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     if pool_size == 0 {
         return Err(err("REDIS_POOL_SIZE", "0", "at least 1"));
     }
+    let topology = topology(r)?;
+    let tls = tls(r)?;
+    if tls.is_some()
+        && !matches!(
+            topology,
+            RedisTopology::Single(RedisAddress::Tcp(_)) | RedisTopology::Cluster(_)
+        )
+    {
+        return Err(err(
+            "REDIS_TLS",
+            "true",
+            "TLS is supported with REDIS_SOCKET_TYPE=tcp and REDIS_TYPE single or cluster (not yet through Sentinel)",
+        ));
+    }
     Ok(RedisSettings {
-        topology: topology(r)?,
+        topology,
+        tls,
         auth: auth(&r.string("REDIS_AUTH", "")),
         pool_size,
         timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
@@ -145,6 +173,40 @@ pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
             }
         },
     })
+}
+
+fn tls(r: &Reader<'_>) -> Result<Option<RedisTls>, SettingsError> {
+    if !r.bool("REDIS_TLS", false)? {
+        return Ok(None);
+    }
+    let path = |name: &str| {
+        Some(r.string(name, ""))
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let client = match (path("REDIS_TLS_CLIENT_CERT"), path("REDIS_TLS_CLIENT_KEY")) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(err(
+                "REDIS_TLS_CLIENT_KEY",
+                "",
+                "needed with REDIS_TLS_CLIENT_CERT",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "REDIS_TLS_CLIENT_CERT",
+                "",
+                "needed with REDIS_TLS_CLIENT_KEY",
+            ));
+        }
+    };
+    Ok(Some(RedisTls {
+        ca: path("REDIS_TLS_CACERT"),
+        client,
+        skip_hostname_verification: r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+    }))
 }
 
 fn auth(text: &str) -> Option<RedisAuth> {

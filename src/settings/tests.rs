@@ -141,7 +141,6 @@ fn redis_settings_take_the_references_forms() {
 #[test]
 fn unsupported_redis_settings_are_refused_by_name() {
     for (name, value) in [
-        ("REDIS_TLS", "true"),
         ("REDIS_PERSECOND", "true"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),

@@ -308,3 +308,83 @@ async fn cluster_node_killed_and_restarted() {
         "timely: {slowest:?}"
     );
 }
+
+/// TLS to Redis (`REDIS_TLS`), with a client certificate (the server requires one): the service
+/// counts over TLS; a CA that did not sign the server's certificate is refused (UNAVAILABLE
+/// naming Redis), never silently downgraded to plain text.
+#[test]
+fn counts_over_tls_with_a_client_certificate() {
+    use crate::process::{Process, http_get, rules_root, temp_dir};
+    use crate::tls::{ca, leaf};
+    if !crate::support::openssl_installed() {
+        return;
+    }
+    let dir = temp_dir("redis-tls");
+    ca(&dir, "one");
+    leaf(&dir, "one", "server", false);
+    leaf(&dir, "one", "client", true);
+    ca(&dir, "two");
+    let client = (dir.join("client.pem"), dir.join("client.key"));
+    let Some(redis) = RedisProcess::start_tls(
+        &dir.join("server.pem"),
+        &dir.join("server.key"),
+        &dir.join("one-ca.pem"),
+        (&client.0, &client.1),
+    ) else {
+        return;
+    };
+    let url = format!("127.0.0.1:{}", redis.port);
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let (ca_one, ca_two, cert, key) = (
+        file("one-ca.pem"),
+        file("two-ca.pem"),
+        file("client.pem"),
+        file("client.key"),
+    );
+    let root = rules_root(RULES);
+    let with_ca = |ca: &str| {
+        vec![
+            ("BACKEND_TYPE", "redis".to_owned()),
+            ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+            ("REDIS_URL", url.clone()),
+            ("REDIS_TLS", "true".to_owned()),
+            ("REDIS_TLS_CACERT", ca.to_owned()),
+            ("REDIS_TLS_CLIENT_CERT", cert.clone()),
+            ("REDIS_TLS_CLIENT_KEY", key.clone()),
+            ("REDIS_TIMEOUT", "2s".to_owned()),
+        ]
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let call = |grpc: u16| {
+        runtime.block_on(async {
+            crate::support::connect(grpc)
+                .await
+                .should_rate_limit(req1("cut", &[("user", "tls")]))
+                .await
+        })
+    };
+    let env = with_ca(&ca_one);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let good = Process::start(&root, &env);
+    let answer = call(good.grpc).expect("counted over TLS").into_inner();
+    assert_eq!(answer.statuses[0].limit_remaining, 4);
+    assert_eq!(
+        call(good.grpc).expect("again").into_inner().statuses[0].limit_remaining,
+        3
+    );
+
+    let env = with_ca(&ca_two);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let wrong = Process::spawn(&root, &env);
+    let refused = call(wrong.grpc).expect_err("an untrusted server certificate");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+    assert_ne!(http_get(wrong.http, "/healthcheck").map(|r| r.0), Some(200));
+    // Close the client connections first: a stop drains open connections.
+    drop(runtime);
+    good.stop().expect("stops");
+    wrong.stop().expect("stops");
+}

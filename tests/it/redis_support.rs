@@ -2,7 +2,7 @@
 //! installs), one alone, three as a cluster (`redis-cli --cluster create`), or a master with a
 //! replica watched by a Sentinel. Killed on drop.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +95,83 @@ impl RedisProcess {
             let _ = child.wait();
         }
         panic!("redis-server did not start on any of 10 free ports");
+    }
+
+    /// A standalone server with TLS only (no plain port) on a free port, requiring client
+    /// certificates signed by `ca` (`redis-cli --tls` with `client`'s certificate and key checks
+    /// that it answers).
+    pub fn start_tls(
+        cert: &Path,
+        key: &Path,
+        ca: &Path,
+        client: (&Path, &Path),
+    ) -> Option<RedisProcess> {
+        let server = binary("redis-server")?;
+        let port = free_port();
+        let dir = std::env::temp_dir().join(unique("redis-tls"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let tls: Vec<String> = [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &cert.to_string_lossy(),
+            "--tls-key-file",
+            &key.to_string_lossy(),
+            "--tls-ca-cert-file",
+            &ca.to_string_lossy(),
+            "--tls-auth-clients",
+            "yes",
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+        let child = Command::new(server)
+            .args([
+                "--port",
+                "0",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                "redis.log",
+                "--dir",
+            ])
+            .arg(&dir)
+            .args(&tls)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let process = RedisProcess {
+            port,
+            child: Some(child),
+            dir,
+            args: tls,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pong = Command::new(binary("redis-cli")?)
+                .args(["--tls", "-p", &port.to_string(), "--cert"])
+                .arg(client.0)
+                .arg("--key")
+                .arg(client.1)
+                .arg("--cacert")
+                .arg(ca)
+                .arg("PING")
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG");
+            if pong {
+                return Some(process);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server with TLS did not answer on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A standalone server.
@@ -290,6 +367,7 @@ pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
         password: None,
         timeout: Duration::from_secs(2),
         jitter_max_seconds: 0,
+        tls: None,
     };
     RedisStore::new(options, Arc::new(clock.clone()))
 }

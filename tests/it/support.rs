@@ -372,3 +372,15 @@ pub fn peers_venv() -> Option<PathBuf> {
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-peers"));
     dir.join("bin/python").exists().then_some(dir)
 }
+
+/// Whether the `openssl` command is there (reported as missing otherwise).
+pub fn openssl_installed() -> bool {
+    let found = Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        missing("openssl");
+    }
+    found
+}

@@ -23,7 +23,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// Makes `<name>-ca.pem` and a leaf `<leaf>.pem`/`<leaf>.key` signed by it.
-fn ca(dir: &Path, name: &str) {
+pub(crate) fn ca(dir: &Path, name: &str) {
     let (key, pem) = (format!("{name}-ca.key"), format!("{name}-ca.pem"));
     openssl(
         dir,
@@ -47,7 +47,7 @@ fn ca(dir: &Path, name: &str) {
     );
 }
 
-fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
+pub(crate) fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
     let ext = if client {
         "extendedKeyUsage=clientAuth\n"
     } else {

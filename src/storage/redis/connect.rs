@@ -17,7 +17,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
-use super::{RedisOptions, RedisTarget};
+use super::{RedisOptions, RedisTarget, RedisTlsOptions};
 
 /// A live connection of any kind; cheap to clone (multiplexed).
 #[derive(Clone)]
@@ -58,17 +58,33 @@ fn settings(options: &RedisOptions) -> RedisConnectionInfo {
     info
 }
 
+/// redis-rs's form of the TLS material.
+fn certificates(tls: &RedisTlsOptions) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_cert.clone(),
+    }
+}
+
 fn tcp(address: &str) -> RedisResult<ConnectionAddr> {
+    let (host, port) = host_port(address)?;
+    Ok(ConnectionAddr::Tcp(host, port))
+}
+
+fn host_port(address: &str) -> RedisResult<(String, u16)> {
     let (host, port) = address.rsplit_once(':').ok_or_else(|| {
         redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "expected host:port"))
     })?;
     let port = port.parse().map_err(|_| {
         redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad port"))
     })?;
-    Ok(ConnectionAddr::Tcp(
-        host.trim_matches(['[', ']']).to_owned(),
-        port,
-    ))
+    Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 
 impl Connector {
@@ -145,10 +161,24 @@ impl Connector {
         let o = &self.options;
         match &o.target {
             RedisTarget::Tcp(address) => {
-                let info = tcp(address)?
-                    .into_connection_info()?
-                    .set_redis_settings(settings(o));
-                let client = redis::Client::open(info)?;
+                let client = match &o.tls {
+                    None => redis::Client::open(
+                        tcp(address)?
+                            .into_connection_info()?
+                            .set_redis_settings(settings(o)),
+                    )?,
+                    Some(tls) => {
+                        let (host, port) = host_port(address)?;
+                        let addr = ConnectionAddr::TcpTls {
+                            host,
+                            port,
+                            insecure: tls.skip_hostname_verification,
+                            tls_params: None,
+                        };
+                        let info = addr.into_connection_info()?.set_redis_settings(settings(o));
+                        redis::Client::build_with_tls(info, certificates(tls))?
+                    }
+                };
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(o.timeout))
                     .set_connection_timeout(Some(o.timeout))
@@ -178,6 +208,13 @@ impl Connector {
                 let mut builder = ClusterClientBuilder::new(nodes)
                     .connection_timeout(o.timeout)
                     .response_timeout(o.timeout);
+                if let Some(tls) = &o.tls {
+                    let mode = match tls.skip_hostname_verification {
+                        true => redis::TlsMode::Insecure,
+                        false => redis::TlsMode::Secure,
+                    };
+                    builder = builder.tls(mode).certs(certificates(tls));
+                }
                 if let Some(user) = &o.username {
                     builder = builder.username(user);
                 }

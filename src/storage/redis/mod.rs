@@ -61,6 +61,32 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// Extra TTL of up to this many seconds, spread per key.
     pub jitter_max_seconds: u64,
+    /// TLS to every node (single or cluster).
+    pub tls: Option<RedisTlsOptions>,
+}
+
+/// TLS material, already read from its files.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisTlsOptions {
+    /// PEM CA bundle; the system's roots when `None`.
+    pub root_cert: Option<Vec<u8>>,
+    /// PEM client certificate chain and key (mTLS).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Accept a server certificate issued for another name.
+    pub skip_hostname_verification: bool,
+}
+
+impl std::fmt::Debug for RedisTlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTlsOptions")
+            .field("root_cert", &self.root_cert.is_some())
+            .field("client", &self.client.is_some())
+            .field(
+                "skip_hostname_verification",
+                &self.skip_hostname_verification,
+            )
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -69,6 +95,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("target", &self.target)
             .field("username", &self.username)
             .field("timeout", &self.timeout)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
