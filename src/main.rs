@@ -27,13 +27,9 @@ fn main() -> ExitCode {
                 merge_domains,
             };
             match turnstile::app::check_config(&PathBuf::from(dir), options, reference) {
-                Ok((report, true)) => {
+                Ok((report, passed)) => {
                     println!("{report}");
-                    ExitCode::SUCCESS
-                }
-                Ok((report, false)) => {
-                    println!("{report}");
-                    ExitCode::from(1)
+                    ExitCode::from(u8::from(!passed))
                 }
                 Err(errors) => {
                     eprintln!("{errors}");

@@ -157,6 +157,17 @@ impl Connector {
         *retry = (Some(Instant::now() + wait), (wait * 2).min(BACKOFF_MAX));
     }
 
+    /// A reconnecting multiplexed connection to one server.
+    async fn single(&self, client: redis::Client) -> RedisResult<Conn> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.options.timeout))
+            .set_connection_timeout(Some(self.options.timeout))
+            .set_number_of_retries(1);
+        Ok(Conn::Single(
+            ConnectionManager::new_with_config(client, config).await?,
+        ))
+    }
+
     async fn connect(&self) -> RedisResult<Conn> {
         let o = &self.options;
         match &o.target {
@@ -179,26 +190,14 @@ impl Connector {
                         redis::Client::build_with_tls(info, certificates(tls))?
                     }
                 };
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(o.timeout))
-                    .set_connection_timeout(Some(o.timeout))
-                    .set_number_of_retries(1);
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                self.single(client).await
             }
             RedisTarget::Unix(path) => {
                 let info = ConnectionAddr::Unix(path.into())
                     .into_connection_info()?
                     .set_redis_settings(settings(o));
                 let client = redis::Client::open(info)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(o.timeout))
-                    .set_connection_timeout(Some(o.timeout))
-                    .set_number_of_retries(1);
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                self.single(client).await
             }
             RedisTarget::Cluster(nodes) => {
                 let nodes = nodes
