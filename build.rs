@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
     "envoy/type/v3/ratelimit_unit.proto",
     "envoy/config/core/v3/base.proto",
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
     "turnstile/wire/v1/lenient.proto",
 ];
 

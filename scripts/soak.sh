@@ -2,7 +2,7 @@
 # Soak: MINUTES (default 10) of a mixed workload at RATE requests/s (default 20000, about half of
 # the memcached peak on this machine): 1M random keys with 20 % on one hot key, 2 descriptors per
 # request, a rule reload every 30 s, and a memcached restart at the half-way mark. Every 10 s it
-# samples the server's RSS, open file descriptors, threads and open gRPC connections, and the
+# samples the server's RSS, open file descriptors, threads, tokio tasks and open gRPC connections, and the
 # error counters, and prints one table; then the load generator's totals. Not part of CI.
 #   ./scripts/soak.sh [MINUTES] [RATE]     (needs memcached and the release binaries)
 set -euo pipefail
@@ -25,8 +25,8 @@ taskset -c 1 target/release/turnstile-loadgen --addr 127.0.0.1:18391 --duration 
   --concurrency 128 --domain bench --descriptors 2 --keys 1000000 --hot-share 0.2 --rate "$rate" >"$work/load.json" &
 load=$!
 metric() { curl -s 127.0.0.1:18393/metrics | awk -v n="$1" 'index($0, n) == 1 {s += $NF} END {print s + 0}'; }
-echo "| t (s) | RSS (MiB) | fds | threads | gRPC conns | store errors | overloaded | event |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| t (s) | RSS (MiB) | fds | threads | tasks | gRPC conns | store errors | overloaded | event |"
+echo "|---|---|---|---|---|---|---|---|---|"
 start=$(date +%s)
 while kill -0 "$load" 2>/dev/null; do
   sleep 10
@@ -42,8 +42,8 @@ while kill -0 "$load" 2>/dev/null; do
   rss=$(awk '/VmRSS/ {printf "%.1f", $2 / 1024}' /proc/$srv/status)
   fds=$(ls /proc/$srv/fd | wc -l)
   threads=$(awk '/Threads/ {print $2}' /proc/$srv/status)
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rss" "$fds" "$threads" \
-    "$(metric turnstile_grpc_connections_open)" "$(metric turnstile_backend_errors_total)" \
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rss" "$fds" "$threads" \
+    "$(metric turnstile_runtime_alive_tasks)" "$(metric turnstile_grpc_connections_open)" "$(metric turnstile_backend_errors_total)" \
     "$(metric turnstile_overloaded_total)" "$event"
 done
 echo

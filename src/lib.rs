@@ -40,8 +40,10 @@
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |
 //! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
+//! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
+//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `rules`, `storage` |
-//! | `server` | the gRPC server: RLS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `storage`, `tls` |
+//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
 
 pub mod app;
@@ -53,7 +55,9 @@ pub mod http;
 pub mod limiter;
 pub mod metrics;
 pub mod pb;
+pub mod quota;
 pub mod reload;
+pub mod rlqs;
 pub mod rules;
 pub mod server;
 pub mod settings;

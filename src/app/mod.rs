@@ -287,6 +287,7 @@ fn server_options(
         request_timeout: limits.request_timeout,
         max_header_list_size: limits.max_header_list_size,
         open_connections,
+        rlqs: s.rlqs,
     }
 }
 

@@ -53,6 +53,9 @@ pub(crate) enum Hits {
 pub(crate) enum Tail {
     /// A window of `period` seconds starting at `start` (`|60@1200`).
     Window { period: u64, start: u64 },
+    /// RLQS demand (allowed + denied) in a window of `period` seconds starting at `start`
+    /// (`|60~d1200`).
+    Demand { period: u64, start: u64 },
     /// A concurrency count (`|60~c`).
     Lease { period: u64 },
     /// A token bucket's state (`|60~tb5`).

@@ -102,6 +102,7 @@ impl KeyBase {
         match (tail, &self.reference) {
             (Tail::Window { start, .. }, Some(reference)) => format!("{reference}{start}"),
             (Tail::Window { period, start }, None) => self.with(&format!("{period}@{start}")),
+            (Tail::Demand { period, start }, _) => self.with(&format!("{period}~d{start}")),
             (Tail::Lease { period }, _) => self.with(&format!("{period}~c")),
             (Tail::Bucket { period, rate }, _) => self.with(&format!("{period}~tb{rate}")),
         }

@@ -17,12 +17,14 @@ mod histogram;
 mod instrumented;
 mod label;
 mod render;
+mod rlqs;
 mod split;
 mod stats_key;
 pub mod statsd;
 mod table;
 
 pub use instrumented::Instrumented;
+pub use rlqs::RlqsMetrics;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,6 +98,8 @@ pub struct Metrics {
     pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) response_time: Histogram,
     pub(crate) backend_time: Histogram,
+    /// Rate Limit Quota Service streams, reports and assignments.
+    pub rlqs: RlqsMetrics,
 }
 
 impl Metrics {
@@ -129,7 +133,13 @@ impl Metrics {
             open_connections: Arc::default(),
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
+            rlqs: RlqsMetrics::default(),
         }
+    }
+
+    /// Records an RLQS-served rule's global usage (bounded by `STATS_MAX_KEYS` rules).
+    pub fn rlqs_usage(&self, rule: &str, used: u64, limit: u64) {
+        self.rlqs.usage(rule, used, limit, self.max_keys);
     }
 
     /// The open-connections gauge, for the server to keep.

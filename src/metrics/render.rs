@@ -121,6 +121,17 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     );
     let _ = writeln!(out, "{name}{{{extra}}} {}", m.open_connections.get());
 
+    // Tasks alive on the runtime that renders this page (stable tokio runtime metric): the
+    // soak samples it to show that connections, streams and reloads leave no task behind.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let name = "turnstile_runtime_alive_tasks";
+        header(&mut out, name, "tasks alive on the async runtime", "gauge");
+        let alive = runtime.metrics().num_alive_tasks();
+        let _ = writeln!(out, "{name}{{{extra}}} {alive}");
+    }
+
+    m.rlqs.render(&mut out, extra);
+
     let mut samples: Vec<GaugeSample> = Vec::new();
     for gauge in gauges {
         gauge_samples(gauge, &mut samples);

@@ -10,6 +10,7 @@ mod metadata;
 mod rate;
 mod wildcard;
 
+pub use matcher::MAX_UNORDERED_STEPS;
 pub use metadata::MetaValue;
 pub use rate::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Unit};
 pub(crate) use wildcard::Pattern;

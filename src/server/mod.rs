@@ -1,4 +1,4 @@
-//! Wiring of the gRPC server: the rate-limit service, `grpc.health.v1` and server reflection
+//! Wiring of the gRPC server: the rate-limit service (RLS), the rate-limit quota service (RLQS), `grpc.health.v1` and server reflection
 //! v1 and v1alpha, served on a listener the caller bound until the caller's shutdown future
 //! resolves (then in-flight calls finish). Health: `""` is liveness (always SERVING while the
 //! process serves); `ratelimit` and the full service name are readiness, following
@@ -28,11 +28,15 @@ pub use incoming::ConnectionLimits;
 
 use crate::grpc::{RateLimitHandler, RlsServer, ServiceState};
 use crate::pb::FILE_DESCRIPTOR_SET;
+use crate::rlqs::{RlqsHandler, RlqsServer};
 use crate::storage::CounterStore;
 
 /// The health-check service names Envoy and Kubernetes probes use for readiness.
-pub const HEALTH_SERVICE_NAMES: [&str; 2] =
-    ["ratelimit", "envoy.service.ratelimit.v3.RateLimitService"];
+pub const HEALTH_SERVICE_NAMES: [&str; 3] = [
+    "ratelimit",
+    "envoy.service.ratelimit.v3.RateLimitService",
+    "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+];
 
 /// How often the counter store's readiness is re-checked.
 const READINESS_INTERVAL: Duration = Duration::from_millis(500);
@@ -72,6 +76,8 @@ pub struct ServerOptions {
     pub max_header_list_size: u32,
     /// Counts open connections (for `/metrics`).
     pub open_connections: Arc<crate::metrics::OpenConnections>,
+    /// How the Rate Limit Quota Service shares quotas out.
+    pub rlqs: crate::settings::RlqsSettings,
 }
 
 impl Default for ServerOptions {
@@ -89,6 +95,7 @@ impl Default for ServerOptions {
             request_timeout: Duration::from_secs(10),
             max_header_list_size: 64 * 1024,
             open_connections: Arc::default(),
+            rlqs: crate::settings::RlqsSettings::default(),
         }
     }
 }
@@ -151,7 +158,8 @@ pub async fn serve<S: CounterStore>(
             options.max_requests_in_flight,
         ));
     let router = builder
-        .add_service(RlsServer::new(RateLimitHandler::new(state)))
+        .add_service(RlsServer::new(RateLimitHandler::new(Arc::clone(&state))))
+        .add_service(RlqsServer::new(RlqsHandler::new(state, options.rlqs)))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);

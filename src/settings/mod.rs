@@ -8,10 +8,12 @@ mod backend;
 mod grpc;
 mod reader;
 mod redis;
+mod rlqs;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
 pub use grpc::{ConnectionAge, GrpcLimits};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
+pub use rlqs::{RlqsSettings, Unmatched};
 
 pub use reader::parse_duration;
 use reader::{Reader, err};
@@ -126,6 +128,8 @@ pub struct Settings {
     pub max_connection_age: ConnectionAge,
     /// Connection, stream and request limits of the gRPC server.
     pub grpc_limits: GrpcLimits,
+    /// How the Rate Limit Quota Service shares quotas out.
+    pub rlqs: RlqsSettings,
     /// `GRPC_SERVER_USE_TLS` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
     /// `GRPC_CLIENT_TLS_CACERT` (mTLS).
     pub tls: Option<TlsSettings>,
@@ -297,6 +301,7 @@ impl Settings {
                 grace: r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
             },
             grpc_limits: grpc::grpc_limits(&r)?,
+            rlqs: rlqs::rlqs(&r)?,
             tls: tls(&r)?,
         })
     }

@@ -95,6 +95,8 @@ async fn streams_without_a_body_are_bounded_and_cut_off() {
 async fn connections_without_a_preface_are_closed_and_connections_are_counted() {
     let root = rules_root(RULES);
     let p = Process::start(&root, &[("GRPC_HANDSHAKE_TIMEOUT", "300ms")]);
+    let tasks = || metric(&p.metrics(), "turnstile_runtime_alive_tasks");
+    let idle_tasks = tasks().expect("the runtime's task gauge is exposed");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let honest = tokio::spawn(honest_latencies(p.grpc, std::sync::Arc::clone(&stop)));
     // A slowloris: connects and sends nothing.
@@ -112,6 +114,11 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         open().unwrap_or(0) >= 5
     })
     .await;
+    let busy_tasks = tasks().unwrap_or(0);
+    assert!(
+        busy_tasks > idle_tasks,
+        "open connections run on tasks: {busy_tasks} with them, {idle_tasks} idle"
+    );
     // The server speaks first (its SETTINGS), then closes the connection that never sent the
     // preface: the read ends with end-of-stream, not with our 10 s read timeout.
     let mut seen = Vec::new();
@@ -134,6 +141,12 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         "closed connections are uncounted",
         || open().unwrap_or(u64::MAX) <= 1,
     )
+    .await;
+    // Every connection's tasks end with it: the runtime is back to the tasks it had idle.
+    drop(silent);
+    until(Duration::from_secs(5), "connection tasks end", || {
+        tasks().unwrap_or(u64::MAX) <= idle_tasks
+    })
     .await;
 }
 

@@ -1,0 +1,66 @@
+//! Global quotas for the Rate Limit Quota Service: usage reports in, assignments out.
+//!
+//! A data plane (Envoy's `rate_limit_quota` filter) groups requests into buckets, each named by
+//! an unordered set of key/value pairs, and reports per bucket how many requests it allowed and
+//! denied. Here a bucket is matched onto the domain's descriptor tree (`bucket`), every report
+//! is folded into the shared counters through the [`CounterStore`](crate::storage::CounterStore)
+//! (the very fixed-window counters RLS counts in, plus a demand counter), and each stream gets
+//! per bucket an assignment computed from the global count (`share`). Per-stream state lives in
+//! [`QuotaStream`] (`stream`), dropped with the stream.
+//!
+//! Must not touch: protobuf types, tonic, YAML, store crates. Time comes in as an argument, so a
+//! simulation drives this with an injected clock and the in-process store.
+
+mod bucket;
+pub mod share;
+mod stream;
+
+pub use bucket::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
+pub use stream::{Decided, GlobalUsage, QuotaError, QuotaStream, Usage};
+
+/// What a data plane is told to do with one bucket's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// Allow every request (no limit, shadow mode, or an unmatched bucket by default).
+    AllowAll {
+        /// Seconds the assignment lives without a renewal.
+        ttl_seconds: u64,
+    },
+    /// Deny every request (the window's budget is spent, or unmatched with `deny`).
+    DenyAll {
+        /// Seconds the assignment lives without a renewal.
+        ttl_seconds: u64,
+    },
+    /// A local token bucket: at most `max_tokens` at once, refilled continuously at
+    /// `tokens_per_fill` per `fill_interval_seconds`.
+    TokenBucket {
+        /// Capacity (Envoy's bucket starts full).
+        max_tokens: u32,
+        /// Tokens added per fill interval.
+        tokens_per_fill: u32,
+        /// The fill interval (whole seconds).
+        fill_interval_seconds: u32,
+        /// Seconds the assignment lives without a renewal.
+        ttl_seconds: u64,
+    },
+}
+
+impl Assignment {
+    /// `allow_all`, `deny_all` or `token_bucket` (metrics and logs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Assignment::AllowAll { .. } => "allow_all",
+            Assignment::DenyAll { .. } => "deny_all",
+            Assignment::TokenBucket { .. } => "token_bucket",
+        }
+    }
+
+    /// Seconds the assignment lives without a renewal.
+    pub fn ttl_seconds(&self) -> u64 {
+        match *self {
+            Assignment::AllowAll { ttl_seconds }
+            | Assignment::DenyAll { ttl_seconds }
+            | Assignment::TokenBucket { ttl_seconds, .. } => ttl_seconds,
+        }
+    }
+}

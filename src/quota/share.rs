@@ -1,0 +1,189 @@
+//! Fair share: one bucket's assignment for one data plane from the global count of its window
+//! and the demand seen across every data plane. Pure arithmetic, no clock and no store: the
+//! caller passes the moment and the counts, so a simulation can drive it deterministically.
+//!
+//! The rule: `remaining = limit − used` (used = requests every data plane reported allowed in
+//! the window). Spent → deny all until the window ends. Otherwise the stream gets a token
+//! bucket filling at `remaining / time left × share`, where `share` is this stream's part of the
+//! recent demand (allowed + denied; the current window plus the previous one weighted by how
+//! much of it a sliding span still covers), never below `min_share`. Its capacity is one
+//! second of that rate (at least one token), so a fresh bucket in Envoy, which starts full,
+//! admits at most that much at once.
+
+use super::Assignment;
+
+/// Token-bucket refill period sent to Envoy (whole seconds: Envoy truncates sub-second parts).
+/// Envoy refills continuously at `tokens_per_fill / fill_interval`; a long interval only buys
+/// precision (rates in steps of 1/60 request per second).
+pub const FILL_INTERVAL_SECONDS: u32 = 60;
+
+/// A new token-bucket rate within this fraction of the one a stream holds keeps the one it
+/// holds: Envoy replaces (and refills) a bucket whose parameters change, so small changes cost
+/// more than they fix.
+pub const HYSTERESIS: f64 = 0.1;
+
+/// What the share of one bucket for one stream depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareInput {
+    /// The limit per window.
+    pub limit: u64,
+    /// Allowed requests counted in the window so far (every stream, every replica).
+    pub used: u64,
+    /// Window length (ms).
+    pub period_ms: u64,
+    /// How far into the window now is (ms, `< period_ms`).
+    pub elapsed_ms: u64,
+    /// This stream's demand in the current and the previous window.
+    pub own_demand: (u64, u64),
+    /// Every stream's demand in the current and the previous window.
+    pub all_demand: (u64, u64),
+    /// The smallest share a stream gets (0..=1).
+    pub min_share: f64,
+    /// How long a token-bucket assignment lives (whole seconds, at least 1).
+    pub ttl_seconds: u64,
+}
+
+impl ShareInput {
+    /// This stream's part of recent demand, at least `min_share`, at most 1.
+    pub fn share(&self) -> f64 {
+        let left = self.period_ms.saturating_sub(self.elapsed_ms) as f64;
+        let weight = left / self.period_ms.max(1) as f64;
+        let own = self.own_demand.0 as f64 + self.own_demand.1 as f64 * weight;
+        let all = self.all_demand.0 as f64 + self.all_demand.1 as f64 * weight;
+        let share = if all > 0.0 { own / all } else { 1.0 };
+        share.max(self.min_share).min(1.0)
+    }
+
+    /// The assignment; `held` is the one the stream holds now, kept when a new token bucket
+    /// would differ from it by less than [`HYSTERESIS`].
+    pub fn assign(&self, held: Option<&Assignment>) -> Assignment {
+        let left_ms = self.period_ms.saturating_sub(self.elapsed_ms).max(1);
+        let remaining = self.limit.saturating_sub(self.used);
+        if remaining == 0 {
+            return Assignment::DenyAll {
+                ttl_seconds: left_ms.div_ceil(1_000).max(1),
+            };
+        }
+        // Pace what is left over the time left, but never faster than all of it in a second.
+        let per_second = remaining as f64 * 1_000.0 / left_ms.max(1_000) as f64 * self.share();
+        let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
+        let tokens_per_fill = fill.clamp(1.0, f64::from(u32::MAX)) as u32;
+        let burst = per_second
+            .ceil()
+            .clamp(1.0, remaining.min(u64::from(u32::MAX)) as f64);
+        let fresh = Assignment::TokenBucket {
+            max_tokens: burst as u32,
+            tokens_per_fill,
+            fill_interval_seconds: FILL_INTERVAL_SECONDS,
+            ttl_seconds: self.ttl_seconds.max(1),
+        };
+        match held {
+            Some(
+                kept @ Assignment::TokenBucket {
+                    tokens_per_fill: old,
+                    ..
+                },
+            ) if close(*old, tokens_per_fill) => *kept,
+            _ => fresh,
+        }
+    }
+}
+
+fn close(old: u32, new: u32) -> bool {
+    let old = f64::from(old);
+    (f64::from(new) - old).abs() <= old * HYSTERESIS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input() -> ShareInput {
+        ShareInput {
+            limit: 120,
+            used: 0,
+            period_ms: 60_000,
+            elapsed_ms: 0,
+            own_demand: (0, 0),
+            all_demand: (0, 0),
+            min_share: 0.05,
+            ttl_seconds: 10,
+        }
+    }
+
+    #[test]
+    fn a_spent_window_denies_until_it_ends() {
+        let i = ShareInput {
+            used: 130,
+            elapsed_ms: 59_001,
+            ..input()
+        };
+        assert_eq!(i.assign(None), Assignment::DenyAll { ttl_seconds: 1 });
+    }
+
+    #[test]
+    fn the_rate_is_the_remaining_paced_over_the_time_left_times_the_share() {
+        // 60 left over 30 s = 2/s; this stream has 80 % of the demand: 1.6/s = 96 per minute.
+        let i = ShareInput {
+            used: 60,
+            elapsed_ms: 30_000,
+            own_demand: (80, 0),
+            all_demand: (100, 0),
+            ..input()
+        };
+        assert_eq!(
+            i.assign(None),
+            Assignment::TokenBucket {
+                max_tokens: 2,
+                tokens_per_fill: 96,
+                fill_interval_seconds: 60,
+                ttl_seconds: 10
+            }
+        );
+    }
+
+    #[test]
+    fn a_quiet_stream_gets_the_floor() {
+        let i = ShareInput {
+            own_demand: (0, 0),
+            all_demand: (1_000, 0),
+            ..input()
+        };
+        assert!((i.share() - 0.05).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_previous_window_counts_by_how_much_of_it_the_span_still_covers() {
+        // A quarter into the window: the previous window weighs 3/4.
+        let i = ShareInput {
+            elapsed_ms: 15_000,
+            own_demand: (0, 40),
+            all_demand: (10, 40),
+            ..input()
+        };
+        assert!((i.share() - 30.0 / 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn small_changes_keep_the_bucket_envoy_holds() {
+        let held = Assignment::TokenBucket {
+            max_tokens: 2,
+            tokens_per_fill: 100,
+            fill_interval_seconds: 60,
+            ttl_seconds: 10,
+        };
+        let near = ShareInput {
+            elapsed_ms: 1_000,
+            ..input()
+        };
+        // 120 over 59 s ≈ 122 per minute: within 10 % of 100? No (22 %): replaced.
+        assert_ne!(near.assign(Some(&held)), held);
+        let closer = ShareInput {
+            used: 20,
+            elapsed_ms: 0,
+            ..input()
+        };
+        // 100 per minute: kept.
+        assert_eq!(closer.assign(Some(&held)), held);
+    }
+}

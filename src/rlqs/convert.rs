@@ -1,0 +1,84 @@
+//! RLQS protobuf ↔ quota types. A report that cannot be read is refused with
+//! `INVALID_ARGUMENT` naming the field.
+
+use std::collections::HashMap;
+
+use tonic::Status;
+
+use crate::pb::envoy::service::rate_limit_quota::v3 as pb;
+use crate::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
+use crate::quota::{Assignment, BucketId, Decided, MAX_BUCKET_PAIRS, Usage};
+use pb::rate_limit_quota_response::BucketAction;
+use pb::rate_limit_quota_response::bucket_action::{self, QuotaAssignmentAction};
+
+/// The usages of one report, validated.
+pub(crate) fn usages(
+    report: pb::RateLimitQuotaUsageReports,
+) -> Result<(String, Vec<Usage>), Status> {
+    let mut out = Vec::with_capacity(report.bucket_quota_usages.len());
+    for (i, usage) in report.bucket_quota_usages.into_iter().enumerate() {
+        let field = format!("bucket_quota_usages[{i}].bucket_id");
+        let pairs = usage
+            .bucket_id
+            .ok_or_else(|| Status::invalid_argument(format!("{field}: required")))?
+            .bucket;
+        let bucket = BucketId::new(pairs).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "{field}: a bucket id has 1 to {MAX_BUCKET_PAIRS} pairs"
+            ))
+        })?;
+        out.push(Usage {
+            bucket,
+            allowed: usage.num_requests_allowed,
+            denied: usage.num_requests_denied,
+        });
+    }
+    Ok((report.domain, out))
+}
+
+/// The response carrying every decided assignment, in order.
+pub(crate) fn response(decided: &[Decided]) -> pb::RateLimitQuotaResponse {
+    pb::RateLimitQuotaResponse {
+        bucket_action: decided.iter().map(action).collect(),
+    }
+}
+
+fn action(d: &Decided) -> BucketAction {
+    let bucket: HashMap<String, String> = d.bucket.pairs().iter().cloned().collect();
+    let strategy = match d.assignment {
+        Assignment::AllowAll { .. } => rate_limit_strategy::Strategy::BlanketRule(
+            rate_limit_strategy::BlanketRule::AllowAll.into(),
+        ),
+        Assignment::DenyAll { .. } => rate_limit_strategy::Strategy::BlanketRule(
+            rate_limit_strategy::BlanketRule::DenyAll.into(),
+        ),
+        Assignment::TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_seconds,
+            ..
+        } => rate_limit_strategy::Strategy::TokenBucket(TokenBucket {
+            max_tokens,
+            tokens_per_fill: Some(tokens_per_fill),
+            fill_interval: Some(seconds(u64::from(fill_interval_seconds))),
+        }),
+    };
+    BucketAction {
+        bucket_id: Some(pb::BucketId { bucket }),
+        bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
+            QuotaAssignmentAction {
+                assignment_time_to_live: Some(seconds(d.assignment.ttl_seconds())),
+                rate_limit_strategy: Some(RateLimitStrategy {
+                    strategy: Some(strategy),
+                }),
+            },
+        )),
+    }
+}
+
+fn seconds(n: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(n).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}

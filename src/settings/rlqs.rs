@@ -1,0 +1,80 @@
+//! Settings of the Rate Limit Quota Service (`RLQS_*`; Turnstile only, the reference has no
+//! RLQS).
+
+use std::time::Duration;
+
+use super::SettingsError;
+use super::reader::{Reader, err};
+
+/// What a bucket that matches no limit (or an unknown domain) is assigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unmatched {
+    /// `ALLOW_ALL` (as RLS answers OK for a descriptor without a limit).
+    #[default]
+    Allow,
+    /// `DENY_ALL`.
+    Deny,
+}
+
+/// How quotas are shared out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RlqsSettings {
+    /// `RLQS_UNMATCHED_ACTION` (`allow` or `deny`).
+    pub unmatched: Unmatched,
+    /// `RLQS_ASSIGNMENT_TTL`: how long Envoy applies an assignment without hearing from us
+    /// (whole seconds, at least 1: Envoy ignores fractions).
+    pub assignment_ttl: Duration,
+    /// `RLQS_MIN_SHARE`: the smallest part of a bucket's pace a stream is given (0..=1).
+    pub min_share: f64,
+    /// `RLQS_MAX_BUCKETS_PER_STREAM`: a stream reporting more buckets is ended.
+    pub max_buckets_per_stream: usize,
+}
+
+impl Default for RlqsSettings {
+    fn default() -> Self {
+        Self {
+            unmatched: Unmatched::Allow,
+            assignment_ttl: Duration::from_secs(10),
+            min_share: 0.05,
+            max_buckets_per_stream: 1_000,
+        }
+    }
+}
+
+pub(super) fn rlqs(r: &Reader<'_>) -> Result<RlqsSettings, SettingsError> {
+    let defaults = RlqsSettings::default();
+    let unmatched = match r.string("RLQS_UNMATCHED_ACTION", "allow").as_str() {
+        "allow" => Unmatched::Allow,
+        "deny" => Unmatched::Deny,
+        other => return Err(err("RLQS_UNMATCHED_ACTION", other, "allow or deny")),
+    };
+    let assignment_ttl = r.duration("RLQS_ASSIGNMENT_TTL", defaults.assignment_ttl)?;
+    if assignment_ttl.as_secs() == 0 || assignment_ttl.subsec_nanos() != 0 {
+        return Err(err(
+            "RLQS_ASSIGNMENT_TTL",
+            &humantime::format_duration(assignment_ttl).to_string(),
+            "whole seconds, at least 1s (Envoy reads only the seconds)",
+        ));
+    }
+    let min_share: f64 = r.parsed("RLQS_MIN_SHARE", defaults.min_share)?;
+    if !(0.0..=1.0).contains(&min_share) {
+        return Err(err(
+            "RLQS_MIN_SHARE",
+            &min_share.to_string(),
+            "between 0 and 1",
+        ));
+    }
+    let max_buckets_per_stream: usize = r.parsed(
+        "RLQS_MAX_BUCKETS_PER_STREAM",
+        defaults.max_buckets_per_stream,
+    )?;
+    if max_buckets_per_stream == 0 {
+        return Err(err("RLQS_MAX_BUCKETS_PER_STREAM", "0", "at least 1"));
+    }
+    Ok(RlqsSettings {
+        unmatched,
+        assignment_ttl,
+        min_share,
+        max_buckets_per_stream,
+    })
+}
