@@ -11,8 +11,8 @@ use crate::quota::{Assignment, BucketId, Decided, MAX_BUCKET_PAIRS, Usage};
 use pb::rate_limit_quota_response::BucketAction;
 use pb::rate_limit_quota_response::bucket_action::{self, QuotaAssignmentAction};
 
-/// The usages of one report, validated.
-pub(crate) fn usages(
+/// The domain and usages of one report, validated (`INVALID_ARGUMENT` naming the field).
+pub fn usages_from_pb(
     report: pb::RateLimitQuotaUsageReports,
 ) -> Result<(String, Vec<Usage>), Status> {
     let mut out = Vec::with_capacity(report.bucket_quota_usages.len());
@@ -37,7 +37,7 @@ pub(crate) fn usages(
 }
 
 /// The response carrying every decided assignment, in order.
-pub(crate) fn response(decided: &[Decided]) -> pb::RateLimitQuotaResponse {
+pub fn response_to_pb(decided: &[Decided]) -> pb::RateLimitQuotaResponse {
     pb::RateLimitQuotaResponse {
         bucket_action: decided.iter().map(action).collect(),
     }

@@ -7,6 +7,8 @@
 
 mod convert;
 
+pub use convert::{response_to_pb, usages_from_pb};
+
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -115,7 +117,7 @@ impl<S: CounterStore> Session<S> {
     ) -> Result<Option<RateLimitQuotaResponse>, Status> {
         let metrics = &self.state.metrics;
         metrics.rlqs.report();
-        let (domain, usages) = convert::usages(report)?;
+        let (domain, usages) = convert::usages_from_pb(report)?;
         let rules = self
             .state
             .rules
@@ -149,7 +151,7 @@ impl<S: CounterStore> Session<S> {
                 metrics.rlqs_usage(&u.rule, u.used, u.limit);
             }
         }
-        Ok(Some(convert::response(&decided)))
+        Ok(Some(convert::response_to_pb(&decided)))
     }
 }
 

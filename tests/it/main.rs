@@ -20,6 +20,7 @@ mod process;
 mod redis_backend;
 mod redis_support;
 mod responses;
+mod rlqs;
 mod robustness;
 mod semantics;
 mod srv;

@@ -16,25 +16,30 @@ use crate::support::{Options, TestServer, peers_venv, start_memory};
 
 const WIRE: &str = "domain: wire\ndescriptors:\n  - key: user\n    rate_limit: { unit: week, requests_per_unit: 3, name: weekly }\n    metadata: { tier: gold }\n";
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/wire_check.py")
+/// Runs the RLS peer script; `None` when the peer virtualenv is missing (reported).
+pub(crate) fn python(args: &[&str]) -> Option<String> {
+    peer_script("wire_check.py", args)
 }
 
-/// Runs the peer script; `None` when the peer virtualenv is missing (reported).
-pub(crate) fn python(args: &[&str]) -> Option<String> {
+/// Runs `tests/peers/<name>`; `None` when the peer virtualenv is missing (reported).
+pub(crate) fn peer_script(name: &str, args: &[&str]) -> Option<String> {
     let Some(venv) = peers_venv() else {
         crate::support::missing("the peer virtualenv (.venv-peers with grpcio and xds-protos)");
         return None;
     };
     let out = Command::new(venv.join("bin/python"))
-        .arg(script())
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/peers")
+                .join(name),
+        )
         .args(args)
         .output()
         .expect("python");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "wire_check.py {args:?} failed:\n{stdout}\n{}",
+        "{name} {args:?} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(stdout)

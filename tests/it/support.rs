@@ -35,6 +35,8 @@ pub struct Options {
     pub limiter: LimiterSettings,
     pub response: ResponseSettings,
     pub merge: bool,
+    /// The server's transport options (RLQS settings, request deadline, ...).
+    pub server: turnstile::server::ServerOptions,
 }
 
 impl From<ResponseSettings> for Options {
@@ -134,8 +136,9 @@ pub async fn start_with<S: CounterStore>(
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
+    let server_options = options.server;
     tokio::spawn(async move {
-        turnstile::server::serve(listener, state, Default::default(), async {
+        turnstile::server::serve(listener, state, server_options, async {
             let _ = stopped.await;
         })
         .await
