@@ -19,8 +19,8 @@ use crate::support::rules;
 
 const RULES: &str = "domain: rlqs\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 120 }\n";
 const STEP_MS: u64 = 10;
-/// A window-aligned start.
-const START_MS: u64 = 1_000_020 * 1_000 - 1_000_020 % 60 * 1_000;
+/// A window-aligned start (1,000,020 s is a multiple of 60).
+const START_MS: u64 = 1_000_020 * 1_000;
 
 /// One simulated Envoy.
 struct SimEnvoy {
@@ -110,10 +110,8 @@ impl SimEnvoy {
             .expect("report");
         let next = decided[0].assignment;
         let same = matches!(self.held, Some((held, _)) if held == next);
-        if !same {
-            if let Assignment::TokenBucket { max_tokens, .. } = next {
-                self.tokens = f64::from(max_tokens);
-            }
+        if let (false, Assignment::TokenBucket { max_tokens, .. }) = (same, next) {
+            self.tokens = f64::from(max_tokens);
         }
         self.held = Some((next, now_ms + next.ttl_seconds() * 1_000));
     }
