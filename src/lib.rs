@@ -42,7 +42,7 @@
 //! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage` |
-//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `rules`, `storage` |
+//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
 

@@ -1,6 +1,6 @@
 //! The `turnstile` binary: settings → telemetry → serve → exit code. All logic is in the library.
 //!
-//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config] [--reference]`.
+//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,13 +20,13 @@ fn main() -> ExitCode {
             let Some(dir) = args.iter().skip(1).find(|a| !a.starts_with("--")) else {
                 return usage();
             };
-            let merge_domains = args.iter().any(|a| a == "--merge-domain-config");
-            let reference = args.iter().any(|a| a == "--reference");
+            let merge_domains = flag(&args, "--merge-domain-config");
+            let (reference, rlqs) = (flag(&args, "--reference"), flag(&args, "--rlqs"));
             let options = LoadOptions {
                 ignore_dotfiles: false,
                 merge_domains,
             };
-            match turnstile::app::check_config(&PathBuf::from(dir), options, reference) {
+            match turnstile::app::check_config(&PathBuf::from(dir), options, reference, rlqs) {
                 Ok((report, passed)) => {
                     println!("{report}");
                     ExitCode::from(u8::from(!passed))
@@ -46,9 +46,13 @@ fn main() -> ExitCode {
     }
 }
 
+fn flag(args: &[String], name: &str) -> bool {
+    args.iter().any(|a| a == name)
+}
+
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config] [--reference]"
+        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]"
     );
     ExitCode::from(64)
 }

@@ -325,12 +325,14 @@ fn raise_open_files_limit() {
     }
 }
 
-/// `turnstile check-config DIR [--reference]`: the report, and whether the files pass (they
-/// load; with `reference`, also in envoyproxy/ratelimit, i.e. they use no extension).
+/// `turnstile check-config DIR [--reference] [--rlqs]`: the report, and whether the files pass
+/// (they load; with `reference`, also in envoyproxy/ratelimit, i.e. they use no extension).
+/// With `rlqs`, the report also says how RLQS serves every limit.
 pub fn check_config(
     dir: &std::path::Path,
     options: LoadOptions,
     reference: bool,
+    rlqs: bool,
 ) -> Result<(String, bool), ConfigErrors> {
     config::load_dir(dir, options).map(|loaded| {
         let mut out = String::new();
@@ -338,6 +340,19 @@ pub fn check_config(
             out.push_str(&format!("warning: {warning}\n"));
         }
         out.push_str("all rate limit configs ok");
+        if rlqs {
+            let mut lines: Vec<String> = loaded
+                .rules
+                .limits()
+                .into_iter()
+                .map(crate::quota::describe)
+                .collect();
+            lines.sort();
+            out.push_str("\nRLQS buckets (bucket id → assignment):");
+            for line in lines {
+                out.push_str(&format!("\n{line}"));
+            }
+        }
         if !reference {
             return (out, true);
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -36,7 +36,7 @@ pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
 /// `DEBUG_PORT`: `/`, `/rlconfig`, `/metrics`.
 pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
     Router::new()
-        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/metrics: Prometheus metrics\n/healthcheck: health\n" }))
+        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/rlconfig?rlqs: how RLQS serves each limit\n/metrics: Prometheus metrics\n/healthcheck: health\n" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/healthcheck", get(healthcheck::<S>))
@@ -116,14 +116,21 @@ async fn json_api<S: CounterStore>(
     }
 }
 
-async fn rlconfig<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
+async fn rlconfig<S: CounterStore>(
+    State(state): State<Arc<ServiceState<S>>>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let Some(rules) = state.rules.load() else {
         return (StatusCode::OK, String::new()).into_response();
     };
+    let rlqs = query.as_deref() == Some("rlqs");
     let mut lines: Vec<String> = rules
         .limits()
         .iter()
         .map(|l| {
+            if rlqs {
+                return crate::quota::describe(l);
+            }
             let (unit, requests_per_unit, extensions) = match l.rate {
                 Rate::Limited(p) => (p.unit().name(), p.requests_per_unit, extensions(&p)),
                 Rate::Unlimited { written } => ("UNKNOWN", written, String::new()),

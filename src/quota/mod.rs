@@ -12,10 +12,12 @@
 //! simulation drives this with an injected clock and the in-process store.
 
 mod bucket;
+mod describe;
 pub mod share;
 mod stream;
 
 pub use bucket::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
+pub use describe::describe;
 pub use stream::{Decided, GlobalUsage, QuotaError, QuotaStream, Usage};
 
 /// What a data plane is told to do with one bucket's requests.

@@ -191,6 +191,22 @@ fn envoy_and_istio_configs_validate_with_a_real_envoy() {
     assert!(ok, "{report}");
     let (ok, report) = envoy_check(&envoy, "envoyfilter", &istio);
     assert!(ok, "{report}");
+    // RLQS: the bootstrap and the Istio patch, and a misspelled bucket setting is refused.
+    let rlqs = root().join("deploy/envoy/rlqs.yaml");
+    let rlqs_istio = root().join("deploy/istio/rlqs-envoyfilter.yaml");
+    let (ok, report) = envoy_check(&envoy, "bootstrap", &rlqs);
+    assert!(ok, "{report}");
+    let (ok, report) = envoy_check(&envoy, "envoyfilter", &rlqs_istio);
+    assert!(ok, "{report}");
+    let broken = temp_dir("envoy").join("rlqs.yaml");
+    let text = std::fs::read_to_string(&rlqs).expect("read");
+    std::fs::write(
+        &broken,
+        text.replace("reporting_interval:", "reporting_intervall:"),
+    )
+    .expect("write");
+    let (ok, report) = envoy_check(&envoy, "bootstrap", &broken);
+    assert!(!ok, "a misspelled RLQS field must fail:\n{report}");
     // Both checks reject a misspelled field inside the ratelimit filter's typed_config.
     let dir = temp_dir("envoy");
     for (mode, file) in [("bootstrap", &bootstrap), ("envoyfilter", &istio)] {
