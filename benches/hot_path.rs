@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the request hot path: rule matching, counter-key building, request
-//! conversion, and a whole decision over the memory store.
+//! conversion, and a whole decision over the memory store; and the server's cost of one RLQS
+//! report (decode, fold into the store, assign, encode) over the memory store.
 //!   cargo bench --bench hot_path
 
 use std::hint::black_box;
@@ -127,5 +128,54 @@ fn decision(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, matching, keys, conversion, decision);
+fn rlqs_report(c: &mut Criterion) {
+    use turnstile::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports, rate_limit_quota_usage_reports::BucketQuotaUsage,
+    };
+    use turnstile::quota::QuotaStream;
+    use turnstile::rlqs::{response_to_pb, usages_from_pb};
+    let rules = rules();
+    let clock = ManualClock::new(1_796_000_000);
+    let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
+    let limiter = Limiter::new(store, Arc::new(clock), Default::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for n in [1, 10] {
+        let report = RateLimitQuotaUsageReports {
+            domain: "rl".into(),
+            bucket_quota_usages: (0..n)
+                .map(|i| BucketQuotaUsage {
+                    bucket_id: Some(BucketId {
+                        bucket: [("foo".to_owned(), format!("user{i}"))].into(),
+                    }),
+                    time_elapsed: Some(prost_types::Duration {
+                        seconds: 5,
+                        nanos: 0,
+                    }),
+                    num_requests_allowed: 40,
+                    num_requests_denied: 3,
+                })
+                .collect(),
+        };
+        let mut stream = QuotaStream::new(Default::default());
+        c.bench_function(&format!("RLQS report, {n} bucket(s), memory store"), |b| {
+            b.iter(|| {
+                let (domain, usages) = usages_from_pb(black_box(report.clone())).expect("valid");
+                let decided = runtime
+                    .block_on(stream.on_report(
+                        &domain,
+                        usages,
+                        &rules,
+                        &limiter,
+                        1_796_000_000_000,
+                    ))
+                    .expect("assigned");
+                response_to_pb(&decided)
+            })
+        });
+    }
+}
+
+criterion_group!(benches, matching, keys, conversion, decision, rlqs_report);
 criterion_main!(benches);

@@ -52,15 +52,16 @@ run() { # name file path header-prefix [extra h2load args...]
   local before ticks reports_before
   before=$(mc_ops); ticks=$(cpu_ticks)
   reports_before=$(curl -s 127.0.0.1:18293/metrics | awk '/^turnstile_rlqs_reports_total/ {print $NF}')
+  local loads=()
   for u in $(seq "$users"); do
     h2load --h1 -c 1 --rps $((rate / users)) -D "$secs" -H "$header$u" "$@" "http://127.0.0.1:18280$path" \
-      >"$work/h2load.$u" 2>&1 &
+      >"$work/h2load.$u" 2>&1 & loads+=($!)
   done
-  wait $(jobs -p | grep -v -e "^$e$" -e "^$server$") 2>/dev/null || true
+  wait "${loads[@]}" || true
   local after requests ops reports cpu_ms
   after=$(mc_ops); cpu_ms=$(( ($(cpu_ticks) - ticks) * 1000 / $(getconf CLK_TCK) ))
   reports=$(( $(curl -s 127.0.0.1:18293/metrics | awk '/^turnstile_rlqs_reports_total/ {print $NF}') - reports_before ))
-  requests=$(cat "$work"/h2load.* | awk '/^requests:/ {s += $8} END {print s + 0}')
+  requests=$(cat "$work"/h2load.* | awk '/^requests:/ {s += $6} END {print s + 0}')
   ops=$((after - before))
   kill "$e"; wait "$e" 2>/dev/null || true
   printf '| %s | %d | %d | %d | %.3f | %d | %d |\n' "$name" "$((requests / secs))" "$((ops / secs))" "$ops" \

@@ -2,7 +2,7 @@
 //! the in-process store, no network. Each simulated Envoy enforces its assignment as Envoy's
 //! filter does (a token bucket that starts full when its parameters change and keeps its
 //! tokens when they do not; allow-all before the first assignment; deny-all once expired),
-//! and reports allowed/denied every second at its own phase. Per window it prints what was
+//! and reports allowed/denied every second (or every 5 s, as Envoy 1.40 does) at its own phase. Per window it prints what was
 //! admitted against the limit and each Envoy's share; the defaults (`RLQS_MIN_SHARE`, the
 //! hysteresis, one second of burst) were chosen with it.
 
@@ -26,6 +26,7 @@ const START_MS: u64 = 1_000_020 * 1_000;
 struct SimEnvoy {
     demand: Box<dyn Fn(u64) -> f64>,
     phase_ms: u64,
+    report_every_ms: u64,
     stream: QuotaStream,
     held: Option<(Assignment, u64)>,
     tokens: f64,
@@ -41,6 +42,7 @@ impl SimEnvoy {
         SimEnvoy {
             demand: Box::new(demand),
             phase_ms,
+            report_every_ms: 1_000,
             stream: QuotaStream::new(settings),
             held: None,
             tokens: 0.0,
@@ -132,7 +134,7 @@ async fn simulate(mut envoys: Vec<SimEnvoy>, windows: usize) -> Vec<Vec<(u64, u6
         let window = (t / 60_000) as usize;
         for envoy in envoys.iter_mut() {
             envoy.step(t, window);
-            if t % 1_000 == envoy.phase_ms {
+            if t % envoy.report_every_ms == envoy.phase_ms {
                 envoy.report(&rules, &limiter, START_MS + t).await;
             }
         }
@@ -170,6 +172,33 @@ async fn skewed_demand_above_the_limit_is_shared_by_demand_within_ten_percent() 
     let envoys = vec![SimEnvoy::new(|_| 8.0, 0, s), SimEnvoy::new(|_| 2.0, 370, s)];
     let result = simulate(envoys, 4).await;
     print_table("80/20 at 10 req/s", 120, &result);
+    for (w, envoys) in result.iter().enumerate() {
+        let total: u64 = envoys.iter().map(|e| e.0).sum();
+        assert!(
+            total.abs_diff(120) <= 12,
+            "window {w}: {total} admitted for a limit of 120"
+        );
+        let low_share = envoys[1].0 as f64 / total as f64;
+        assert!(
+            low_share >= 0.9 * 0.2,
+            "window {w}: the 20 % Envoy got {low_share:.2} of the admitted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn skewed_demand_with_reports_every_five_seconds_as_envoy_1_40_sends_them() {
+    // Envoy 1.40 reports every 5 s whatever `reporting_interval` says (measured).
+    let s = RlqsSettings::default();
+    let mut envoys = vec![
+        SimEnvoy::new(|_| 8.0, 0, s),
+        SimEnvoy::new(|_| 2.0, 2_370, s),
+    ];
+    for envoy in &mut envoys {
+        envoy.report_every_ms = 5_000;
+    }
+    let result = simulate(envoys, 4).await;
+    print_table("80/20 at 10 req/s, reports every 5 s", 120, &result);
     for (w, envoys) in result.iter().enumerate() {
         let total: u64 = envoys.iter().map(|e| e.0).sum();
         assert!(
