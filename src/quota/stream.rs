@@ -141,41 +141,11 @@ impl QuotaStream {
                 max: self.settings.max_buckets_per_stream,
             });
         }
-        let now_s = now_ms / 1_000;
         let resolved: Vec<Resolution<'_>> = usages
             .iter()
             .map(|u| resolve(rules, &domain, &u.bucket))
             .collect();
-        let mut hits = Vec::new();
-        for (u, r) in usages.iter().zip(&resolved) {
-            if let Resolution::Counted {
-                limit,
-                period,
-                entries,
-                ..
-            } = r
-            {
-                let start = now_s - now_s % period;
-                let end = start + period;
-                let previous = start.saturating_sub(*period);
-                let demand = |at| limiter.demand_key(&domain, entries, limit, *period, at);
-                hits.push(Hit {
-                    key: limiter.window_key(&domain, entries, limit, *period, start),
-                    op: Op::Add(u.allowed),
-                    expires_at: end,
-                });
-                hits.push(Hit {
-                    key: demand(start),
-                    op: Op::Add(u.allowed.saturating_add(u.denied)),
-                    expires_at: end + period,
-                });
-                hits.push(Hit {
-                    key: demand(previous),
-                    op: Op::Add(0),
-                    expires_at: end,
-                });
-            }
-        }
+        let hits = plan(&domain, &usages, &resolved, limiter, now_ms / 1_000);
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
@@ -185,46 +155,15 @@ impl QuotaStream {
         let mut counts = counts.chunks_exact(3);
         let mut out = Vec::with_capacity(usages.len());
         for (u, r) in usages.iter().zip(resolved) {
-            let tracked = self.buckets.entry(u.bucket.clone()).or_default();
-            let ttl_seconds = self.settings.assignment_ttl.as_secs().max(1);
-            let (assignment, usage) = match r {
-                Resolution::Unmatched => (unmatched(self.settings.unmatched, ttl_seconds), None),
-                Resolution::Unlimited => (Assignment::AllowAll { ttl_seconds }, None),
-                Resolution::Counted {
-                    limit,
-                    per_window,
-                    period,
-                    enforce,
-                    ..
-                } => {
-                    let Some(&[used, current, previous]) = counts.next() else {
-                        return Err(StorageError::Protocol("fewer counts than hits".into()).into());
-                    };
-                    let start = now_s - now_s % period;
-                    tracked.add_demand(period, start, u.allowed.saturating_add(u.denied));
-                    let input = ShareInput {
-                        limit: per_window,
-                        used,
-                        period_ms: period * 1_000,
-                        elapsed_ms: now_ms - start * 1_000,
-                        own_demand: tracked.demand,
-                        all_demand: (current, previous),
-                        min_share: self.settings.min_share,
-                        ttl_seconds,
-                    };
-                    let assignment = if enforce && !shadow {
-                        input.assign(tracked.held.as_ref())
-                    } else {
-                        Assignment::AllowAll { ttl_seconds }
-                    };
-                    let usage = GlobalUsage {
-                        rule: limit.full_key.clone(),
-                        used,
-                        limit: per_window,
-                    };
-                    (assignment, Some(usage))
-                }
+            let count = match r {
+                Resolution::Counted { .. } => match counts.next() {
+                    Some(&[used, current, previous]) => Some((used, current, previous)),
+                    _ => return Err(StorageError::Protocol("fewer counts than hits".into()).into()),
+                },
+                _ => None,
             };
+            let tracked = self.buckets.entry(u.bucket.clone()).or_default();
+            let (assignment, usage) = assign(&self.settings, tracked, u, r, count, shadow, now_ms);
             tracked.held = Some(assignment);
             out.push(Decided {
                 bucket: u.bucket.clone(),
@@ -249,6 +188,101 @@ impl QuotaStream {
             }),
         }
     }
+}
+
+/// The store operations of a report: per counted bucket, the allowed requests onto the window
+/// counter, the demand onto this window's demand counter, and a read of the previous window's.
+fn plan<S: CounterStore>(
+    domain: &str,
+    usages: &[Usage],
+    resolved: &[Resolution<'_>],
+    limiter: &Limiter<S>,
+    now_s: u64,
+) -> Vec<Hit> {
+    let mut hits = Vec::new();
+    for (u, r) in usages.iter().zip(resolved) {
+        let Resolution::Counted {
+            limit,
+            period,
+            entries,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        let start = now_s - now_s % period;
+        let end = start + period;
+        let demand = |at| limiter.demand_key(domain, entries, limit, *period, at);
+        hits.push(Hit {
+            key: limiter.window_key(domain, entries, limit, *period, start),
+            op: Op::Add(u.allowed),
+            expires_at: end,
+        });
+        hits.push(Hit {
+            key: demand(start),
+            op: Op::Add(u.allowed.saturating_add(u.denied)),
+            expires_at: end + period,
+        });
+        hits.push(Hit {
+            key: demand(start.saturating_sub(*period)),
+            op: Op::Add(0),
+            expires_at: end,
+        });
+    }
+    hits
+}
+
+/// One bucket's assignment; `count` is (used, demand now, demand before) for a counted bucket.
+fn assign(
+    settings: &RlqsSettings,
+    tracked: &mut Tracked,
+    usage: &Usage,
+    resolution: Resolution<'_>,
+    count: Option<(u64, u64, u64)>,
+    shadow: bool,
+    now_ms: u64,
+) -> (Assignment, Option<GlobalUsage>) {
+    let ttl_seconds = settings.assignment_ttl.as_secs().max(1);
+    let (
+        Resolution::Counted {
+            limit,
+            per_window,
+            period,
+            enforce,
+            ..
+        },
+        Some((used, current, previous)),
+    ) = (&resolution, count)
+    else {
+        return match resolution {
+            Resolution::Unlimited => (Assignment::AllowAll { ttl_seconds }, None),
+            _ => (unmatched(settings.unmatched, ttl_seconds), None),
+        };
+    };
+    let now_s = now_ms / 1_000;
+    let start = now_s - now_s % period;
+    tracked.add_demand(*period, start, usage.allowed.saturating_add(usage.denied));
+    let input = ShareInput {
+        limit: *per_window,
+        used,
+        period_ms: period * 1_000,
+        elapsed_ms: now_ms - start * 1_000,
+        own_demand: tracked.demand,
+        all_demand: (current, previous),
+        min_share: settings.min_share,
+        ttl_seconds,
+    };
+    let assignment = if *enforce && !shadow {
+        input.assign(tracked.held.as_ref())
+    } else {
+        Assignment::AllowAll { ttl_seconds }
+    };
+    let global = GlobalUsage {
+        rule: limit.full_key.clone(),
+        used,
+        limit: *per_window,
+    };
+    (assignment, Some(global))
 }
 
 fn unmatched(action: Unmatched, ttl_seconds: u64) -> Assignment {

@@ -1,0 +1,10 @@
+
+rlqs,
+
+
+useralice
+
+path/api€åšw )
+
+
+name	catch-all€åšw ÿÿÿÿÿÿÿÿÿ
