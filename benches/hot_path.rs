@@ -105,14 +105,20 @@ fn conversion(c: &mut Criterion) {
     });
 }
 
-fn decision(c: &mut Criterion) {
-    let rules = rules();
+/// A limiter over the memory store at a fixed time, and a runtime to drive it.
+fn memory_limiter() -> (Limiter<MemoryStore>, tokio::runtime::Runtime) {
     let clock = ManualClock::new(1_796_000_000);
     let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
     let limiter = Limiter::new(store, Arc::new(clock), Default::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
+    (limiter, runtime)
+}
+
+fn decision(c: &mut Criterion) {
+    let rules = rules();
+    let (limiter, runtime) = memory_limiter();
     for n in [1, 5] {
         let req = request_from_pb(request(n)).expect("valid");
         c.bench_function(
@@ -135,12 +141,7 @@ fn rlqs_report(c: &mut Criterion) {
     use turnstile::quota::QuotaStream;
     use turnstile::rlqs::{response_to_pb, usages_from_pb};
     let rules = rules();
-    let clock = ManualClock::new(1_796_000_000);
-    let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
-    let limiter = Limiter::new(store, Arc::new(clock), Default::default());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
+    let (limiter, runtime) = memory_limiter();
     for n in [1, 10] {
         let report = RateLimitQuotaUsageReports {
             domain: "rl".into(),

@@ -259,8 +259,12 @@ impl<S: CounterStore> Limiter<S> {
         period: u64,
         start: u64,
     ) -> String {
-        self.base_for(domain, entries.iter().copied(), &rule.path)
-            .tail(algorithm::Tail::Window { period, start })
+        self.rule_key(
+            domain,
+            entries,
+            rule,
+            algorithm::Tail::Window { period, start },
+        )
     }
 
     /// The key of the demand counter (requests allowed and denied) RLQS keeps beside
@@ -273,8 +277,23 @@ impl<S: CounterStore> Limiter<S> {
         period: u64,
         start: u64,
     ) -> String {
+        self.rule_key(
+            domain,
+            entries,
+            rule,
+            algorithm::Tail::Demand { period, start },
+        )
+    }
+
+    fn rule_key(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        rule: &Limit,
+        tail: algorithm::Tail,
+    ) -> String {
         self.base_for(domain, entries.iter().copied(), &rule.path)
-            .tail(algorithm::Tail::Demand { period, start })
+            .tail(tail)
     }
 
     /// Now, in Unix milliseconds, by the limiter's clock.

@@ -205,6 +205,7 @@ async fn grpcurl_list_describe_and_call_without_proto_files() {
     };
     for service in [
         "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
         "grpc.health.v1.Health",
     ] {
         assert!(list.lines().any(|l| l == service), "{service} in:\n{list}");

@@ -113,6 +113,17 @@ fn kind(response: &RateLimitQuotaResponse, i: usize) -> String {
     }
 }
 
+/// Server options with these RLQS settings.
+fn with_rlqs(rlqs: RlqsSettings) -> Options {
+    Options {
+        server: turnstile::server::ServerOptions {
+            rlqs,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
@@ -202,16 +213,10 @@ async fn bucket_ids_match_the_tree_in_any_order() {
     );
 
     // With RLQS_UNMATCHED_ACTION=deny an unmatched bucket is refused.
-    let options = Options {
-        server: turnstile::server::ServerOptions {
-            rlqs: RlqsSettings {
-                unmatched: Unmatched::Deny,
-                ..RlqsSettings::default()
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let options = with_rlqs(RlqsSettings {
+        unmatched: Unmatched::Deny,
+        ..RlqsSettings::default()
+    });
     let deny = start_memory(&[("rlqs.yaml", RULES)], options).await;
     let mut q = Quotas::open(deny.addr).await;
     let r = q
@@ -223,16 +228,10 @@ async fn bucket_ids_match_the_tree_in_any_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_name_the_field_and_end_the_stream() {
-    let options = Options {
-        server: turnstile::server::ServerOptions {
-            rlqs: RlqsSettings {
-                max_buckets_per_stream: 2,
-                ..RlqsSettings::default()
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let options = with_rlqs(RlqsSettings {
+        max_buckets_per_stream: 2,
+        ..RlqsSettings::default()
+    });
     let s = start_memory(&[("rlqs.yaml", RULES)], options).await;
     let mut q = Quotas::open(s.addr).await;
     let err = q
