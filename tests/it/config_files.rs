@@ -489,3 +489,38 @@ fn a_symbolic_link_loop_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn check_config_rlqs_says_how_each_limit_is_served() {
+    let bin = env!("CARGO_BIN_EXE_turnstile");
+    let dir = temp_dir("rlqs-check");
+    std::fs::copy(
+        fixtures().join("valid/algorithms.yaml"),
+        dir.join("algorithms.yaml"),
+    )
+    .expect("copy");
+    std::fs::write(
+        dir.join("nested.yaml"),
+        "domain: nested\ndescriptors:\n  - key: path\n    value: /api\n    descriptors:\n      - key: user\n        shadow_mode: true\n        rate_limit: { unit: hour, requests_per_unit: 7 }\n  - key: files\n    value: \"pub/*\"\n    rate_limit: { unlimited: true }\n",
+    )
+    .expect("write");
+    let out = Command::new(bin)
+        .args(["check-config", "--rlqs"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "all rate limit configs ok
+RLQS buckets (bucket id → assignment):
+algorithms.api_key: bucket {api_key: *} → fair share of 10 per second in fixed windows (configured token_bucket)
+algorithms.report: bucket {report: *} → fair share of 100 per 5 minutes in fixed windows
+algorithms.upload: bucket {upload: *} → not served by RLQS (reports cannot measure requests in flight): RLQS_UNMATCHED_ACTION
+algorithms.user: bucket {user: *} → fair share of 60 per minute in fixed windows (configured sliding_window)
+nested.files_pub/*: bucket {files: pub/*} → ALLOW_ALL (unlimited, not counted)
+nested.path_/api.user: bucket {path: /api, user: *} → counted as a fair share of 7 per hour in fixed windows, then ALLOW_ALL (shadow or quota mode)"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

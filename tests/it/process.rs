@@ -232,6 +232,13 @@ async fn http_endpoints_and_metrics() {
         rlconfig.trim(),
         "ops.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false"
     );
+    let rlqs = http_get(p.debug, "/rlconfig?rlqs")
+        .expect("rlconfig?rlqs")
+        .1;
+    assert_eq!(
+        rlqs.trim(),
+        "ops.user: bucket {user: *} → fair share of 2 per minute in fixed windows"
+    );
 
     let metrics = p.metrics();
     let labels = r#"{domain="ops",key1="user",cluster="test"}"#;

@@ -1,7 +1,7 @@
 //! RLQS streams from a tonic client over loopback against the real server: reports fold into
 //! the counters RLS counts in, bucket ids match the tree in any order, refusals name the field,
 //! streams outlive the request deadline and leave nothing behind, and two replicas sharing
-//! memcached share one count.
+//! memcached (or Redis, in the reference's key layout) share one count with each other and RLS.
 
 use std::time::Duration;
 
@@ -18,6 +18,11 @@ use turnstile::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strateg
 use turnstile::settings::{RlqsSettings, Unmatched};
 
 use super::RULES;
+use turnstile::limiter::{KeyLayout, LimiterSettings};
+use turnstile::storage::CounterStore;
+use turnstile::storage::redis::RedisTarget;
+
+use crate::redis_support::{RedisProcess, redis_store};
 use crate::support::{
     Memcached, Options, T0, memcached_store, req1, start_memory, start_with, until,
 };
@@ -323,20 +328,38 @@ async fn a_stream_outlives_the_request_deadline_and_leaves_no_state() {
 async fn replicas_sharing_memcached_share_one_count() {
     let Some(mc) = Memcached::start() else { return };
     let clock = turnstile::clock::ManualClock::new(T0);
-    let a = start_with(
-        memcached_store(&[&mc], &clock, Duration::from_secs(1)),
-        clock.clone(),
-        &[("rlqs.yaml", RULES)],
-        Options::default(),
-    )
-    .await;
-    let b = start_with(
-        memcached_store(&[&mc], &clock, Duration::from_secs(1)),
-        clock.clone(),
-        &[("rlqs.yaml", RULES)],
-        Options::default(),
-    )
-    .await;
+    let store = || memcached_store(&[&mc], &clock, Duration::from_secs(1));
+    replicas_share_one_count(store(), store(), &clock, Options::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_redis_share_one_count() {
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
+    let clock = turnstile::clock::ManualClock::new(T0);
+    let store = || redis_store(RedisTarget::Tcp(redis.addr()), &clock);
+    // Redis's default key layout: the reference's bytes for window counters.
+    let options = Options {
+        limiter: LimiterSettings {
+            key_layout: KeyLayout::Reference,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    replicas_share_one_count(store(), store(), &clock, options).await;
+}
+
+/// Two replicas over two store clients of one shared store, one Envoy stream on each.
+async fn replicas_share_one_count<S: CounterStore>(
+    a: S,
+    b: S,
+    clock: &turnstile::clock::ManualClock,
+    options: Options,
+) {
+    let files = [("rlqs.yaml", RULES)];
+    let a = start_with(a, clock.clone(), &files, options.clone()).await;
+    let b = start_with(b, clock.clone(), &files, options).await;
     let user = crate::support::unique("erin");
     let bucket = [("user", user.as_str())];
     let mut on_a = Quotas::open(a.addr).await;
@@ -364,4 +387,7 @@ async fn replicas_sharing_memcached_share_one_count() {
         .await
         .expect("answer");
     assert_eq!(kind(&r, 0), "deny ttl 20s");
+    // RLS on replica B reads the same counter: nothing left.
+    let rls = b.call(req1("rlqs", &[("user", user.as_str())])).await;
+    assert_eq!(rls.statuses[0].limit_remaining, 0);
 }
