@@ -304,6 +304,10 @@ fn limiter_settings(s: &Settings) -> LimiterSettings {
             }
             _ => crate::limiter::KeyLayout::Turnstile,
         },
+        stop_increment_when_over_limit: matches!(
+            &s.backend,
+            Backend::Redis(redis) if redis.stop_increment_when_over_limit
+        ),
     }
 }
 

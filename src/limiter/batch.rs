@@ -8,7 +8,7 @@ use futures_util::future::try_join;
 
 use super::algorithm::{self, Hits, Plan};
 use crate::rules::PerUnit;
-use crate::storage::{BucketAnswer, BucketStep, CounterStore, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterStore, Hit, Op, StorageError};
 
 /// A descriptor that is counted, and how.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +60,58 @@ impl Batch {
     /// The request indexes of the counted descriptors.
     pub(crate) fn counted(&self) -> Vec<usize> {
         self.planned.iter().map(|p| p.index).collect()
+    }
+
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: reads every fixed-window counter this batch
+    /// would increment; when one of them would go over its limit (or `cached_over`: the local
+    /// cache already refused a descriptor of the request), the others become reads, so only
+    /// the counters that go over are incremented (none with `cached_over`). One more round
+    /// trip, and not atomic with the increments that follow (as in the reference).
+    pub(crate) async fn hold_back<S: CounterStore>(
+        &mut self,
+        store: &S,
+        cached_over: bool,
+    ) -> Result<(), StorageError> {
+        let fixed: Vec<(usize, u64, u64)> = self
+            .planned
+            .iter()
+            .filter_map(|p| match (p.plan, p.hits) {
+                (Plan::Fixed { hit, .. }, Hits::Take(n)) if n > 0 => {
+                    Some((hit, n, u64::from(p.rate.requests_per_unit)))
+                }
+                _ => None,
+            })
+            .collect();
+        if fixed.is_empty() {
+            return Ok(());
+        }
+        let goes_over: Vec<bool> = if cached_over {
+            vec![false; fixed.len()]
+        } else {
+            let reads: Vec<Hit> = fixed
+                .iter()
+                .map(|&(hit, _, _)| Hit {
+                    op: Op::Add(0),
+                    ..self.hits[hit].clone()
+                })
+                .collect();
+            let before = store.hit(&reads).await?;
+            let over: Vec<bool> = fixed
+                .iter()
+                .zip(&before)
+                .map(|(&(_, n, limit), &count)| count.saturating_add(n) > limit)
+                .collect();
+            if !over.contains(&true) {
+                return Ok(());
+            }
+            over
+        };
+        for (&(hit, _, _), over) in fixed.iter().zip(goes_over) {
+            if !over {
+                self.hits[hit].op = Op::Add(0);
+            }
+        }
+        Ok(())
     }
 
     /// Sends the operations: counters and buckets at the same time.

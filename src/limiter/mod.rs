@@ -43,6 +43,10 @@ pub struct LimiterSettings {
     pub local_cache_bytes: u64,
     /// Which bytes window counters are kept under (the reference's on Redis by default).
     pub key_layout: KeyLayout,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (Redis): fixed-window counters are read first;
+    /// when a hit would take one over its limit (or the local cache refused a descriptor), only
+    /// the counters that would go over are incremented and the others are only read.
+    pub stop_increment_when_over_limit: bool,
 }
 
 /// Decides requests against rules, counting in a store.
@@ -136,6 +140,14 @@ impl<S: CounterStore> Limiter<S> {
                 continue;
             }
             self.plan(request, index, limit, &mut statuses[index], &mut batch);
+        }
+        if self.settings.stop_increment_when_over_limit {
+            let cached_over = statuses
+                .iter()
+                .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
+            if let Err(err) = batch.hold_back(&self.store, cached_over).await {
+                return self.fail_open(err, statuses, &batch.counted());
+            }
         }
         if let Err(err) = batch.run(&self.store).await {
             return self.fail_open(err, statuses, &batch.counted());

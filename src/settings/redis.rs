@@ -27,6 +27,10 @@ pub struct RedisSettings {
     /// `REDIS_KEY_LAYOUT`: the reference's key bytes for fixed windows (default, so both
     /// services share counters during a cut-over) or Turnstile's unambiguous layout.
     pub key_layout: KeyLayout,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: when a request would take one fixed-window
+    /// counter over its limit, only the counters that would go over are incremented (Redis
+    /// only, as in the reference).
+    pub stop_increment_when_over_limit: bool,
 }
 
 /// TLS to Redis (`REDIS_TLS=true`).
@@ -97,20 +101,10 @@ pub enum KeyLayout {
 }
 
 /// Settings of the reference that Turnstile refuses when they ask for something it does not do.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "REDIS_PERSECOND",
-        "a second Redis for per-second limits is not supported yet",
-    ),
-    (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "not supported yet (every hit is counted, as the reference does by default)",
-    ),
-    (
-        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-        "not supported yet (readiness follows a PING to Redis)",
-    ),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "REDIS_PERSECOND",
+    "a second Redis for per-second limits is not supported yet",
+)];
 
 pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     for (name, why) in UNSUPPORTED {
@@ -154,7 +148,11 @@ pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
             "TLS is supported with REDIS_SOCKET_TYPE=tcp and REDIS_TYPE single or cluster (not yet through Sentinel)",
         ));
     }
+    // Accepted and validated: readiness always follows Redis (a PING every 500 ms; NOT_SERVING
+    // while no connection answers), which is what `true` asks of the reference.
+    r.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?;
     Ok(RedisSettings {
+        stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
         topology,
         tls,
         auth: auth(&r.string("REDIS_AUTH", "")),

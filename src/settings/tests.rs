@@ -142,8 +142,8 @@ fn redis_settings_take_the_references_forms() {
 fn unsupported_redis_settings_are_refused_by_name() {
     for (name, value) in [
         ("REDIS_PERSECOND", "true"),
-        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
-        ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "maybe"),
+        ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "maybe"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"),
         ("REDIS_TYPE", "ring"),
         ("REDIS_KEY_LAYOUT", "mine"),
@@ -155,4 +155,15 @@ fn unsupported_redis_settings_are_refused_by_name() {
         .expect_err("unix cluster")
         .to_string();
     assert!(err.contains("REDIS_SOCKET_TYPE"), "{err}");
+}
+
+#[test]
+fn stop_increment_and_active_connection_health_are_accepted() {
+    assert!(!redis(&[]).expect("defaults").stop_increment_when_over_limit);
+    let on = redis(&[
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+    ])
+    .expect("accepted");
+    assert!(on.stop_increment_when_over_limit);
 }

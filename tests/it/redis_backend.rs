@@ -388,3 +388,123 @@ fn counts_over_tls_with_a_client_certificate() {
     good.stop().expect("stops");
     wrong.stop().expect("stops");
 }
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` on Redis, the reference's scenario: once
+/// `key3` (10 an hour) would go over, only `key3` is incremented, so `key2` (20 a minute) in the
+/// same request stays at 10 remaining. `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
+    use crate::process::{Process, rules_root};
+    use crate::support::{desc, req};
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
+    let root = rules_root(
+        "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n",
+    );
+    let url = redis.addr();
+    let p = Process::start(
+        &root,
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", url.as_str()),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+        ],
+    );
+    let mut client = p.client().await;
+    let value = unique("r2");
+    for i in 0..15u32 {
+        let call = req(
+            "another",
+            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
+        );
+        let r = client
+            .should_rate_limit(call)
+            .await
+            .expect("answer")
+            .into_inner();
+        let (key2, key3) = (&r.statuses[0], &r.statuses[1]);
+        assert_eq!(key2.code, Code::Ok as i32, "call {i}");
+        assert_eq!(
+            key2.limit_remaining,
+            if i < 10 { 19 - i } else { 10 },
+            "call {i}"
+        );
+        if i < 10 {
+            assert_eq!((key3.code, key3.limit_remaining), (Code::Ok as i32, 9 - i));
+        } else {
+            assert_eq!(
+                (key3.code, key3.limit_remaining),
+                (Code::OverLimit as i32, 0)
+            );
+            assert_eq!(r.overall_code, Code::OverLimit as i32);
+        }
+    }
+    // The frozen counter holds 10 hits in Redis: key2 was not incremented past the stop.
+    let keys = cli(redis.port, &["KEYS", &format!("another_key2_{value}_*")]).expect("keys");
+    let key = keys
+        .lines()
+        .next()
+        .expect("the key2 counter")
+        .trim()
+        .to_owned();
+    assert_eq!(
+        cli(redis.port, &["GET", &key]).map(|v| v.trim().to_owned()),
+        Some("10".into())
+    );
+}
+
+/// With the local over-limit cache as well: once `key3` is over and cached, a request that the
+/// cache refuses increments nothing at all, so `key2` stays where the stop left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_increment_with_the_local_cache_increments_nothing() {
+    use crate::support::{desc, req};
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
+    let clock = ManualClock::new(crate::support::T0);
+    let rules = "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n";
+    let options = Options {
+        limiter: LimiterSettings {
+            key_layout: KeyLayout::Reference,
+            local_cache_bytes: 1_000_000,
+            stop_increment_when_over_limit: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
+    let s = start_with(store, clock, &[("another.yaml", rules)], options).await;
+    let value = unique("r3");
+    let call = || {
+        req(
+            "another",
+            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
+        )
+    };
+    let remaining: Vec<(u32, u32)> = {
+        let mut out = Vec::new();
+        for _ in 0..5 {
+            let r = s.call(call()).await;
+            out.push((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining));
+        }
+        out
+    };
+    // Two fit; the third takes key3 over (and into the local cache) while key2 is only read;
+    // afterwards the cache refuses key3 and key2 is read, never incremented.
+    assert_eq!(remaining, vec![(19, 1), (18, 0), (18, 0), (18, 0), (18, 0)]);
+    let keys = cli(redis.port, &["KEYS", &format!("another_key3_{value}_*")]).expect("keys");
+    let key = keys
+        .lines()
+        .next()
+        .expect("the key3 counter")
+        .trim()
+        .to_owned();
+    assert_eq!(
+        cli(redis.port, &["GET", &key]).map(|v| v.trim().to_owned()),
+        Some("3".into()),
+        "key3 counted up to the hit that took it over, then the cache answered"
+    );
+}
