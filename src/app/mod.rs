@@ -133,13 +133,18 @@ impl App {
         for task in store_tasks {
             tasks.spawn(task);
         }
+        let mut limiter = Limiter::new(
+            Instrumented::new(store, Arc::clone(&metrics)),
+            Arc::clone(&clock),
+            limiter_settings(&settings),
+        );
+        if let Some(second) = store::per_second(&settings.backend, &clock)? {
+            limiter =
+                limiter.with_per_second_store(Instrumented::new(second, Arc::clone(&metrics)));
+        }
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
-            limiter: Limiter::new(
-                Instrumented::new(store, Arc::clone(&metrics)),
-                clock,
-                limiter_settings(&settings),
-            ),
+            limiter,
             metrics: Arc::clone(&metrics),
             response: ResponseSettings {
                 headers: settings

@@ -89,6 +89,23 @@ pub(super) async fn build(
     }
 }
 
+/// The per-second Redis store (`REDIS_PERSECOND`), when configured.
+pub(super) fn per_second(
+    backend: &Backend,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<Store>, StorageError> {
+    match backend {
+        Backend::Redis(settings) => match &settings.per_second {
+            Some(second) => Ok(Some(Store::Redis(RedisStore::new(
+                redis_options(second)?,
+                Arc::clone(clock),
+            )))),
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    }
+}
+
 async fn memcached_store(
     s: &MemcachedSettings,
     clock: &Arc<dyn Clock>,

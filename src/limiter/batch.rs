@@ -30,6 +30,17 @@ pub(crate) struct Batch {
     pub(crate) planned: Vec<Planned>,
     pub(crate) counts: Vec<u64>,
     pub(crate) answers: Vec<BucketAnswer>,
+    /// Per hit and per step: it goes to the per-second store (`REDIS_PERSECOND`).
+    pub(crate) hits_second: Vec<bool>,
+    pub(crate) steps_second: Vec<bool>,
+}
+
+/// The stores a batch is sent to: the main one, and the per-second one (SECOND limits) when
+/// configured.
+#[derive(Debug)]
+pub(crate) struct Stores<'s, S> {
+    pub(crate) main: &'s S,
+    pub(crate) per_second: Option<&'s S>,
 }
 
 impl Batch {
@@ -41,10 +52,13 @@ impl Batch {
         }
     }
 
-    /// Adds a descriptor's operations; returns its plan and the index of its first hit.
-    pub(crate) fn plan(&mut self, planned: &algorithm::Planned<'_>) -> (Plan, usize) {
+    /// Adds a descriptor's operations (to the per-second store when `second`); returns its
+    /// plan and the index of its first hit.
+    pub(crate) fn plan(&mut self, planned: &algorithm::Planned<'_>, second: bool) -> (Plan, usize) {
         let first = self.hits.len();
         let plan = algorithm::plan(planned, &mut self.hits, &mut self.steps);
+        self.hits_second.resize(self.hits.len(), second);
+        self.steps_second.resize(self.steps.len(), second);
         (plan, first)
     }
 
@@ -55,6 +69,8 @@ impl Batch {
             Plan::Sliding { current, .. } => self.hits.truncate(current),
             Plan::Bucket { step, .. } => self.steps.truncate(step),
         }
+        self.hits_second.truncate(self.hits.len());
+        self.steps_second.truncate(self.steps.len());
     }
 
     /// The request indexes of the counted descriptors.
@@ -69,7 +85,7 @@ impl Batch {
     /// trip, and not atomic with the increments that follow (as in the reference).
     pub(crate) async fn hold_back<S: CounterStore>(
         &mut self,
-        store: &S,
+        stores: &Stores<'_, S>,
         cached_over: bool,
     ) -> Result<(), StorageError> {
         let fixed: Vec<(usize, u64, u64)> = self
@@ -95,7 +111,11 @@ impl Batch {
                     ..self.hits[hit].clone()
                 })
                 .collect();
-            let before = store.hit(&reads).await?;
+            let flags: Vec<bool> = fixed
+                .iter()
+                .map(|&(hit, _, _)| self.hits_second[hit])
+                .collect();
+            let before = routed_hits(stores, &reads, &flags).await?;
             let over: Vec<bool> = fixed
                 .iter()
                 .zip(&before)
@@ -114,23 +134,86 @@ impl Batch {
         Ok(())
     }
 
-    /// Sends the operations: counters and buckets at the same time.
-    pub(crate) async fn run<S: CounterStore>(&mut self, store: &S) -> Result<(), StorageError> {
-        let counters = async {
-            match self.hits.is_empty() {
-                true => Ok(Vec::new()),
-                false => store.hit(&self.hits).await,
-            }
-        };
-        let buckets = async {
-            match self.steps.is_empty() {
-                true => Ok(Vec::new()),
-                false => store.bucket(&self.steps).await,
-            }
-        };
+    /// Sends the operations: counters and buckets at the same time (and to both stores at the
+    /// same time when there is a per-second store).
+    pub(crate) async fn run<S: CounterStore>(
+        &mut self,
+        stores: &Stores<'_, S>,
+    ) -> Result<(), StorageError> {
+        let counters = routed_hits(stores, &self.hits, &self.hits_second);
+        let buckets = routed_steps(stores, &self.steps, &self.steps_second);
         let (counts, answers) = try_join(counters, buckets).await?;
         self.counts = counts;
         self.answers = answers;
         Ok(())
     }
+}
+
+/// `hits` applied on their stores (`second[i]`: the per-second one), answers in order. Without
+/// a per-second operation the slice goes to the main store as it is.
+async fn routed_hits<S: CounterStore>(
+    stores: &Stores<'_, S>,
+    hits: &[Hit],
+    second: &[bool],
+) -> Result<Vec<u64>, StorageError> {
+    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
+        return match hits.is_empty() {
+            true => Ok(Vec::new()),
+            false => stores.main.hit(hits).await,
+        };
+    };
+    let (main, routed) = split(hits, second);
+    let on_main = async {
+        match main.is_empty() {
+            true => Ok(Vec::new()),
+            false => stores.main.hit(&main).await,
+        }
+    };
+    let (a, b) = try_join(on_main, per_second.hit(&routed)).await?;
+    Ok(merge(second, a, b))
+}
+
+/// `steps` applied on their stores, answers in order (as [`routed_hits`]).
+async fn routed_steps<S: CounterStore>(
+    stores: &Stores<'_, S>,
+    steps: &[BucketStep],
+    second: &[bool],
+) -> Result<Vec<BucketAnswer>, StorageError> {
+    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
+        return match steps.is_empty() {
+            true => Ok(Vec::new()),
+            false => stores.main.bucket(steps).await,
+        };
+    };
+    let (main, routed) = split(steps, second);
+    let on_main = async {
+        match main.is_empty() {
+            true => Ok(Vec::new()),
+            false => stores.main.bucket(&main).await,
+        }
+    };
+    let (a, b) = try_join(on_main, per_second.bucket(&routed)).await?;
+    Ok(merge(second, a, b))
+}
+
+/// The operations for the main store and those for the per-second store.
+fn split<T: Clone>(ops: &[T], second: &[bool]) -> (Vec<T>, Vec<T>) {
+    let (mut main, mut routed) = (Vec::new(), Vec::new());
+    for (op, &to_second) in ops.iter().zip(second) {
+        match to_second {
+            true => routed.push(op.clone()),
+            false => main.push(op.clone()),
+        }
+    }
+    (main, routed)
+}
+
+/// The answers in the operations' order, from the main store's (`a`) and the per-second
+/// store's (`b`).
+fn merge<T>(second: &[bool], a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    let (mut a, mut b) = (a.into_iter(), b.into_iter());
+    second
+        .iter()
+        .filter_map(|&to_second| if to_second { b.next() } else { a.next() })
+        .collect()
 }

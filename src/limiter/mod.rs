@@ -53,6 +53,8 @@ pub struct LimiterSettings {
 #[derive(Debug)]
 pub struct Limiter<S> {
     store: S,
+    /// `REDIS_PERSECOND`: where the counters of SECOND limits are kept instead.
+    per_second: Option<S>,
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
     local_cache: Option<local_cache::OverLimitCache>,
@@ -64,6 +66,7 @@ impl<S: CounterStore> Limiter<S> {
         let local_cache = local_cache::OverLimitCache::new(settings.local_cache_bytes);
         Self {
             store,
+            per_second: None,
             clock,
             settings,
             local_cache,
@@ -73,6 +76,33 @@ impl<S: CounterStore> Limiter<S> {
     /// The counter store.
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// Keeps the counters of SECOND limits in `store` instead (`REDIS_PERSECOND`).
+    pub fn with_per_second_store(mut self, store: S) -> Self {
+        self.per_second = Some(store);
+        self
+    }
+
+    /// The per-second store, when there is one.
+    pub fn per_second_store(&self) -> Option<&S> {
+        self.per_second.as_ref()
+    }
+
+    /// Whether every store can serve (readiness).
+    pub async fn ready(&self) -> bool {
+        let main = self.store.ready().await;
+        match &self.per_second {
+            Some(second) => main && second.ready().await,
+            None => main,
+        }
+    }
+
+    fn stores(&self) -> batch::Stores<'_, S> {
+        batch::Stores {
+            main: &self.store,
+            per_second: self.per_second.as_ref(),
+        }
     }
 
     /// Decides one request. A store error is returned unless the fail-open policy covers every
@@ -145,11 +175,11 @@ impl<S: CounterStore> Limiter<S> {
             let cached_over = statuses
                 .iter()
                 .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
-            if let Err(err) = batch.hold_back(&self.store, cached_over).await {
+            if let Err(err) = batch.hold_back(&self.stores(), cached_over).await {
                 return self.fail_open(err, statuses, &batch.counted());
             }
         }
-        if let Err(err) = batch.run(&self.store).await {
+        if let Err(err) = batch.run(&self.stores()).await {
             return self.fail_open(err, statuses, &batch.counted());
         }
 
@@ -223,12 +253,17 @@ impl<S: CounterStore> Limiter<S> {
         };
         let base = self.key_base(domain, descriptor, limit);
         let key = |tail| base.tail(tail);
-        let (plan, hit_at) = batch.plan(&algorithm::Planned {
-            rate,
-            hits,
-            now_ms,
-            key: &key,
-        });
+        // `REDIS_PERSECOND`: every operation of a SECOND limit goes to the per-second store.
+        let second = self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second;
+        let (plan, hit_at) = batch.plan(
+            &algorithm::Planned {
+                rate,
+                hits,
+                now_ms,
+                key: &key,
+            },
+            second,
+        );
         if let (Some(cache), algorithm::Plan::Fixed { window, .. }) = (&self.local_cache, plan) {
             let key = &batch.hits[hit_at].key;
             match hits {

@@ -195,7 +195,7 @@ pub async fn serve<S: CounterStore>(
 async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
     let mut last = true;
     loop {
-        let ready = state.limiter.store().ready().await;
+        let ready = state.limiter.ready().await;
         if ready != last {
             tracing::warn!(ready, "counter store readiness changed");
             last = ready;

@@ -31,6 +31,9 @@ pub struct RedisSettings {
     /// counter over its limit, only the counters that would go over are incremented (Redis
     /// only, as in the reference).
     pub stop_increment_when_over_limit: bool,
+    /// `REDIS_PERSECOND` and its `REDIS_PERSECOND_*` mirror: a second Redis for the counters of
+    /// limits whose unit is SECOND.
+    pub per_second: Option<Box<RedisSettings>>,
 }
 
 /// TLS to Redis (`REDIS_TLS=true`).
@@ -100,18 +103,35 @@ pub enum KeyLayout {
     Turnstile,
 }
 
-/// Settings of the reference that Turnstile refuses when they ask for something it does not do.
-const UNSUPPORTED: &[(&str, &str)] = &[(
-    "REDIS_PERSECOND",
-    "a second Redis for per-second limits is not supported yet",
-)];
-
 pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
-    for (name, why) in UNSUPPORTED {
-        if r.bool(name, false)? {
-            return Err(err(name, "true", *why));
-        }
+    let mut settings = one_redis(r)?;
+    settings.per_second = per_second(r)?;
+    Ok(settings)
+}
+
+/// `REDIS_PERSECOND=true`: a second Redis for SECOND limits, described by the same settings
+/// under `REDIS_PERSECOND_*` (`REDIS_PERSECOND_URL`, `_TYPE`, `_SOCKET_TYPE`, `_AUTH`,
+/// `_SENTINEL_AUTH`, `_POOL_SIZE`, `_TIMEOUT`, `_TLS*`, ...). The key layout is the main one's.
+fn per_second(r: &Reader<'_>) -> Result<Option<Box<RedisSettings>>, SettingsError> {
+    if !r.bool("REDIS_PERSECOND", false)? {
+        return Ok(None);
     }
+    let mirror = |name: &str| match name.strip_prefix("REDIS_") {
+        Some(rest) => (r.env)(&format!("REDIS_PERSECOND_{rest}")),
+        None => (r.env)(name),
+    };
+    let named = |mut e: SettingsError| {
+        if let Some(rest) = e.name.strip_prefix("REDIS_") {
+            e.name = format!("REDIS_PERSECOND_{rest}");
+        }
+        e
+    };
+    let mut settings = one_redis(&Reader { env: &mirror }).map_err(named)?;
+    settings.key_layout = one_redis(r)?.key_layout;
+    Ok(Some(Box::new(settings)))
+}
+
+fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     let empty = r.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT");
     if !empty.eq_ignore_ascii_case("wait") {
         return Err(err(
@@ -152,6 +172,7 @@ pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     // while no connection answers), which is what `true` asks of the reference.
     r.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?;
     Ok(RedisSettings {
+        per_second: None,
         stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
         topology,
         tls,

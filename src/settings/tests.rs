@@ -141,7 +141,7 @@ fn redis_settings_take_the_references_forms() {
 #[test]
 fn unsupported_redis_settings_are_refused_by_name() {
     for (name, value) in [
-        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND", "maybe"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "maybe"),
         ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "maybe"),
         ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"),
@@ -166,4 +166,34 @@ fn stop_increment_and_active_connection_health_are_accepted() {
     ])
     .expect("accepted");
     assert!(on.stop_increment_when_over_limit);
+}
+
+#[test]
+fn the_per_second_redis_mirrors_the_settings() {
+    assert_eq!(redis(&[]).expect("defaults").per_second, None);
+    let both = redis(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "main:6379"),
+        ("REDIS_KEY_LAYOUT", "turnstile"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_TYPE", "cluster"),
+        ("REDIS_PERSECOND_URL", "a:7000,b:7000"),
+        ("REDIS_PERSECOND_AUTH", "user:pw"),
+    ])
+    .expect("both");
+    let second = both.per_second.expect("a per-second Redis");
+    assert_eq!(
+        second.topology,
+        RedisTopology::Cluster(vec!["a:7000".into(), "b:7000".into()])
+    );
+    assert_eq!(second.auth.map(|a| a.password), Some("pw".into()));
+    assert_eq!(second.key_layout, KeyLayout::Turnstile, "the main layout");
+    let err = redis(&[
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_TYPE", "ring"),
+    ])
+    .expect_err("bad mirror")
+    .to_string();
+    assert!(err.contains("REDIS_PERSECOND_TYPE"), "{err}");
 }

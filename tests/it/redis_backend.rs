@@ -508,3 +508,74 @@ async fn stop_increment_with_the_local_cache_increments_nothing() {
         "key3 counted up to the hit that took it over, then the cache answered"
     );
 }
+
+/// `REDIS_PERSECOND=true`: SECOND limits count in the second Redis, the others in the main one,
+/// from one request; readiness needs both.
+#[test]
+fn per_second_limits_count_in_the_second_redis() {
+    use crate::process::{Process, http_get, rules_root};
+    let (Some(main), Some(mut second)) = (RedisProcess::start(), RedisProcess::start()) else {
+        return;
+    };
+    let root = rules_root(
+        "domain: split\ndescriptors:\n  - key: burst\n    rate_limit: { unit: second, requests_per_unit: 100 }\n  - key: daily\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n",
+    );
+    let (main_url, second_url) = (main.addr(), second.addr());
+    let p = Process::start(
+        &root,
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", main_url.as_str()),
+            ("REDIS_TIMEOUT", "300ms"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", second_url.as_str()),
+            ("REDIS_PERSECOND_TIMEOUT", "300ms"),
+        ],
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let value = unique("v");
+    let answer = runtime.block_on(async {
+        let call = crate::support::req(
+            "split",
+            vec![
+                crate::support::desc(&[("burst", &value)]),
+                crate::support::desc(&[("daily", &value)]),
+            ],
+        );
+        p.client().await.should_rate_limit(call).await
+    });
+    let answer = answer.expect("answer").into_inner();
+    assert_eq!(
+        (
+            answer.statuses[0].limit_remaining,
+            answer.statuses[1].limit_remaining
+        ),
+        (99, 99)
+    );
+    let keys = |port: u16, key: &str| {
+        cli(port, &["KEYS", &format!("split_{key}_{value}_*")])
+            .map(|k| k.lines().filter(|l| !l.trim().is_empty()).count())
+    };
+    assert_eq!(
+        keys(second.port, "burst"),
+        Some(1),
+        "the SECOND counter is in the second Redis"
+    );
+    assert_eq!(keys(main.port, "burst"), Some(0));
+    assert_eq!(
+        keys(main.port, "daily"),
+        Some(1),
+        "the MINUTE counter is in the main Redis"
+    );
+    assert_eq!(keys(second.port, "daily"), Some(0));
+    // Readiness needs both: without the per-second Redis the service is not ready.
+    second.kill();
+    crate::envoy_e2e::wait_for("not ready without the per-second Redis", || {
+        http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200)
+    });
+}
