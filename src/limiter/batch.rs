@@ -55,10 +55,18 @@ impl Batch {
     /// Adds a descriptor's operations (to the per-second store when `second`); returns its
     /// plan and the index of its first hit.
     pub(crate) fn plan(&mut self, planned: &algorithm::Planned<'_>, second: bool) -> (Plan, usize) {
-        let first = self.hits.len();
+        let (first, first_step) = (self.hits.len(), self.steps.len());
         let plan = algorithm::plan(planned, &mut self.hits, &mut self.steps);
-        self.hits_second.resize(self.hits.len(), second);
-        self.steps_second.resize(self.steps.len(), second);
+        // The flags are kept only once some operation goes to the per-second store (no
+        // allocation otherwise); a missing flag means the main store.
+        if second || !self.hits_second.is_empty() {
+            self.hits_second.resize(first, false);
+            self.hits_second.resize(self.hits.len(), second);
+        }
+        if second || !self.steps_second.is_empty() {
+            self.steps_second.resize(first_step, false);
+            self.steps_second.resize(self.steps.len(), second);
+        }
         (plan, first)
     }
 
@@ -113,7 +121,7 @@ impl Batch {
                 .collect();
             let flags: Vec<bool> = fixed
                 .iter()
-                .map(|&(hit, _, _)| self.hits_second[hit])
+                .map(|&(hit, _, _)| self.hits_second.get(hit).copied().unwrap_or(false))
                 .collect();
             let before = routed_hits(stores, &reads, &flags).await?;
             let over: Vec<bool> = fixed
@@ -140,9 +148,28 @@ impl Batch {
         &mut self,
         stores: &Stores<'_, S>,
     ) -> Result<(), StorageError> {
-        let counters = routed_hits(stores, &self.hits, &self.hits_second);
-        let buckets = routed_steps(stores, &self.steps, &self.steps_second);
-        let (counts, answers) = try_join(counters, buckets).await?;
+        let (counts, answers) = if self.hits_second.is_empty() && self.steps_second.is_empty() {
+            // Everything on the main store: the request path without routing.
+            let store = stores.main;
+            let counters = async {
+                match self.hits.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => store.hit(&self.hits).await,
+                }
+            };
+            let buckets = async {
+                match self.steps.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => store.bucket(&self.steps).await,
+                }
+            };
+            try_join(counters, buckets).await?
+        } else {
+            // Boxed, so that the routing's futures do not grow every request's future.
+            let counters = routed_hits(stores, &self.hits, &self.hits_second);
+            let buckets = routed_steps(stores, &self.steps, &self.steps_second);
+            Box::pin(try_join(counters, buckets)).await?
+        };
         self.counts = counts;
         self.answers = answers;
         Ok(())
@@ -162,6 +189,7 @@ async fn routed_hits<S: CounterStore>(
             false => stores.main.hit(hits).await,
         };
     };
+    let ops_len = hits.len();
     let (main, routed) = split(hits, second);
     let on_main = async {
         match main.is_empty() {
@@ -170,7 +198,7 @@ async fn routed_hits<S: CounterStore>(
         }
     };
     let (a, b) = try_join(on_main, per_second.hit(&routed)).await?;
-    Ok(merge(second, a, b))
+    Ok(merge(ops_len, second, a, b))
 }
 
 /// `steps` applied on their stores, answers in order (as [`routed_hits`]).
@@ -185,6 +213,7 @@ async fn routed_steps<S: CounterStore>(
             false => stores.main.bucket(steps).await,
         };
     };
+    let ops_len = steps.len();
     let (main, routed) = split(steps, second);
     let on_main = async {
         match main.is_empty() {
@@ -193,14 +222,15 @@ async fn routed_steps<S: CounterStore>(
         }
     };
     let (a, b) = try_join(on_main, per_second.bucket(&routed)).await?;
-    Ok(merge(second, a, b))
+    Ok(merge(ops_len, second, a, b))
 }
 
-/// The operations for the main store and those for the per-second store.
+/// The operations for the main store and those for the per-second store (`second[i]`; a
+/// missing flag means the main store).
 fn split<T: Clone>(ops: &[T], second: &[bool]) -> (Vec<T>, Vec<T>) {
     let (mut main, mut routed) = (Vec::new(), Vec::new());
-    for (op, &to_second) in ops.iter().zip(second) {
-        match to_second {
+    for (i, op) in ops.iter().enumerate() {
+        match second.get(i).copied().unwrap_or(false) {
             true => routed.push(op.clone()),
             false => main.push(op.clone()),
         }
@@ -208,12 +238,14 @@ fn split<T: Clone>(ops: &[T], second: &[bool]) -> (Vec<T>, Vec<T>) {
     (main, routed)
 }
 
-/// The answers in the operations' order, from the main store's (`a`) and the per-second
-/// store's (`b`).
-fn merge<T>(second: &[bool], a: Vec<T>, b: Vec<T>) -> Vec<T> {
+/// The `len` answers in the operations' order, from the main store's (`a`) and the
+/// per-second store's (`b`).
+fn merge<T>(len: usize, second: &[bool], a: Vec<T>, b: Vec<T>) -> Vec<T> {
     let (mut a, mut b) = (a.into_iter(), b.into_iter());
-    second
-        .iter()
-        .filter_map(|&to_second| if to_second { b.next() } else { a.next() })
+    (0..len)
+        .filter_map(|i| match second.get(i).copied().unwrap_or(false) {
+            true => b.next(),
+            false => a.next(),
+        })
         .collect()
 }

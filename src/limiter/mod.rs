@@ -175,7 +175,9 @@ impl<S: CounterStore> Limiter<S> {
             let cached_over = statuses
                 .iter()
                 .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
-            if let Err(err) = batch.hold_back(&self.stores(), cached_over).await {
+            // Boxed: a rare setting's extra round trip does not grow every request's future.
+            let stores = self.stores();
+            if let Err(err) = Box::pin(batch.hold_back(&stores, cached_over)).await {
                 return self.fail_open(err, statuses, &batch.counted());
             }
         }
