@@ -10,6 +10,7 @@ mod batch;
 mod key;
 mod local_cache;
 mod request;
+mod rule_keys;
 mod verdict;
 mod window;
 
@@ -22,11 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::rules::{LevelMatch, Limit, Rate, RuleSet};
+use crate::rules::{Rate, RuleSet};
 use crate::storage::{CounterStore, StorageError};
 use algorithm::Hits;
 use batch::Batch;
-use key::KeyBase;
 
 /// Process-wide limiter settings.
 #[derive(Debug, Clone, Default)]
@@ -288,63 +288,6 @@ impl<S: CounterStore> Limiter<S> {
         });
     }
 
-    fn key_base(&self, domain: &str, descriptor: &Descriptor, limit: &Applied<'_>) -> KeyBase {
-        let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
-        let entries = descriptor
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()));
-        self.base_for(domain, entries, path)
-    }
-
-    /// The key of the fixed-window counter that RLS keeps for `entries` (in path order) under
-    /// `rule`, for the window of `period` seconds starting at `start`: RLQS folds its usage
-    /// reports into the very counters RLS counts in.
-    pub fn window_key(
-        &self,
-        domain: &str,
-        entries: &[(&str, &str)],
-        rule: &Limit,
-        period: u64,
-        start: u64,
-    ) -> String {
-        self.rule_key(
-            domain,
-            entries,
-            rule,
-            algorithm::Tail::Window { period, start },
-        )
-    }
-
-    /// The key of the demand counter (requests allowed and denied) RLQS keeps beside
-    /// [`Limiter::window_key`], always in Turnstile's layout.
-    pub fn demand_key(
-        &self,
-        domain: &str,
-        entries: &[(&str, &str)],
-        rule: &Limit,
-        period: u64,
-        start: u64,
-    ) -> String {
-        self.rule_key(
-            domain,
-            entries,
-            rule,
-            algorithm::Tail::Demand { period, start },
-        )
-    }
-
-    fn rule_key(
-        &self,
-        domain: &str,
-        entries: &[(&str, &str)],
-        rule: &Limit,
-        tail: algorithm::Tail,
-    ) -> String {
-        self.base_for(domain, entries.iter().copied(), &rule.path)
-            .tail(tail)
-    }
-
     /// Now, in Unix milliseconds, by the limiter's clock.
     pub fn now_millis(&self) -> u64 {
         self.clock.now_millis()
@@ -353,29 +296,6 @@ impl<S: CounterStore> Limiter<S> {
     /// The process-wide settings.
     pub fn settings(&self) -> &LimiterSettings {
         &self.settings
-    }
-
-    fn base_for<'e>(
-        &self,
-        domain: &str,
-        entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
-        path: &[crate::rules::PathLevel],
-    ) -> KeyBase {
-        let entries = entries.enumerate().map(|(i, (key, value))| {
-            let value = match path.get(i).map(|p| &p.matched) {
-                Some(LevelMatch::Wildcard {
-                    pattern,
-                    share_threshold: true,
-                }) => pattern.as_str(),
-                _ => value,
-            };
-            (key, value)
-        });
-        let base = KeyBase::new(&self.settings.key_prefix, domain, entries.clone());
-        match self.settings.key_layout {
-            KeyLayout::Turnstile => base,
-            KeyLayout::Reference => base.with_reference(&self.settings.key_prefix, domain, entries),
-        }
     }
 
     fn fail_open<'r>(
