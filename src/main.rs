@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use turnstile::config::LoadOptions;
 use turnstile::settings::Settings;
 
 /// mimalloc instead of the system allocator: measured faster on the request path (malloc and
@@ -16,27 +15,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("check-config") => {
-            let Some(dir) = args.iter().skip(1).find(|a| !a.starts_with("--")) else {
-                return usage();
-            };
-            let merge_domains = flag(&args, "--merge-domain-config");
-            let (reference, rlqs) = (flag(&args, "--reference"), flag(&args, "--rlqs"));
-            let options = LoadOptions {
-                ignore_dotfiles: false,
-                merge_domains,
-            };
-            match turnstile::app::check_config(&PathBuf::from(dir), options, reference, rlqs) {
-                Ok((report, passed)) => {
-                    println!("{report}");
-                    ExitCode::from(u8::from(!passed))
-                }
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Some("check-config") => match turnstile::app::check_config_cli(&args[1..]) {
+            Some(code) => ExitCode::from(code),
+            None => usage(),
+        },
         Some("--config-dir") => match args.get(1) {
             Some(dir) if args.len() == 2 => serve(Some(PathBuf::from(dir))),
             _ => usage(),
@@ -44,10 +26,6 @@ fn main() -> ExitCode {
         None => serve(None),
         Some(_) => usage(),
     }
-}
-
-fn flag(args: &[String], name: &str) -> bool {
-    args.iter().any(|a| a == name)
 }
 
 fn usage() -> ExitCode {

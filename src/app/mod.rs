@@ -8,10 +8,12 @@
 //!
 //! Owns wiring only: no decision, protocol or storage logic lives here.
 
+mod check;
 mod listeners;
 mod signals;
 mod store;
 
+pub use check::{check_config, check_config_cli};
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
 
@@ -332,50 +334,4 @@ fn raise_open_files_limit() {
         Ok(limit) => tracing::info!(target: LIFECYCLE, limit, "open files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
     }
-}
-
-/// `turnstile check-config DIR [--reference] [--rlqs]`: the report, and whether the files pass
-/// (they load; with `reference`, also in envoyproxy/ratelimit, i.e. they use no extension).
-/// With `rlqs`, the report also says how RLQS serves every limit.
-pub fn check_config(
-    dir: &std::path::Path,
-    options: LoadOptions,
-    reference: bool,
-    rlqs: bool,
-) -> Result<(String, bool), ConfigErrors> {
-    config::load_dir(dir, options).map(|loaded| {
-        let mut out = String::new();
-        for warning in loaded.warnings {
-            out.push_str(&format!("warning: {warning}\n"));
-        }
-        out.push_str("all rate limit configs ok");
-        if rlqs {
-            let mut lines: Vec<String> = loaded
-                .rules
-                .limits()
-                .into_iter()
-                .map(crate::quota::describe)
-                .collect();
-            lines.sort();
-            out.push_str("\nRLQS buckets (bucket id → assignment):");
-            for line in lines {
-                out.push_str(&format!("\n{line}"));
-            }
-        }
-        if !reference {
-            return (out, true);
-        }
-        if loaded.extensions.is_empty() {
-            out.push_str("\nno Turnstile extensions: envoyproxy/ratelimit loads these files too");
-            return (out, true);
-        }
-        out.push_str(&format!(
-            "\n{} uses of Turnstile extensions (envoyproxy/ratelimit refuses these files):",
-            loaded.extensions.len()
-        ));
-        for extension in loaded.extensions {
-            out.push_str(&format!("\n{extension}"));
-        }
-        (out, false)
-    })
 }

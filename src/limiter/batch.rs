@@ -4,6 +4,8 @@
 //!
 //! Must not touch: the algorithms' arithmetic (that is `algorithm`'s), rules, protobuf.
 
+use std::future::Future;
+
 use futures_util::future::try_join;
 
 use super::algorithm::{self, Hits, Plan};
@@ -176,53 +178,58 @@ impl Batch {
     }
 }
 
-/// `hits` applied on their stores (`second[i]`: the per-second one), answers in order. Without
-/// a per-second operation the slice goes to the main store as it is.
+/// `ops` applied by `apply` on their stores (`second[i]`: the per-second one; a missing flag
+/// means the main store), answers in order; both stores at the same time.
+async fn routed<'a, S, T, A, F, Fut>(
+    stores: &Stores<'a, S>,
+    ops: &[T],
+    second: &[bool],
+    apply: F,
+) -> Result<Vec<A>, StorageError>
+where
+    T: Clone,
+    F: Fn(&'a S, Vec<T>) -> Fut,
+    Fut: Future<Output = Result<Vec<A>, StorageError>>,
+{
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
+        return apply(stores.main, ops.to_vec()).await;
+    };
+    let (main, to_second) = split(ops, second);
+    let on_main = async {
+        match main.is_empty() {
+            true => Ok(Vec::new()),
+            false => apply(stores.main, main).await,
+        }
+    };
+    let (a, b) = try_join(on_main, apply(per_second, to_second)).await?;
+    Ok(merge(ops.len(), second, a, b))
+}
+
+/// Counter hits on their stores (see [`routed`]).
 async fn routed_hits<S: CounterStore>(
     stores: &Stores<'_, S>,
     hits: &[Hit],
     second: &[bool],
 ) -> Result<Vec<u64>, StorageError> {
-    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
-        return match hits.is_empty() {
-            true => Ok(Vec::new()),
-            false => stores.main.hit(hits).await,
-        };
-    };
-    let ops_len = hits.len();
-    let (main, routed) = split(hits, second);
-    let on_main = async {
-        match main.is_empty() {
-            true => Ok(Vec::new()),
-            false => stores.main.hit(&main).await,
-        }
-    };
-    let (a, b) = try_join(on_main, per_second.hit(&routed)).await?;
-    Ok(merge(ops_len, second, a, b))
+    routed(stores, hits, second, |store, ops| async move {
+        store.hit(&ops).await
+    })
+    .await
 }
 
-/// `steps` applied on their stores, answers in order (as [`routed_hits`]).
+/// Bucket steps on their stores (see [`routed`]).
 async fn routed_steps<S: CounterStore>(
     stores: &Stores<'_, S>,
     steps: &[BucketStep],
     second: &[bool],
 ) -> Result<Vec<BucketAnswer>, StorageError> {
-    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
-        return match steps.is_empty() {
-            true => Ok(Vec::new()),
-            false => stores.main.bucket(steps).await,
-        };
-    };
-    let ops_len = steps.len();
-    let (main, routed) = split(steps, second);
-    let on_main = async {
-        match main.is_empty() {
-            true => Ok(Vec::new()),
-            false => stores.main.bucket(&main).await,
-        }
-    };
-    let (a, b) = try_join(on_main, per_second.bucket(&routed)).await?;
-    Ok(merge(ops_len, second, a, b))
+    routed(stores, steps, second, |store, ops| async move {
+        store.bucket(&ops).await
+    })
+    .await
 }
 
 /// The operations for the main store and those for the per-second store (`second[i]`; a

@@ -13,6 +13,7 @@
 //!
 //! Must not touch: protobuf, YAML, storage crates.
 
+mod connections;
 mod histogram;
 mod instrumented;
 mod label;
@@ -23,6 +24,7 @@ mod stats_key;
 pub mod statsd;
 mod table;
 
+pub use connections::OpenConnections;
 pub use instrumented::Instrumented;
 pub use rlqs::RlqsMetrics;
 
@@ -49,27 +51,6 @@ pub(crate) struct LimitStats {
 }
 
 const OVERFLOW: &str = "__overflow__";
-
-/// Connections open on the gRPC listener: kept by the server's accept loop, rendered here.
-#[derive(Debug, Default)]
-pub struct OpenConnections(AtomicU64);
-
-impl OpenConnections {
-    /// A connection was accepted.
-    pub fn opened(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A connection closed.
-    pub fn closed(&self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Connections open now.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Every metric of the process.
 #[derive(Debug)]

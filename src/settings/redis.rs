@@ -105,7 +105,11 @@ pub enum KeyLayout {
 
 pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     let mut settings = one_redis(r)?;
-    settings.per_second = per_second(r)?;
+    settings.per_second = per_second(r)?.map(|mut second| {
+        // One key layout for every counter the limiter keeps.
+        second.key_layout = settings.key_layout;
+        second
+    });
     Ok(settings)
 }
 
@@ -126,8 +130,7 @@ fn per_second(r: &Reader<'_>) -> Result<Option<Box<RedisSettings>>, SettingsErro
         }
         e
     };
-    let mut settings = one_redis(&Reader { env: &mirror }).map_err(named)?;
-    settings.key_layout = one_redis(r)?.key_layout;
+    let settings = one_redis(&Reader { env: &mirror }).map_err(named)?;
     Ok(Some(Box::new(settings)))
 }
 
