@@ -159,16 +159,11 @@ fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     }
     let topology = topology(r)?;
     let tls = tls(r)?;
-    if tls.is_some()
-        && !matches!(
-            topology,
-            RedisTopology::Single(RedisAddress::Tcp(_)) | RedisTopology::Cluster(_)
-        )
-    {
+    if tls.is_some() && matches!(topology, RedisTopology::Single(RedisAddress::Unix(_))) {
         return Err(err(
             "REDIS_TLS",
             "true",
-            "TLS is supported with REDIS_SOCKET_TYPE=tcp and REDIS_TYPE single or cluster (not yet through Sentinel)",
+            "false with REDIS_SOCKET_TYPE=unix (TLS needs REDIS_SOCKET_TYPE=tcp)",
         ));
     }
     // Accepted and validated: readiness always follows Redis (a PING every 500 ms; NOT_SERVING

@@ -158,6 +158,31 @@ fn unsupported_redis_settings_are_refused_by_name() {
 }
 
 #[test]
+fn tls_goes_with_every_tcp_topology_and_not_with_a_unix_socket() {
+    for (kind, url) in [
+        ("single", "r:6379"),
+        ("cluster", "a:1,b:2"),
+        ("sentinel", "mymaster,s1:26379"),
+    ] {
+        let tls = redis(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", kind),
+            ("REDIS_URL", url),
+            ("REDIS_TLS", "true"),
+        ])
+        .expect(kind);
+        assert!(tls.tls.is_some(), "{kind}");
+    }
+    let err = redis(&[("REDIS_TLS", "true")])
+        .expect_err("TLS over a unix socket")
+        .to_string();
+    assert!(
+        err.contains("REDIS_TLS") && err.contains("REDIS_SOCKET_TYPE=unix"),
+        "{err}"
+    );
+}
+
+#[test]
 fn stop_increment_and_active_connection_health_are_accepted() {
     assert!(!redis(&[]).expect("defaults").stop_increment_when_over_limit);
     let on = redis(&[

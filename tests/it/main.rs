@@ -19,6 +19,7 @@ mod peers;
 mod process;
 mod redis_backend;
 mod redis_support;
+mod redis_tls;
 mod responses;
 mod rlqs;
 mod robustness;

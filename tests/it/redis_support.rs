@@ -19,9 +19,46 @@ fn binary(name: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// TLS material for servers that speak TLS to their clients and to each other (replication,
+/// a sentinel's connections), requiring client certificates signed by `ca`.
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The arguments that open a TLS port beside the plain one (the tests' own `redis-cli`).
+    fn args(&self, tls_port: u16) -> Vec<String> {
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path(&self.cert),
+            "--tls-key-file".into(),
+            path(&self.key),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+            "--tls-replication".into(),
+            "yes".into(),
+            "--tls-client-cert-file".into(),
+            path(&self.client_cert),
+            "--tls-client-key-file".into(),
+            path(&self.client_key),
+        ]
+    }
+}
+
 /// One redis-server (or sentinel) process.
 pub struct RedisProcess {
     pub port: u16,
+    /// The TLS port, when started with [`TlsFiles`].
+    pub tls_port: Option<u16>,
     child: Option<Child>,
     dir: PathBuf,
     args: Vec<String>,
@@ -86,6 +123,7 @@ impl RedisProcess {
             if up {
                 return Some(RedisProcess {
                     port,
+                    tls_port: None,
                     child: Some(child),
                     dir,
                     args: args.iter().map(|a| (*a).to_owned()).collect(),
@@ -147,6 +185,7 @@ impl RedisProcess {
             .expect("spawn redis-server");
         let process = RedisProcess {
             port,
+            tls_port: None,
             child: Some(child),
             dir,
             args: tls,
@@ -181,6 +220,25 @@ impl RedisProcess {
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts `redis-server` with `args` and, with `tls`, a TLS port as well.
+    fn spawn_with(tls: Option<&TlsFiles>, args: &[&str]) -> Option<RedisProcess> {
+        let Some(tls) = tls else {
+            return Self::spawn(args);
+        };
+        let tls_port = free_port();
+        let tls_args = tls.args(tls_port);
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(tls_args.iter().map(String::as_str));
+        let mut process = Self::spawn(&all)?;
+        process.tls_port = Some(tls_port);
+        Some(process)
+    }
+
+    /// The port clients are given: the TLS one when there is one.
+    pub fn data_port(&self) -> u16 {
+        self.tls_port.unwrap_or(self.port)
     }
 
     /// Starts the process again on its port, with its directory (a cluster node keeps its
@@ -300,9 +358,21 @@ pub const SENTINEL_MASTER: &str = "turnstile";
 
 impl RedisSentinel {
     pub fn start() -> Option<RedisSentinel> {
+        Self::start_with(None)
+    }
+
+    /// The same set speaking TLS everywhere: to clients, between master and replica, and from
+    /// the sentinel to the servers; clients are given the TLS ports only (`data_port`), the
+    /// plain ones are the tests' own `redis-cli`.
+    pub fn start_tls(tls: &TlsFiles) -> Option<RedisSentinel> {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<&TlsFiles>) -> Option<RedisSentinel> {
         // No 5 s wait before the replica's first (diskless) sync.
-        let master = RedisProcess::spawn(&["--repl-diskless-sync-delay", "0"])?;
-        let replica = RedisProcess::spawn(&["--replicaof", "127.0.0.1", &master.port.to_string()])?;
+        let master = RedisProcess::spawn_with(tls, &["--repl-diskless-sync-delay", "0"])?;
+        let master_port = master.data_port().to_string();
+        let replica = RedisProcess::spawn_with(tls, &["--replicaof", "127.0.0.1", &master_port])?;
         // The sentinel learns the replicas from the master's INFO, which it asks every 10 s:
         // let the replica connect first, so the first INFO already names it.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -312,8 +382,8 @@ impl RedisSentinel {
             assert!(Instant::now() < deadline, "the replica did not connect");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let sentinel = RedisProcess::spawn(&["--sentinel"])?;
-        let port = master.port.to_string();
+        let sentinel = RedisProcess::spawn_with(tls, &["--sentinel"])?;
+        let port = master_port;
         cli(
             sentinel.port,
             &[
@@ -339,7 +409,7 @@ impl RedisSentinel {
         // A failover needs a replica the sentinel knows (it learns them from the master's INFO,
         // every 10 s) and that is in sync.
         let deadline = Instant::now() + Duration::from_secs(30);
-        let replica_port = format!("{}", replica.port);
+        let replica_port = format!("{}", replica.data_port());
         while !cli(sentinel.port, &["SENTINEL", "REPLICAS", SENTINEL_MASTER])
             .is_some_and(|r| r.contains(&replica_port))
             || !cli(replica.port, &["INFO", "replication"])

@@ -1,7 +1,8 @@
 //! Connections to Redis for each deployment: one server (a reconnecting multiplexed
 //! connection), a cluster (redis-rs's cluster connection: slots, MOVED/ASK and topology changes
 //! are followed by the crate), or a master found through Sentinel (re-resolved after a
-//! connection failure or a READONLY reply, i.e. a demoted master). Connecting is lazy: a store
+//! connection failure or a READONLY reply, i.e. a demoted master). `REDIS_TLS` applies to every
+//! kind over TCP: under Sentinel to the sentinels and to the master alike. Connecting is lazy: a store
 //! whose Redis is absent at start still starts, reports not ready, and connects when Redis
 //! appears; between failed attempts it waits (backoff) instead of adding a connect timeout to
 //! every request.
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
 use super::{RedisOptions, RedisTarget, RedisTlsOptions};
@@ -70,6 +71,51 @@ fn certificates(tls: &RedisTlsOptions) -> redis::TlsCertificates {
             }),
         root_cert: tls.root_cert.clone(),
     }
+}
+
+/// Verify the server's certificate and name, or (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`) not.
+fn tls_mode(tls: &RedisTlsOptions) -> redis::TlsMode {
+    match tls.skip_hostname_verification {
+        true => redis::TlsMode::Insecure,
+        false => redis::TlsMode::Secure,
+    }
+}
+
+/// A Sentinel client for `master` through `sentinels`, with the master's credentials and, under
+/// `REDIS_TLS`, TLS (same certificates) both to the sentinels and to the master they name, as
+/// the reference dials both with one TLS configuration.
+fn sentinel_builder(
+    o: &RedisOptions,
+    master: &str,
+    sentinels: &[String],
+) -> RedisResult<SentinelClientBuilder> {
+    let addresses = sentinels
+        .iter()
+        .map(|s| match &o.tls {
+            None => tcp(s),
+            Some(tls) => host_port(s).map(|(host, port)| ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: tls.skip_hostname_verification,
+                tls_params: None,
+            }),
+        })
+        .collect::<RedisResult<Vec<_>>>()?;
+    let mut builder = SentinelClientBuilder::new(addresses, master, SentinelServerType::Master)?;
+    if let Some(user) = &o.username {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &o.password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if let Some(tls) = &o.tls {
+        builder = builder
+            .set_client_to_sentinel_tls_mode(tls_mode(tls))
+            .set_client_to_sentinel_certificates(certificates(tls))
+            .set_client_to_redis_tls_mode(tls_mode(tls))
+            .set_client_to_redis_certificates(certificates(tls));
+    }
+    Ok(builder)
 }
 
 fn tcp(address: &str) -> RedisResult<ConnectionAddr> {
@@ -208,11 +254,7 @@ impl Connector {
                     .connection_timeout(o.timeout)
                     .response_timeout(o.timeout);
                 if let Some(tls) = &o.tls {
-                    let mode = match tls.skip_hostname_verification {
-                        true => redis::TlsMode::Insecure,
-                        false => redis::TlsMode::Secure,
-                    };
-                    builder = builder.tls(mode).certs(certificates(tls));
+                    builder = builder.tls(tls_mode(tls)).certs(certificates(tls));
                 }
                 if let Some(user) = &o.username {
                     builder = builder.username(user);
@@ -230,30 +272,16 @@ impl Connector {
                 sentinel_username,
                 sentinel_password,
             } => {
-                let mut sentinel_info = RedisConnectionInfo::default();
+                let mut client = sentinel_builder(o, master, sentinels)?;
                 if let Some(user) = sentinel_username {
-                    sentinel_info = sentinel_info.set_username(user);
+                    client = client.set_client_to_sentinel_username(user);
                 }
                 if let Some(password) = sentinel_password {
-                    sentinel_info = sentinel_info.set_password(password);
+                    client = client.set_client_to_sentinel_password(password);
                 }
-                let sentinels = sentinels
-                    .iter()
-                    .map(|s| {
-                        tcp(s)
-                            .and_then(|a| a.into_connection_info())
-                            .map(|i| i.set_redis_settings(sentinel_info.clone()))
-                    })
-                    .collect::<RedisResult<Vec<_>>>()?;
-                let node =
-                    SentinelNodeConnectionInfo::default().set_redis_connection_info(settings(o));
-                let mut client = SentinelClient::build(
-                    sentinels,
-                    master.clone(),
-                    Some(node),
-                    SentinelServerType::Master,
-                )?;
-                Ok(Conn::Sentinel(client.get_async_connection().await?))
+                Ok(Conn::Sentinel(
+                    client.build()?.get_async_connection().await?,
+                ))
             }
         }
     }

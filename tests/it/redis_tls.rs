@@ -1,0 +1,184 @@
+//! TLS to Redis (`REDIS_TLS` and its files), end to end through the service's settings: one
+//! server requiring a client certificate, and a master and replica behind a Sentinel that all
+//! speak TLS (the service is given TLS ports only, the sentinel's too), including a failover. A CA that did not sign
+//! the server's certificate is refused (UNAVAILABLE naming Redis), never downgraded.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::process::{Process, http_get, rules_root, temp_dir};
+use crate::redis_support::{RedisProcess, RedisSentinel, SENTINEL_MASTER, TlsFiles, cli};
+use crate::support::req1;
+use crate::tls::{ca, leaf};
+
+const RULES: &str = "domain: cut\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+
+/// A directory with CA `one` (signing `server` and `client`) and CA `two` (signing nothing
+/// here); `None` without openssl.
+fn certificates() -> Option<PathBuf> {
+    if !crate::support::openssl_installed() {
+        return None;
+    }
+    let dir = temp_dir("redis-tls");
+    ca(&dir, "one");
+    leaf(&dir, "one", "server", false);
+    leaf(&dir, "one", "client", true);
+    ca(&dir, "two");
+    Some(dir)
+}
+
+/// The service's settings for Redis at `url` (`REDIS_TYPE` `kind`) over TLS trusting `ca`.
+fn tls_env(dir: &std::path::Path, kind: &str, url: &str, ca: &str) -> Vec<(&'static str, String)> {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    vec![
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_TYPE", kind.to_owned()),
+        ("REDIS_URL", url.to_owned()),
+        ("REDIS_TLS", "true".to_owned()),
+        ("REDIS_TLS_CACERT", file(ca)),
+        ("REDIS_TLS_CLIENT_CERT", file("client.pem")),
+        ("REDIS_TLS_CLIENT_KEY", file("client.key")),
+        ("REDIS_TIMEOUT", "2s".to_owned()),
+    ]
+}
+
+fn as_env<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// TLS to Redis (`REDIS_TLS`), with a client certificate (the server requires one): the service
+/// counts over TLS; a CA that did not sign the server's certificate is refused (UNAVAILABLE
+/// naming Redis), never silently downgraded to plain text.
+#[test]
+fn counts_over_tls_with_a_client_certificate() {
+    let Some(dir) = certificates() else {
+        return;
+    };
+    let client = (dir.join("client.pem"), dir.join("client.key"));
+    let Some(redis) = RedisProcess::start_tls(
+        &dir.join("server.pem"),
+        &dir.join("server.key"),
+        &dir.join("one-ca.pem"),
+        (&client.0, &client.1),
+    ) else {
+        return;
+    };
+    let url = format!("127.0.0.1:{}", redis.port);
+    let root = rules_root(RULES);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let call = |grpc: u16| {
+        runtime.block_on(async {
+            crate::support::connect(grpc)
+                .await
+                .should_rate_limit(req1("cut", &[("user", "tls")]))
+                .await
+        })
+    };
+    let env = tls_env(&dir, "single", &url, "one-ca.pem");
+    let good = Process::start(&root, &as_env(&env));
+    let answer = call(good.grpc).expect("counted over TLS").into_inner();
+    assert_eq!(answer.statuses[0].limit_remaining, 4);
+    assert_eq!(
+        call(good.grpc).expect("again").into_inner().statuses[0].limit_remaining,
+        3
+    );
+
+    let env = tls_env(&dir, "single", &url, "two-ca.pem");
+    let wrong = Process::spawn(&root, &as_env(&env));
+    let refused = call(wrong.grpc).expect_err("an untrusted server certificate");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+    assert_ne!(http_get(wrong.http, "/healthcheck").map(|r| r.0), Some(200));
+    // Close the client connections first: a stop drains open connections.
+    drop(runtime);
+    good.stop().expect("stops");
+    wrong.stop().expect("stops");
+}
+
+/// `REDIS_TYPE=sentinel` with `REDIS_TLS`: the service asks the sentinel (over TLS, with its
+/// client certificate) for the master, counts on the master over TLS, and after the master is
+/// killed follows the sentinel's failover to the replica, over TLS again, without a restart. A
+/// CA that did not sign the certificates is refused, naming Redis.
+#[test]
+fn sentinel_over_tls_counts_and_follows_a_failover() {
+    let Some(dir) = certificates() else {
+        return;
+    };
+    let tls = TlsFiles {
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+        ca: dir.join("one-ca.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    };
+    let Some(mut set) = RedisSentinel::start_tls(&tls) else {
+        return;
+    };
+    let url = format!("{SENTINEL_MASTER},127.0.0.1:{}", set.sentinel.data_port());
+    let root = rules_root(RULES);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let call = |grpc: u16, user: &str| {
+        runtime.block_on(async {
+            crate::support::connect(grpc)
+                .await
+                .should_rate_limit(req1("cut", &[("user", user)]))
+                .await
+        })
+    };
+    let env = tls_env(&dir, "sentinel", &url, "one-ca.pem");
+    let p = Process::start(&root, &as_env(&env));
+    let answer = call(p.grpc, "alice")
+        .expect("counted over TLS")
+        .into_inner();
+    assert_eq!(answer.statuses[0].limit_remaining, 4);
+    // The count is on the master (its plain port is the test's own view).
+    let key_count = cli(set.master.port, &["DBSIZE"]).expect("dbsize");
+    assert_eq!(key_count.trim(), "1", "one counter on the master");
+
+    let killed = Instant::now();
+    set.master.kill();
+    let deadline = killed + Duration::from_secs(30);
+    let mut unavailable = 0;
+    let recovered = loop {
+        match call(p.grpc, "bob") {
+            Ok(answer) => break answer.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+                unavailable += 1;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new master over TLS within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "sentinel over TLS: counting again on the new master {:?} after the kill, {unavailable} \
+         UNAVAILABLE answers in between",
+        killed.elapsed()
+    );
+    assert_eq!(recovered.statuses[0].limit_remaining, 4);
+    let role = cli(set.replica.port, &["ROLE"]).expect("role");
+    assert!(
+        role.starts_with("master"),
+        "the replica was promoted: {role}"
+    );
+
+    let env = tls_env(&dir, "sentinel", &url, "two-ca.pem");
+    let wrong = Process::spawn(&root, &as_env(&env));
+    let refused = call(wrong.grpc, "carol").expect_err("an untrusted sentinel certificate");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+    assert_ne!(http_get(wrong.http, "/healthcheck").map(|r| r.0), Some(200));
+    drop(runtime);
+    p.stop().expect("stops");
+    wrong.stop().expect("stops");
+}
