@@ -1,7 +1,7 @@
-//! RLQS metrics: streams open, buckets tracked, reports, assignments sent by kind, refused
-//! streams and store failures, and per rule the global usage in its current window against its
-//! limit (one series per configured rule, so cardinality is bounded by the configuration and,
-//! as stats keys are, by `STATS_MAX_KEYS`).
+//! RLQS metrics: streams open, buckets tracked, reports, assignments sent by kind, pushes at a
+//! window's end, refused streams and store failures, and per rule the global usage in its
+//! current window against its limit (one series per configured rule, so cardinality is bounded
+//! by the configuration and, as stats keys are, by `STATS_MAX_KEYS`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -22,6 +22,7 @@ pub struct RlqsMetrics {
     assignments: [AtomicU64; 3],
     refused: AtomicU64,
     store_errors: AtomicU64,
+    refreshes: AtomicU64,
     usage: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
@@ -59,6 +60,11 @@ impl RlqsMetrics {
     /// A report was refused (the stream ends with an error status).
     pub fn refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Assignments were pushed to a stream because a window ended (no report asked).
+    pub fn window_refresh(&self) {
+        self.refreshes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A report could not be folded into the store (nothing was assigned).
@@ -116,8 +122,14 @@ impl RlqsMetrics {
                 self.refused.load(Ordering::Relaxed),
             ),
             (
+                "turnstile_rlqs_window_refreshes_total",
+                "RLQS responses pushed at a window's end without a report",
+                "counter",
+                self.refreshes.load(Ordering::Relaxed),
+            ),
+            (
                 "turnstile_rlqs_store_errors_total",
-                "RLQS reports the counter store could not take (nothing assigned)",
+                "RLQS reports or window-end refreshes the counter store could not take (nothing assigned)",
                 "counter",
                 self.store_errors.load(Ordering::Relaxed),
             ),

@@ -13,6 +13,7 @@
 
 mod bucket;
 mod describe;
+mod fold;
 pub mod share;
 mod stream;
 

@@ -3,12 +3,16 @@
 //! caller passes the moment and the counts, so a simulation can drive it deterministically.
 //!
 //! The rule: `remaining = limit − used` (used = requests every data plane reported allowed in
-//! the window). Spent → deny all until the window ends. Otherwise the stream gets a token
-//! bucket filling at `remaining / time left × share`, where `share` is this stream's part of the
-//! recent demand (allowed + denied; the current window plus the previous one weighted by how
-//! much of it a sliding span still covers), never below `min_share`. Its capacity is one
-//! second of that rate (at least one token), so a fresh bucket in Envoy, which starts full,
-//! admits at most that much at once.
+//! the window). Spent → deny all until the window ends. Otherwise the stream is entitled to
+//! `limit × share` of the window, where `share` is its part of the recent demand (allowed +
+//! denied; the current window plus the previous one weighted by how much of it a sliding span
+//! still covers), never below `min_share`; what it has not yet used of that (at most
+//! `remaining`) is paced over the time left as a token bucket. Summed over the streams these
+//! entitlements are `remaining` (the shares sum to one), so pacing them spends the window's
+//! budget; and a stream that got less than its part so far (another one's bucket started full,
+//! its own reports came late) is made up for in the rest of the window instead of losing it.
+//! The capacity is one second of the rate (at least one token), so a fresh bucket in Envoy,
+//! which starts full, admits at most that much at once.
 
 use super::Assignment;
 
@@ -37,6 +41,8 @@ pub struct ShareInput {
     pub own_demand: (u64, u64),
     /// Every stream's demand in the current and the previous window.
     pub all_demand: (u64, u64),
+    /// Requests this stream reported allowed in the current window.
+    pub own_allowed: u64,
     /// The smallest share a stream gets (0..=1).
     pub min_share: f64,
     /// How long a token-bucket assignment lives (whole seconds, at least 1).
@@ -64,8 +70,11 @@ impl ShareInput {
                 ttl_seconds: left_ms.div_ceil(1_000).max(1),
             };
         }
-        // Pace what is left over the time left, but never faster than all of it in a second.
-        let per_second = remaining as f64 * 1_000.0 / left_ms.max(1_000) as f64 * self.share();
+        // Pace what is left of this stream's part over the time left, never faster than all of
+        // it in a second.
+        let fair = (self.limit as f64 * self.share() - self.own_allowed as f64)
+            .clamp(0.0, remaining as f64);
+        let per_second = fair * 1_000.0 / left_ms.max(1_000) as f64;
         let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
         let tokens_per_fill = fill.clamp(1.0, f64::from(u32::MAX)) as u32;
         let burst = per_second
@@ -106,6 +115,7 @@ mod tests {
             elapsed_ms: 0,
             own_demand: (0, 0),
             all_demand: (0, 0),
+            own_allowed: 0,
             min_share: 0.05,
             ttl_seconds: 10,
         }
@@ -122,13 +132,15 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_is_the_remaining_paced_over_the_time_left_times_the_share() {
-        // 60 left over 30 s = 2/s; this stream has 80 % of the demand: 1.6/s = 96 per minute.
+    fn the_rate_is_what_is_left_of_the_streams_part_paced_over_the_time_left() {
+        // 80 % of the demand: 96 of the window's 120, 48 of them used; 48 left over 30 s =
+        // 1.6/s = 96 per minute.
         let i = ShareInput {
             used: 60,
             elapsed_ms: 30_000,
             own_demand: (80, 0),
             all_demand: (100, 0),
+            own_allowed: 48,
             ..input()
         };
         assert_eq!(
@@ -140,6 +152,44 @@ mod tests {
                 ttl_seconds: 10
             }
         );
+    }
+
+    #[test]
+    fn a_stream_behind_its_part_catches_up_and_one_ahead_slows_down() {
+        // Half the demand each, 60 of 120 used at half time: the one that got 20 is owed 40
+        // (80 a minute), the one that got 40 is owed 20 (40 a minute).
+        let behind = ShareInput {
+            used: 60,
+            elapsed_ms: 30_000,
+            own_demand: (50, 0),
+            all_demand: (100, 0),
+            own_allowed: 20,
+            ..input()
+        };
+        let ahead = ShareInput {
+            own_allowed: 40,
+            ..behind
+        };
+        let rate = |i: ShareInput| match i.assign(None) {
+            Assignment::TokenBucket {
+                tokens_per_fill, ..
+            } => tokens_per_fill,
+            other => panic!("a token bucket expected, got {other:?}"),
+        };
+        assert_eq!((rate(behind), rate(ahead)), (80, 40));
+        // Owed more than is left: never more than what remains of the window's budget.
+        let late = ShareInput {
+            used: 110,
+            own_allowed: 0,
+            ..behind
+        };
+        assert_eq!(rate(late), 20);
+        // Past its part: the slowest rate Envoy can hold (one a minute), not a denial.
+        let past = ShareInput {
+            own_allowed: 70,
+            ..behind
+        };
+        assert_eq!(rate(past), 1);
     }
 
     #[test]

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 
-use super::share::ShareInput;
+use super::fold::{Tracked, assign, merged, plan};
 use super::{Assignment, BucketId, Resolution, resolve};
 use crate::limiter::Limiter;
 use crate::rules::RuleSet;
-use crate::settings::{RlqsSettings, Unmatched};
-use crate::storage::{CounterStore, Hit, Op, StorageError};
+use crate::settings::RlqsSettings;
+use crate::storage::{CounterStore, StorageError};
 
 /// Why a report cannot be taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +51,9 @@ pub struct Usage {
     pub allowed: u64,
     /// Requests the data plane denied.
     pub denied: u64,
+    /// The time these requests arrived over, up to the report (ms; Envoy's `time_elapsed`);
+    /// 0 when unknown, which counts them all in the report's window.
+    pub elapsed_ms: u64,
 }
 
 /// A counted bucket's global state after a report (for metrics).
@@ -73,28 +76,6 @@ pub struct Decided {
     pub assignment: Assignment,
     /// The global count behind it, for a counted bucket.
     pub usage: Option<GlobalUsage>,
-}
-
-/// A bucket's demand in its current and previous window, and the assignment it holds.
-#[derive(Debug, Default)]
-struct Tracked {
-    held: Option<Assignment>,
-    period: u64,
-    window_start: u64,
-    demand: (u64, u64),
-}
-
-impl Tracked {
-    /// Adds `n` to the demand of the window of `period` starting at `start`.
-    fn add_demand(&mut self, period: u64, start: u64, n: u64) {
-        if (self.period, self.window_start) != (period, start) {
-            let follows = self.period == period && start == self.window_start + period;
-            self.demand = (0, if follows { self.demand.0 } else { 0 });
-            self.period = period;
-            self.window_start = start;
-        }
-        self.demand.0 = self.demand.0.saturating_add(n);
-    }
 }
 
 /// The state of one stream.
@@ -145,7 +126,7 @@ impl QuotaStream {
             .iter()
             .map(|u| resolve(rules, &domain, &u.bucket))
             .collect();
-        let hits = plan(&domain, &usages, &resolved, limiter, now_ms / 1_000);
+        let hits = plan(&domain, &usages, &resolved, limiter, now_ms);
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
@@ -174,6 +155,55 @@ impl QuotaStream {
         Ok(out)
     }
 
+    /// When the next counted bucket's window ends (ms since the epoch): the moment
+    /// [`QuotaStream::refresh`] has something to say without waiting for a report.
+    pub fn next_window_end_ms(&self) -> Option<u64> {
+        self.buckets
+            .values()
+            .filter_map(Tracked::window_end_ms)
+            .min()
+    }
+
+    /// Re-assigns every counted bucket whose window has ended by `now_ms`, as a report with no
+    /// usage would, and returns the assignments that changed. A data plane reports every few
+    /// seconds (Envoy 1.40: every 5 s), so without this a bucket denied for the rest of a window
+    /// would stay denied into the next one, and a rate paced for a window's last seconds would
+    /// run on into the next, until the next report.
+    pub async fn refresh<S: CounterStore>(
+        &mut self,
+        rules: &RuleSet,
+        limiter: &Limiter<S>,
+        now_ms: u64,
+    ) -> Result<Vec<Decided>, QuotaError> {
+        let due: Vec<(BucketId, Option<Assignment>)> = self
+            .buckets
+            .iter()
+            .filter(|(_, t)| t.window_end_ms().is_some_and(|end| end <= now_ms))
+            .map(|(bucket, t)| (bucket.clone(), t.held))
+            .collect();
+        let Some(domain) = self.domain.clone().filter(|_| !due.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        let usages = due
+            .iter()
+            .map(|(bucket, _)| Usage {
+                bucket: bucket.clone(),
+                allowed: 0,
+                denied: 0,
+                elapsed_ms: 0,
+            })
+            .collect();
+        let decided = self
+            .on_report(&domain, usages, rules, limiter, now_ms)
+            .await?;
+        Ok(decided
+            .into_iter()
+            .zip(due)
+            .filter(|(d, (_, held))| *held != Some(d.assignment))
+            .map(|(d, _)| d)
+            .collect())
+    }
+
     fn check_domain(&mut self, domain: &str) -> Result<String, QuotaError> {
         match &self.domain {
             None if domain.is_empty() => Err(QuotaError::NoDomain),
@@ -188,125 +218,4 @@ impl QuotaStream {
             }),
         }
     }
-}
-
-/// The store operations of a report: per counted bucket, the allowed requests onto the window
-/// counter, the demand onto this window's demand counter, and a read of the previous window's.
-fn plan<S: CounterStore>(
-    domain: &str,
-    usages: &[Usage],
-    resolved: &[Resolution<'_>],
-    limiter: &Limiter<S>,
-    now_s: u64,
-) -> Vec<Hit> {
-    let mut hits = Vec::new();
-    for (u, r) in usages.iter().zip(resolved) {
-        let Resolution::Counted {
-            limit,
-            period,
-            entries,
-            ..
-        } = r
-        else {
-            continue;
-        };
-        let start = now_s - now_s % period;
-        let end = start + period;
-        let demand = |at| limiter.demand_key(domain, entries, limit, *period, at);
-        hits.push(Hit {
-            key: limiter.window_key(domain, entries, limit, *period, start),
-            op: Op::Add(u.allowed),
-            expires_at: end,
-        });
-        hits.push(Hit {
-            key: demand(start),
-            op: Op::Add(u.allowed.saturating_add(u.denied)),
-            expires_at: end + period,
-        });
-        hits.push(Hit {
-            key: demand(start.saturating_sub(*period)),
-            op: Op::Add(0),
-            expires_at: end,
-        });
-    }
-    hits
-}
-
-/// One bucket's assignment; `count` is (used, demand now, demand before) for a counted bucket.
-fn assign(
-    settings: &RlqsSettings,
-    tracked: &mut Tracked,
-    usage: &Usage,
-    resolution: Resolution<'_>,
-    count: Option<(u64, u64, u64)>,
-    shadow: bool,
-    now_ms: u64,
-) -> (Assignment, Option<GlobalUsage>) {
-    let ttl_seconds = settings.assignment_ttl.as_secs().max(1);
-    let (
-        Resolution::Counted {
-            limit,
-            per_window,
-            period,
-            enforce,
-            ..
-        },
-        Some((used, current, previous)),
-    ) = (&resolution, count)
-    else {
-        return match resolution {
-            Resolution::Unlimited => (Assignment::AllowAll { ttl_seconds }, None),
-            _ => (unmatched(settings.unmatched, ttl_seconds), None),
-        };
-    };
-    let now_s = now_ms / 1_000;
-    let start = now_s - now_s % period;
-    tracked.add_demand(*period, start, usage.allowed.saturating_add(usage.denied));
-    let input = ShareInput {
-        limit: *per_window,
-        used,
-        period_ms: period * 1_000,
-        elapsed_ms: now_ms - start * 1_000,
-        own_demand: tracked.demand,
-        all_demand: (current, previous),
-        min_share: settings.min_share,
-        ttl_seconds,
-    };
-    let assignment = if *enforce && !shadow {
-        input.assign(tracked.held.as_ref())
-    } else {
-        Assignment::AllowAll { ttl_seconds }
-    };
-    let global = GlobalUsage {
-        rule: limit.full_key.clone(),
-        used,
-        limit: *per_window,
-    };
-    (assignment, Some(global))
-}
-
-fn unmatched(action: Unmatched, ttl_seconds: u64) -> Assignment {
-    match action {
-        Unmatched::Allow => Assignment::AllowAll { ttl_seconds },
-        Unmatched::Deny => Assignment::DenyAll { ttl_seconds },
-    }
-}
-
-/// One usage per bucket (a report naming a bucket twice adds the two), in first-seen order.
-fn merged(usages: Vec<Usage>) -> Vec<Usage> {
-    let mut out: Vec<Usage> = Vec::with_capacity(usages.len());
-    let mut index: HashMap<BucketId, usize> = HashMap::with_capacity(usages.len());
-    for u in usages {
-        match index.get(&u.bucket) {
-            Some(&i) => {
-                out[i].allowed = out[i].allowed.saturating_add(u.allowed);
-                out[i].denied = out[i].denied.saturating_add(u.denied);
-            }
-            None => {
-                index.insert(u.bucket.clone(), out.len());
-                out.push(u);
-            }
-        }
-    }
-    out
 }

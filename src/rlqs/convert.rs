@@ -31,9 +31,17 @@ pub fn usages_from_pb(
             bucket,
             allowed: usage.num_requests_allowed,
             denied: usage.num_requests_denied,
+            elapsed_ms: usage.time_elapsed.map_or(0, elapsed_ms),
         });
     }
     Ok((report.domain, out))
+}
+
+/// A duration in whole milliseconds; a negative one is unknown (0).
+fn elapsed_ms(d: prost_types::Duration) -> u64 {
+    let seconds = u64::try_from(d.seconds).unwrap_or(0);
+    let millis = u64::try_from(d.nanos / 1_000_000).unwrap_or(0);
+    seconds.saturating_mul(1_000).saturating_add(millis)
 }
 
 /// The response carrying every decided assignment, in order.

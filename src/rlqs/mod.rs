@@ -11,6 +11,7 @@ pub use convert::{response_to_pb, usages_from_pb};
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -20,12 +21,15 @@ use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_se
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use crate::quota::{QuotaError, QuotaStream};
+use crate::quota::{Decided, QuotaError, QuotaStream};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::CounterStore;
 
 pub use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer as RlqsServer;
+
+/// The longest a stream waits for a window's end without reading the clock again.
+const CLOCK_RECHECK: Duration = Duration::from_secs(1);
 
 /// The `RateLimitQuotaService` implementation.
 #[derive(Debug)]
@@ -66,6 +70,8 @@ struct Session<S> {
     quota: QuotaStream,
     inbound: Streaming<RateLimitQuotaUsageReports>,
     ended: bool,
+    /// A failed refresh is not retried before this (ms since the epoch).
+    refresh_not_before: u64,
 }
 
 impl<S: CounterStore> Session<S> {
@@ -80,6 +86,7 @@ impl<S: CounterStore> Session<S> {
             quota: QuotaStream::new(settings),
             inbound,
             ended: false,
+            refresh_not_before: 0,
         }
     }
 
@@ -87,7 +94,17 @@ impl<S: CounterStore> Session<S> {
     /// client has closed its side (or broke the stream) or after an error status was sent.
     async fn next(&mut self) -> Option<Result<RateLimitQuotaResponse, Status>> {
         while !self.ended {
-            let report = match self.inbound.message().await {
+            let inbound = match self.wake_at() {
+                None => self.inbound.message().await,
+                Some(wait) => tokio::select! {
+                    inbound = self.inbound.message() => inbound,
+                    () = tokio::time::sleep(wait) => match self.refresh().await {
+                        Some(response) => return Some(Ok(response)),
+                        None => continue,
+                    },
+                },
+            };
+            let report = match inbound {
                 Ok(Some(report)) => report,
                 Ok(None) => return None,
                 Err(status) => {
@@ -108,6 +125,66 @@ impl<S: CounterStore> Session<S> {
         None
     }
 
+    /// How long to wait before the next window boundary of a counted bucket: at most
+    /// [`CLOCK_RECHECK`], so that a clock that steps (NTP, or a test's) is followed, and not
+    /// before a failed refresh's back-off has passed.
+    fn wake_at(&self) -> Option<Duration> {
+        let end = self.quota.next_window_end_ms()?;
+        let now = self.state.limiter.now_millis();
+        let at = end.max(self.refresh_not_before);
+        Some(Duration::from_millis(at.saturating_sub(now)).min(CLOCK_RECHECK))
+    }
+
+    /// Assignments that change because a window has ended; `None` when none did, or when the
+    /// counter store failed (retried after [`CLOCK_RECHECK`]).
+    async fn refresh(&mut self) -> Option<RateLimitQuotaResponse> {
+        let rules = self.rules();
+        let limiter = &self.state.limiter;
+        let now = limiter.now_millis();
+        if now
+            < self
+                .quota
+                .next_window_end_ms()?
+                .max(self.refresh_not_before)
+        {
+            return None;
+        }
+        let metrics = &self.state.metrics;
+        match self.quota.refresh(&rules, limiter, now).await {
+            Ok(decided) if decided.is_empty() => None,
+            Ok(decided) => {
+                metrics.rlqs.window_refresh();
+                Some(self.sent(&decided))
+            }
+            Err(err) => {
+                tracing::warn!(%err, "RLQS assignments not refreshed at a window's end");
+                metrics.rlqs.store_error();
+                self.refresh_not_before = now + CLOCK_RECHECK.as_millis() as u64;
+                None
+            }
+        }
+    }
+
+    /// The rules in force (none before the first load).
+    fn rules(&self) -> Arc<RuleSet> {
+        self.state
+            .rules
+            .load()
+            .unwrap_or_else(|| Arc::new(RuleSet::default()))
+    }
+
+    /// Counts what is sent and converts it.
+    fn sent(&self, decided: &[Decided]) -> RateLimitQuotaResponse {
+        let metrics = &self.state.metrics;
+        for d in decided {
+            metrics.rlqs.assigned(d.assignment.kind());
+            if let Some(u) = &d.usage {
+                metrics.rlqs_usage(&u.rule, u.used, u.limit);
+            }
+        }
+        convert::response_to_pb(decided)
+    }
+
     /// Assignments for one report; `None` when there is nothing to send (no buckets, or the
     /// counter store failed: Envoy keeps its assignments until they expire, and the next
     /// report tries again).
@@ -118,11 +195,7 @@ impl<S: CounterStore> Session<S> {
         let metrics = &self.state.metrics;
         metrics.rlqs.report();
         let (domain, usages) = convert::usages_from_pb(report)?;
-        let rules = self
-            .state
-            .rules
-            .load()
-            .unwrap_or_else(|| Arc::new(RuleSet::default()));
+        let rules = self.rules();
         let limiter = &self.state.limiter;
         let before = self.quota.buckets();
         let decided = self
@@ -145,13 +218,7 @@ impl<S: CounterStore> Session<S> {
         if decided.is_empty() {
             return Ok(None);
         }
-        for d in &decided {
-            metrics.rlqs.assigned(d.assignment.kind());
-            if let Some(u) = &d.usage {
-                metrics.rlqs_usage(&u.rule, u.used, u.limit);
-            }
-        }
-        Ok(Some(convert::response_to_pb(&decided)))
+        Ok(Some(self.sent(&decided)))
     }
 }
 

@@ -195,11 +195,9 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
                 total.abs_diff(LIMIT) <= LIMIT / 10,
                 "window {w}: {total} admitted"
             );
-            // Envoy 1.40 reports every 5 s, so the 20 % Envoy's ~24 admitted requests a window
-            // vary by a few between windows (measured: 17.9 % to 25 %); CI checks that it keeps
-            // at least three quarters of its demand's share, and docs/rlqs.md has the figures.
+            // The 20 % Envoy gets at least its demand's share, give or take one request.
             assert!(
-                adm_b as f64 >= 0.75 * 0.2 * total as f64,
+                (adm_b + 1) as f64 >= 0.2 * total as f64,
                 "window {w}: the 20 % Envoy got {adm_b} of {total}"
             );
         } else {

@@ -153,8 +153,17 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         .await
         .expect("answer");
     assert_eq!(kind(&r, 0), "deny ttl 20s");
-    // The next window starts afresh.
+    // When the window ends the stream is told at once, without waiting for its next report:
+    // all 5 of the new window over its 60 s, all demand ours (the stream reads the clock again
+    // at least every second, so this arrives within about one).
     s.clock.advance(20);
+    let pushed = tokio::time::timeout(Duration::from_secs(10), q.rx.message())
+        .await
+        .expect("a push within 10 s")
+        .expect("stream")
+        .expect("a response");
+    assert_eq!(kind(&pushed, 0), "tb 5/60s max 1 ttl 10s");
+    // Reports go on as before in the new window.
     let r = q
         .report("rlqs", &[(&[("user", "alice")], 0, 3)])
         .await
@@ -165,7 +174,8 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         "turnstile_rlqs_streams_open 1",
         "turnstile_rlqs_buckets_tracked 1",
         "turnstile_rlqs_reports_total 3",
-        "turnstile_rlqs_assignments_total{kind=\"token_bucket\"} 2",
+        "turnstile_rlqs_assignments_total{kind=\"token_bucket\"} 3",
+        "turnstile_rlqs_window_refreshes_total 1",
         "turnstile_rlqs_assignments_total{kind=\"deny_all\"} 1",
         "turnstile_rlqs_window_limit{rule=\"rlqs.user\"} 5",
     ] {
@@ -374,8 +384,9 @@ async fn replicas_share_one_count<S: CounterStore>(
         .report("rlqs", &[(&bucket, 1, 4)])
         .await
         .expect("answer");
-    // B sees A's count: 4 of 5 used; one left over 20 s at B's share of demand (5 of 12).
-    assert_eq!(kind(&r, 0), "tb 1/60s max 1 ttl 10s");
+    // B sees A's count: 4 of 5 used, one left. B's part of the window is 5 × 5/12 (its share
+    // of demand) ≈ 2.1, of which it used 1: the one left, over the 20 s left = 3 a minute.
+    assert_eq!(kind(&r, 0), "tb 3/60s max 1 ttl 10s");
     // A reports the last one: the budget is spent on both replicas.
     let r = on_a
         .report("rlqs", &[(&bucket, 1, 0)])

@@ -1,0 +1,284 @@
+//! Folding one report: the store operations it takes (`plan`), one bucket's assignment from
+//! the counts they return (`assign`), and the per-bucket demand a stream remembers between
+//! reports (`Tracked`). Pure functions of their arguments; the stream (`stream`) owns the state.
+//!
+//! Must not touch: protobuf types, the store itself (only builds its operations).
+
+use std::collections::HashMap;
+
+use super::share::ShareInput;
+use super::stream::{GlobalUsage, Usage};
+use super::{Assignment, BucketId, Resolution};
+use crate::limiter::Limiter;
+use crate::settings::{RlqsSettings, Unmatched};
+use crate::storage::{CounterStore, Hit, Op};
+
+/// A bucket's demand in its current and previous window, and the assignment it holds.
+#[derive(Debug, Default)]
+pub(super) struct Tracked {
+    pub(super) held: Option<Assignment>,
+    period: u64,
+    window_start: u64,
+    demand: (u64, u64),
+    allowed: u64,
+}
+
+impl Tracked {
+    /// Adds `split`'s demand to the window of `period` starting at `start` and the one before.
+    fn add_demand(&mut self, period: u64, start: u64, split: Split) {
+        if (self.period, self.window_start) != (period, start) {
+            let follows = self.period == period && start == self.window_start + period;
+            self.demand = (0, if follows { self.demand.0 } else { 0 });
+            self.allowed = 0;
+            self.period = period;
+            self.window_start = start;
+        }
+        self.demand.0 = self.demand.0.saturating_add(split.demand);
+        self.demand.1 = self.demand.1.saturating_add(split.earlier_demand);
+        self.allowed = self.allowed.saturating_add(split.allowed);
+    }
+
+    /// When the window of the last counted report ends (ms since the epoch); `None` for a
+    /// bucket that is not counted.
+    pub(super) fn window_end_ms(&self) -> Option<u64> {
+        (self.period > 0).then(|| (self.window_start + self.period).saturating_mul(1_000))
+    }
+
+    /// The bucket is no longer counted (unmatched or unlimited, e.g. after a reload).
+    fn uncounted(&mut self) {
+        *self = Tracked {
+            held: self.held,
+            ..Tracked::default()
+        };
+    }
+}
+
+/// A usage's parts in the current window and before it. A report covers `elapsed_ms` up to now;
+/// the requests are taken as spread evenly over it, so a report that straddles a window's start
+/// counts only its share after that start in the new window. The part before goes to the
+/// previous window's demand (it still weighs in shares); its allowed requests are not added to
+/// a window that has ended, where no decision reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Split {
+    /// Allowed requests in the current window.
+    pub(super) allowed: u64,
+    /// Allowed + denied in the current window.
+    pub(super) demand: u64,
+    /// Allowed + denied before the current window's start.
+    pub(super) earlier_demand: u64,
+}
+
+impl Split {
+    /// `usage` split at the start (ms) of the window `now_ms` is in.
+    pub(super) fn at(usage: &Usage, window_start_ms: u64, now_ms: u64) -> Split {
+        let total = usage.allowed.saturating_add(usage.denied);
+        let inside = now_ms.saturating_sub(window_start_ms);
+        if usage.elapsed_ms <= inside {
+            return Split {
+                allowed: usage.allowed,
+                demand: total,
+                earlier_demand: 0,
+            };
+        }
+        let part = |n: u64| {
+            let scaled = u128::from(n) * u128::from(inside) / u128::from(usage.elapsed_ms);
+            u64::try_from(scaled).unwrap_or(n)
+        };
+        let demand = part(total);
+        Split {
+            allowed: part(usage.allowed),
+            demand,
+            earlier_demand: total - demand,
+        }
+    }
+}
+
+/// The store operations of a report: per counted bucket, its allowed requests in this window
+/// onto the window counter, its demand onto this window's demand counter, and its demand
+/// before this window onto the previous window's (whose count comes back either way).
+pub(super) fn plan<S: CounterStore>(
+    domain: &str,
+    usages: &[Usage],
+    resolved: &[Resolution<'_>],
+    limiter: &Limiter<S>,
+    now_ms: u64,
+) -> Vec<Hit> {
+    let now_s = now_ms / 1_000;
+    let mut hits = Vec::new();
+    for (u, r) in usages.iter().zip(resolved) {
+        let Resolution::Counted {
+            limit,
+            period,
+            entries,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        let start = now_s - now_s % period;
+        let end = start + period;
+        let split = Split::at(u, start * 1_000, now_ms);
+        let demand = |at| limiter.demand_key(domain, entries, limit, *period, at);
+        hits.push(Hit {
+            key: limiter.window_key(domain, entries, limit, *period, start),
+            op: Op::Add(split.allowed),
+            expires_at: end,
+        });
+        hits.push(Hit {
+            key: demand(start),
+            op: Op::Add(split.demand),
+            expires_at: end + period,
+        });
+        hits.push(Hit {
+            key: demand(start.saturating_sub(*period)),
+            op: Op::Add(split.earlier_demand),
+            expires_at: end,
+        });
+    }
+    hits
+}
+
+/// One bucket's assignment; `count` is (used, demand now, demand before) for a counted bucket.
+pub(super) fn assign(
+    settings: &RlqsSettings,
+    tracked: &mut Tracked,
+    usage: &Usage,
+    resolution: Resolution<'_>,
+    count: Option<(u64, u64, u64)>,
+    shadow: bool,
+    now_ms: u64,
+) -> (Assignment, Option<GlobalUsage>) {
+    let ttl_seconds = settings.assignment_ttl.as_secs().max(1);
+    let (
+        Resolution::Counted {
+            limit,
+            per_window,
+            period,
+            enforce,
+            ..
+        },
+        Some((used, current, previous)),
+    ) = (&resolution, count)
+    else {
+        tracked.uncounted();
+        return match resolution {
+            Resolution::Unlimited => (Assignment::AllowAll { ttl_seconds }, None),
+            _ => (unmatched(settings.unmatched, ttl_seconds), None),
+        };
+    };
+    let now_s = now_ms / 1_000;
+    let start = now_s - now_s % period;
+    tracked.add_demand(*period, start, Split::at(usage, start * 1_000, now_ms));
+    let input = ShareInput {
+        limit: *per_window,
+        used,
+        period_ms: period * 1_000,
+        elapsed_ms: now_ms - start * 1_000,
+        own_demand: tracked.demand,
+        all_demand: (current, previous),
+        own_allowed: tracked.allowed,
+        min_share: settings.min_share,
+        ttl_seconds,
+    };
+    let assignment = if *enforce && !shadow {
+        input.assign(tracked.held.as_ref())
+    } else {
+        Assignment::AllowAll { ttl_seconds }
+    };
+    let global = GlobalUsage {
+        rule: limit.full_key.clone(),
+        used,
+        limit: *per_window,
+    };
+    (assignment, Some(global))
+}
+
+fn unmatched(action: Unmatched, ttl_seconds: u64) -> Assignment {
+    match action {
+        Unmatched::Allow => Assignment::AllowAll { ttl_seconds },
+        Unmatched::Deny => Assignment::DenyAll { ttl_seconds },
+    }
+}
+
+/// One usage per bucket (a report naming a bucket twice adds the two), in first-seen order.
+pub(super) fn merged(usages: Vec<Usage>) -> Vec<Usage> {
+    let mut out: Vec<Usage> = Vec::with_capacity(usages.len());
+    let mut index: HashMap<BucketId, usize> = HashMap::with_capacity(usages.len());
+    for u in usages {
+        match index.get(&u.bucket) {
+            Some(&i) => {
+                out[i].allowed = out[i].allowed.saturating_add(u.allowed);
+                out[i].denied = out[i].denied.saturating_add(u.denied);
+                out[i].elapsed_ms = out[i].elapsed_ms.max(u.elapsed_ms);
+            }
+            None => {
+                index.insert(u.bucket.clone(), out.len());
+                out.push(u);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(allowed: u64, denied: u64, elapsed_ms: u64) -> Usage {
+        Usage {
+            bucket: BucketId::new([("user".to_owned(), "a".to_owned())]).expect("bucket"),
+            allowed,
+            denied,
+            elapsed_ms,
+        }
+    }
+
+    #[test]
+    fn a_report_inside_its_window_counts_whole() {
+        let split = Split::at(&usage(8, 2, 5_000), 60_000, 70_000);
+        assert_eq!(
+            split,
+            Split {
+                allowed: 8,
+                demand: 10,
+                earlier_demand: 0
+            }
+        );
+        // Unknown elapsed time: all of it in the report's window.
+        assert_eq!(Split::at(&usage(8, 2, 0), 60_000, 60_000).demand, 10);
+    }
+
+    #[test]
+    fn a_report_straddling_a_window_start_counts_its_part_after_it() {
+        // 5 s covered, 2 s of them in the new window: 2/5 of 10 allowed, of 20 demand.
+        let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000);
+        assert_eq!(
+            split,
+            Split {
+                allowed: 4,
+                demand: 8,
+                earlier_demand: 12
+            }
+        );
+        // Reported right at the start: all of it before.
+        let at_start = Split::at(&usage(10, 10, 5_000), 60_000, 60_000);
+        assert_eq!((at_start.allowed, at_start.earlier_demand), (0, 20));
+    }
+
+    #[test]
+    fn demand_rolls_into_the_previous_window_only_when_windows_follow() {
+        let mut t = Tracked::default();
+        let s = |demand, earlier_demand| Split {
+            allowed: 0,
+            demand,
+            earlier_demand,
+        };
+        t.add_demand(60, 0, s(30, 0));
+        t.add_demand(60, 60, s(5, 7));
+        assert_eq!(t.demand, (5, 37));
+        assert_eq!(t.window_end_ms(), Some(120_000));
+        // A gap of a window: the old demand is not the previous window's.
+        t.add_demand(60, 240, s(1, 0));
+        assert_eq!(t.demand, (1, 0));
+    }
+}
