@@ -18,7 +18,7 @@ taskset -c 1 memcached -l 127.0.0.1 -p 21471 -U 0 -t 1 -m 1024 -u root & pids+=(
 wait_port 21471
 env GRPC_HOST=127.0.0.1 GRPC_PORT=18491 HOST=127.0.0.1 PORT=18492 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18493 \
   SHUTDOWN_DRAIN_SECONDS=0 BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21471 \
-  taskset -c 0 target/release/turnstile --config-dir config 2>/dev/null & server=$!
+  taskset -c 0 target/release/turnstile --config-dir config 2>"$work/server.log" & server=$!
 pids+=($server)
 wait_port 18491
 metric() { curl -s 127.0.0.1:18493/metrics | awk -v n="$1" 'index($0, n) == 1 {s += $NF} END {print s + 0}'; }
@@ -27,6 +27,7 @@ cpu_ms() { echo $(( $(awk '{print $14 + $15}' "/proc/$server/stat") * 1000 / $(g
 idle_rss=$(rss); idle_tasks=$(metric turnstile_runtime_alive_tasks)
 taskset -c 1 target/release/turnstile-rlqs-load --addr 127.0.0.1:18491 --streams "$streams" --buckets "$buckets" \
   --interval "$interval" --duration "$secs" --domain rl --key foo >"$work/load.json" 2>&1 & load=$!
+cpu_start=$(cpu_ms); t_start=$(date +%s%N)
 sleep $((secs / 2))
 cpu_before=$(cpu_ms); sleep 5; cpu_per_s=$(( ($(cpu_ms) - cpu_before) / 5 ))
 echo "# $(date -u +%FT%TZ) $(nproc) cores; $streams streams x $buckets buckets, reports every ${interval}s, ${secs}s"
@@ -38,7 +39,13 @@ echo "| RLQS streams open | 0 | $(metric turnstile_rlqs_streams_open) |"
 echo "| buckets tracked | 0 | $(metric turnstile_rlqs_buckets_tracked) |"
 echo "| server CPU (ms per s) | | $cpu_per_s |"
 wait "$load" || echo "load generator failed"
+cpu_run=$(( ($(cpu_ms) - cpu_start) * 1000000000 / ($(date +%s%N) - t_start) ))
+echo "| server CPU over the whole run (ms per s) | | $cpu_run |"
+echo "| responses pushed at a window's end | | $(metric turnstile_rlqs_window_refreshes_total) |"
+echo "| store errors | | $(metric turnstile_rlqs_store_errors_total) |"
 echo
 echo "load generator: $(cat "$work/load.json")"
 sleep 1
 echo "after the streams closed: $(metric turnstile_rlqs_streams_open) streams, $(metric turnstile_rlqs_buckets_tracked) buckets, $(metric turnstile_runtime_alive_tasks) tasks, RSS $(rss) MiB"
+echo "server warnings: $(grep -c WARN "$work/server.log" || true)"
+grep WARN "$work/server.log" | sed 's/^.*WARN //' | sort | uniq -c | sort -rn | head -5

@@ -21,6 +21,8 @@ pub(super) struct Tracked {
     window_start: u64,
     demand: (u64, u64),
     allowed: u64,
+    /// Every stream's demand in the tracked window, as last read from the store.
+    seen_all: u64,
 }
 
 impl Tracked {
@@ -42,6 +44,14 @@ impl Tracked {
     /// bucket that is not counted.
     pub(super) fn window_end_ms(&self) -> Option<u64> {
         (self.period > 0).then(|| (self.window_start + self.period).saturating_mul(1_000))
+    }
+
+    /// The counts (used, demand now, demand before) of the window of `period` starting at
+    /// `start` as they stand at its start, from what this stream last read: nothing used or
+    /// demanded yet, and the window before it as last seen when it is the tracked one.
+    pub(super) fn carried_over(&self, period: u64, start: u64) -> (u64, u64, u64) {
+        let follows = self.period == period && start == self.window_start + period;
+        (0, 0, if follows { self.seen_all } else { 0 })
     }
 
     /// The bucket is no longer counted (unmatched or unlimited, e.g. after a reload).
@@ -169,6 +179,7 @@ pub(super) fn assign(
     let now_s = now_ms / 1_000;
     let start = now_s - now_s % period;
     tracked.add_demand(*period, start, Split::at(usage, start * 1_000, now_ms));
+    tracked.seen_all = current;
     let input = ShareInput {
         limit: *per_window,
         used,
@@ -280,5 +291,16 @@ mod tests {
         // A gap of a window: the old demand is not the previous window's.
         t.add_demand(60, 240, s(1, 0));
         assert_eq!(t.demand, (1, 0));
+    }
+
+    #[test]
+    fn a_new_window_starts_unused_with_the_demand_last_read() {
+        let mut t = Tracked::default();
+        t.add_demand(60, 60, Split::at(&usage(3, 1, 0), 60_000, 70_000));
+        t.seen_all = 50;
+        assert_eq!(t.carried_over(60, 120), (0, 0, 50));
+        // Not the window after the tracked one: nothing carried over.
+        assert_eq!(t.carried_over(60, 180), (0, 0, 0));
+        assert_eq!(t.carried_over(30, 120), (0, 0, 0));
     }
 }

@@ -164,44 +164,58 @@ impl QuotaStream {
             .min()
     }
 
-    /// Re-assigns every counted bucket whose window has ended by `now_ms`, as a report with no
-    /// usage would, and returns the assignments that changed. A data plane reports every few
-    /// seconds (Envoy 1.40: every 5 s), so without this a bucket denied for the rest of a window
-    /// would stay denied into the next one, and a rate paced for a window's last seconds would
-    /// run on into the next, until the next report.
-    pub async fn refresh<S: CounterStore>(
-        &mut self,
-        rules: &RuleSet,
-        limiter: &Limiter<S>,
-        now_ms: u64,
-    ) -> Result<Vec<Decided>, QuotaError> {
-        let due: Vec<(BucketId, Option<Assignment>)> = self
-            .buckets
-            .iter()
-            .filter(|(_, t)| t.window_end_ms().is_some_and(|end| end <= now_ms))
-            .map(|(bucket, t)| (bucket.clone(), t.held))
-            .collect();
-        let Some(domain) = self.domain.clone().filter(|_| !due.is_empty()) else {
-            return Ok(Vec::new());
+    /// Re-assigns every counted bucket whose window has ended by `now_ms`, as an empty report
+    /// at the new window's start would, and returns the assignments that changed. A data plane
+    /// reports every few seconds (Envoy 1.40: every 5 s), so without this a bucket denied for
+    /// the rest of a window would stay denied into the next one, and a rate paced for a
+    /// window's last seconds would run on into the next, until the next report.
+    ///
+    /// No store call: at a window's start nothing of it is used yet, and the previous window's
+    /// demand is the one the stream last read (at most one report interval old), so every
+    /// stream of every replica can do this at the same instant without a burst on the store.
+    pub fn refresh(&mut self, rules: &RuleSet, shadow: bool, now_ms: u64) -> Vec<Decided> {
+        let Some(domain) = self.domain.as_deref() else {
+            return Vec::new();
         };
-        let usages = due
-            .iter()
-            .map(|(bucket, _)| Usage {
+        let now_s = now_ms / 1_000;
+        let mut out = Vec::new();
+        for (bucket, tracked) in self.buckets.iter_mut() {
+            if tracked.window_end_ms().is_none_or(|end| end > now_ms) {
+                continue;
+            }
+            let resolution = resolve(rules, domain, bucket);
+            let count = match &resolution {
+                Resolution::Counted { period, .. } => {
+                    Some(tracked.carried_over(*period, now_s - now_s % period))
+                }
+                _ => None,
+            };
+            let empty = Usage {
                 bucket: bucket.clone(),
                 allowed: 0,
                 denied: 0,
                 elapsed_ms: 0,
-            })
-            .collect();
-        let decided = self
-            .on_report(&domain, usages, rules, limiter, now_ms)
-            .await?;
-        Ok(decided
-            .into_iter()
-            .zip(due)
-            .filter(|(d, (_, held))| *held != Some(d.assignment))
-            .map(|(d, _)| d)
-            .collect())
+            };
+            let held = tracked.held;
+            let (assignment, usage) = assign(
+                &self.settings,
+                tracked,
+                &empty,
+                resolution,
+                count,
+                shadow,
+                now_ms,
+            );
+            tracked.held = Some(assignment);
+            if held != Some(assignment) {
+                out.push(Decided {
+                    bucket: empty.bucket,
+                    assignment,
+                    usage,
+                });
+            }
+        }
+        out
     }
 
     fn check_domain(&mut self, domain: &str) -> Result<String, QuotaError> {

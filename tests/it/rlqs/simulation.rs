@@ -144,9 +144,7 @@ impl SimEnvoy {
         }
         let decided = self
             .stream
-            .refresh(rules, limiter, now_ms)
-            .await
-            .expect("refresh");
+            .refresh(rules, limiter.settings().shadow_mode, now_ms);
         if let Some(d) = decided.first() {
             self.take(d.assignment, now_ms);
         }

@@ -134,7 +134,7 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
     let mut q = Quotas::open(s.addr).await;
     // T0 is 40 s into its minute: 20 s left. 2 of 5 used: 3 left over 20 s, all demand ours:
-    // 9 a minute, one token of burst.
+    // 9 a minute, two tokens of burst (the least sent).
     let r = q
         .report("rlqs", &[(&[("user", "alice")], 2, 0)])
         .await
@@ -143,7 +143,7 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         r.bucket_action[0].bucket_id,
         Some(bucket_id(&[("user", "alice")]))
     );
-    assert_eq!(kind(&r, 0), "tb 9/60s max 1 ttl 10s");
+    assert_eq!(kind(&r, 0), "tb 9/60s max 2 ttl 10s");
     // RLS counts in the same counter: 2 reported + this call = 3 of 5.
     let rls = s.call(req1("rlqs", &[("user", "alice")])).await;
     assert_eq!(rls.statuses[0].limit_remaining, 2);
@@ -162,7 +162,7 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         .expect("a push within 10 s")
         .expect("stream")
         .expect("a response");
-    assert_eq!(kind(&pushed, 0), "tb 5/60s max 1 ttl 10s");
+    assert_eq!(kind(&pushed, 0), "tb 5/60s max 2 ttl 10s");
     // Reports go on as before in the new window.
     let r = q
         .report("rlqs", &[(&[("user", "alice")], 0, 3)])
@@ -211,8 +211,8 @@ async fn bucket_ids_match_the_tree_in_any_order() {
         .await
         .expect("answer");
     // 20 s left: 10 over 20 s is 30 a minute; 5 over 20 s is 15 a minute.
-    assert_eq!(kind(&r, 0), "tb 30/60s max 1 ttl 10s");
-    assert_eq!(kind(&r, 1), "tb 15/60s max 1 ttl 10s");
+    assert_eq!(kind(&r, 0), "tb 30/60s max 2 ttl 10s");
+    assert_eq!(kind(&r, 1), "tb 15/60s max 2 ttl 10s");
     assert_eq!(kind(&r, 2), "allow ttl 10s");
     assert_eq!(
         kind(&r, 3),

@@ -1,7 +1,8 @@
 //! An RLQS load generator: many streams (one per simulated Envoy) over a few connections, each
 //! reporting every one of its buckets every interval, at a random phase. Prints one JSON line:
-//! streams open, buckets, reports/s, report→response latency percentiles (µs), and the
-//! assignments and errors seen.
+//! streams open, buckets, reports/s, report→response latency percentiles (µs), the
+//! assignments seen, responses pushed without a report (a window's end), reports left
+//! unanswered (the server could not count them), and errors.
 //!
 //! Usage: `turnstile-rlqs-load [--addr HOST:PORT] [--streams N] [--buckets N]
 //! [--interval SECS] [--duration SECS] [--connections N] [--domain D] [--key K]`
@@ -68,6 +69,10 @@ fn parse() -> Result<Args, String> {
 struct Tally {
     latencies_us: Vec<u64>,
     actions: u64,
+    /// Responses that answered no report (pushed when a window ended).
+    pushed: u64,
+    /// Reports that got no response before the next one was due.
+    unanswered: u64,
     errors: u64,
 }
 
@@ -117,27 +122,38 @@ async fn envoy(
     let phase = interval.mul_f64((stream % 997) as f64 / 997.0);
     tokio::time::sleep(phase).await;
     let mut next = Instant::now();
-    while Instant::now() < end {
-        let sent = Instant::now();
-        if tx.send(report(&args, stream, 40)).await.is_err() {
-            tally.lock().map(|mut t| t.errors += 1).ok();
-            return;
-        }
-        match inbound.message().await {
-            Ok(Some(answer)) => {
-                let us = sent.elapsed().as_micros() as u64;
+    // When the last report went out, until its response comes.
+    let mut waiting: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {
+                if waiting.take().is_some() {
+                    tally.lock().map(|mut t| t.unanswered += 1).ok();
+                }
+                if Instant::now() >= end {
+                    return;
+                }
+                if tx.send(report(&args, stream, 40)).await.is_err() {
+                    tally.lock().map(|mut t| t.errors += 1).ok();
+                    return;
+                }
+                waiting = Some(Instant::now());
+                next += interval;
+            }
+            answer = inbound.message() => {
+                let Ok(Some(answer)) = answer else {
+                    tally.lock().map(|mut t| t.errors += 1).ok();
+                    return;
+                };
                 if let Ok(mut t) = tally.lock() {
-                    t.latencies_us.push(us);
                     t.actions += answer.bucket_action.len() as u64;
+                    match waiting.take() {
+                        Some(sent) => t.latencies_us.push(sent.elapsed().as_micros() as u64),
+                        None => t.pushed += 1,
+                    }
                 }
             }
-            _ => {
-                tally.lock().map(|mut t| t.errors += 1).ok();
-                return;
-            }
         }
-        next += interval;
-        tokio::time::sleep_until(next.into()).await;
     }
 }
 
@@ -180,7 +196,7 @@ async fn main() -> Result<(), String> {
     tally.latencies_us.sort_unstable();
     let reports = tally.latencies_us.len() as f64;
     println!(
-        "{{\"streams\":{},\"buckets_per_stream\":{},\"reports\":{},\"reports_per_s\":{:.0},\"buckets_per_s\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"actions\":{},\"errors\":{},\"seconds\":{:.1}}}",
+        "{{\"streams\":{},\"buckets_per_stream\":{},\"reports\":{},\"reports_per_s\":{:.0},\"buckets_per_s\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"actions\":{},\"pushed\":{},\"unanswered\":{},\"errors\":{},\"seconds\":{:.1}}}",
         args.streams,
         args.buckets,
         reports,
@@ -190,6 +206,8 @@ async fn main() -> Result<(), String> {
         percentile(&tally.latencies_us, 0.99),
         percentile(&tally.latencies_us, 0.999),
         tally.actions,
+        tally.pushed,
+        tally.unanswered,
         tally.errors,
         seconds
     );
