@@ -1,8 +1,11 @@
 //! One RLQS stream: the domain it reports for, the buckets it has reported (bounded), each
 //! bucket's recent demand and the assignment it holds. A report is folded into the shared
 //! counters in ONE batched store call (per counted bucket: the allowed requests onto the
-//! window counter RLS uses, the demand onto this window's demand counter, and a read of the
-//! previous window's), then every reported bucket gets an assignment.
+//! window counter RLS uses, the demand onto this window's demand counter, and the previous
+//! window's demand counter), then every reported bucket gets an assignment. When a counted
+//! bucket's window ends, `refresh` re-assigns it without a store call.
+//!
+//! Must not touch: protobuf types, tonic, the store's commands (`fold::plan` builds them).
 
 use std::collections::HashMap;
 

@@ -3,7 +3,7 @@
 //! bucket): a report is read, converted (`convert`), folded and assigned by `quota`, and the
 //! assignments go back as one response. While it waits for the next report, a stream also
 //! waits for the end of its buckets' window (plus its own phase, spreading streams over
-//! [`REFRESH_SPREAD_MS`]) and then pushes the assignments that change. The state is dropped
+//! `REFRESH_SPREAD_MS`) and then pushes the assignments that change. The state is dropped
 //! when the stream ends.
 //!
 //! Must not touch: YAML, store crates, the assignment arithmetic (that is `quota`'s).
