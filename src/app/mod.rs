@@ -9,13 +9,17 @@
 //! Owns wiring only: no decision, protocol or storage logic lives here.
 
 mod check;
+mod error;
 mod listeners;
+mod options;
 mod signals;
 mod store;
 
 pub use check::{check_config, check_config_cli};
+pub use error::AppError;
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
+use options::{initial_load, limiter_settings, load_options, server_options};
 
 pub use store::Store;
 
@@ -27,54 +31,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::config;
 use crate::grpc::{ResponseSettings, ServiceState};
 use crate::health::Health;
-use crate::limiter::{Limiter, LimiterSettings};
+use crate::limiter::Limiter;
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::{Reloader, RulesHandle};
-use crate::server::{ConnectionLimits, ServerOptions};
-use crate::settings::{Backend, KeyLayout, Settings};
+use crate::server::ServerOptions;
+use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
-
-/// Why the process stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum AppError {
-    /// The rule files are invalid (exit 78, `EX_CONFIG`).
-    #[error("invalid rate limit configuration:\n{0}")]
-    Config(#[from] ConfigErrors),
-    /// A listener could not be bound (exit 1).
-    #[error("binding {addr}: {source}")]
-    Bind {
-        /// The address as configured.
-        addr: String,
-        /// Why the bind failed.
-        source: std::io::Error,
-    },
-    /// The counter store could not be set up (exit 1).
-    #[error("setting up the counter store: {0}")]
-    Storage(#[from] crate::storage::StorageError),
-    /// The TLS files cannot be used (exit 1).
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// A setting names something this build does not support (exit 64).
-    #[error("{0}")]
-    Unsupported(String),
-    /// The server failed (exit 1).
-    #[error(transparent)]
-    Serve(#[from] crate::server::ServeError),
-}
-
-impl AppError {
-    /// The process exit code for this error.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            AppError::Config(_) => 78,
-            AppError::Unsupported(_) => 64,
-            _ => 1,
-        }
-    }
-}
 
 /// The state every listener serves.
 pub type AppState = ServiceState<Instrumented<Store>>;
@@ -94,13 +59,6 @@ impl std::fmt::Debug for App {
         f.debug_struct("App")
             .field("addresses", &self.addresses)
             .finish_non_exhaustive()
-    }
-}
-
-fn load_options(settings: &Settings) -> LoadOptions {
-    LoadOptions {
-        ignore_dotfiles: settings.ignore_dotfiles,
-        merge_domains: settings.merge_domains,
     }
 }
 
@@ -253,68 +211,6 @@ impl App {
         tasks.shutdown().await;
         tracing::info!(target: LIFECYCLE, "stopped");
         served.map_err(AppError::from)
-    }
-}
-
-/// The first load (`None` when forced to start without a valid configuration).
-fn initial_load(
-    settings: &Settings,
-    metrics: &Metrics,
-) -> Result<Option<config::Loaded>, AppError> {
-    match config::load_dir(&settings.config_dir, load_options(settings)) {
-        Ok(loaded) => {
-            metrics.config_loaded(true);
-            Ok(Some(loaded))
-        }
-        Err(errors) if settings.force_start_without_config => {
-            tracing::error!("starting without configuration: {errors}");
-            metrics.config_loaded(false);
-            Ok(None)
-        }
-        Err(errors) => Err(errors.into()),
-    }
-}
-
-fn server_options(
-    s: &Settings,
-    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    open_connections: Arc<crate::metrics::OpenConnections>,
-) -> ServerOptions {
-    let (age, limits) = (s.max_connection_age, s.grpc_limits);
-    ServerOptions {
-        max_connection_age: Some((age.age, age.grace)),
-        tls,
-        connections: ConnectionLimits {
-            max_connections: limits.max_connections,
-            handshake_timeout: limits.handshake_timeout,
-            idle_timeout: limits.idle_timeout,
-        },
-        max_concurrent_streams: limits.max_concurrent_streams,
-        max_requests_in_flight: limits.max_requests_in_flight,
-        request_timeout: limits.request_timeout,
-        max_header_list_size: limits.max_header_list_size,
-        open_connections,
-        rlqs: s.rlqs,
-    }
-}
-
-fn limiter_settings(s: &Settings) -> LimiterSettings {
-    LimiterSettings {
-        key_prefix: s.key_prefix.clone(),
-        shadow_mode: s.shadow_mode,
-        quota_mode: s.quota_mode,
-        fail_open: s.fail_open,
-        local_cache_bytes: s.local_cache_bytes,
-        key_layout: match &s.backend {
-            Backend::Redis(redis) if redis.key_layout == KeyLayout::Reference => {
-                crate::limiter::KeyLayout::Reference
-            }
-            _ => crate::limiter::KeyLayout::Turnstile,
-        },
-        stop_increment_when_over_limit: matches!(
-            &s.backend,
-            Backend::Redis(redis) if redis.stop_increment_when_over_limit
-        ),
     }
 }
 

@@ -1,0 +1,82 @@
+//! The settings turned into the options of each part the service is wired from: the rule
+//! loader, the first load, the gRPC server and the limiter.
+//!
+//! Must not touch: listeners, tasks, serving (that is `app`'s wiring).
+
+use std::sync::Arc;
+
+use super::AppError;
+use crate::config::{self, LoadOptions};
+use crate::limiter::LimiterSettings;
+use crate::metrics::Metrics;
+use crate::server::{ConnectionLimits, ServerOptions};
+use crate::settings::{Backend, KeyLayout, Settings};
+
+pub(super) fn load_options(settings: &Settings) -> LoadOptions {
+    LoadOptions {
+        ignore_dotfiles: settings.ignore_dotfiles,
+        merge_domains: settings.merge_domains,
+    }
+}
+
+/// The first load (`None` when forced to start without a valid configuration).
+pub(super) fn initial_load(
+    settings: &Settings,
+    metrics: &Metrics,
+) -> Result<Option<config::Loaded>, AppError> {
+    match config::load_dir(&settings.config_dir, load_options(settings)) {
+        Ok(loaded) => {
+            metrics.config_loaded(true);
+            Ok(Some(loaded))
+        }
+        Err(errors) if settings.force_start_without_config => {
+            tracing::error!("starting without configuration: {errors}");
+            metrics.config_loaded(false);
+            Ok(None)
+        }
+        Err(errors) => Err(errors.into()),
+    }
+}
+
+pub(super) fn server_options(
+    s: &Settings,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    open_connections: Arc<crate::metrics::OpenConnections>,
+) -> ServerOptions {
+    let (age, limits) = (s.max_connection_age, s.grpc_limits);
+    ServerOptions {
+        max_connection_age: Some((age.age, age.grace)),
+        tls,
+        connections: ConnectionLimits {
+            max_connections: limits.max_connections,
+            handshake_timeout: limits.handshake_timeout,
+            idle_timeout: limits.idle_timeout,
+        },
+        max_concurrent_streams: limits.max_concurrent_streams,
+        max_requests_in_flight: limits.max_requests_in_flight,
+        request_timeout: limits.request_timeout,
+        max_header_list_size: limits.max_header_list_size,
+        open_connections,
+        rlqs: s.rlqs,
+    }
+}
+
+pub(super) fn limiter_settings(s: &Settings) -> LimiterSettings {
+    LimiterSettings {
+        key_prefix: s.key_prefix.clone(),
+        shadow_mode: s.shadow_mode,
+        quota_mode: s.quota_mode,
+        fail_open: s.fail_open,
+        local_cache_bytes: s.local_cache_bytes,
+        key_layout: match &s.backend {
+            Backend::Redis(redis) if redis.key_layout == KeyLayout::Reference => {
+                crate::limiter::KeyLayout::Reference
+            }
+            _ => crate::limiter::KeyLayout::Turnstile,
+        },
+        stop_increment_when_over_limit: matches!(
+            &s.backend,
+            Backend::Redis(redis) if redis.stop_increment_when_over_limit
+        ),
+    }
+}
