@@ -125,7 +125,7 @@ impl Batch {
                 .iter()
                 .map(|&(hit, _, _)| self.hits_second.get(hit).copied().unwrap_or(false))
                 .collect();
-            let before = routed_hits(stores, &reads, &flags).await?;
+            let before = routed_hits(stores, reads, &flags).await?;
             let over: Vec<bool> = fixed
                 .iter()
                 .zip(&before)
@@ -168,8 +168,8 @@ impl Batch {
             try_join(counters, buckets).await?
         } else {
             // Boxed, so that the routing's futures do not grow every request's future.
-            let counters = routed_hits(stores, &self.hits, &self.hits_second);
-            let buckets = routed_steps(stores, &self.steps, &self.steps_second);
+            let counters = routed_hits(stores, self.hits.clone(), &self.hits_second);
+            let buckets = routed_steps(stores, self.steps.clone(), &self.steps_second);
             Box::pin(try_join(counters, buckets)).await?
         };
         self.counts = counts;
@@ -182,12 +182,11 @@ impl Batch {
 /// means the main store), answers in order; both stores at the same time.
 async fn routed<'a, S, T, A, F, Fut>(
     stores: &Stores<'a, S>,
-    ops: &[T],
+    ops: Vec<T>,
     second: &[bool],
     apply: F,
 ) -> Result<Vec<A>, StorageError>
 where
-    T: Clone,
     F: Fn(&'a S, Vec<T>) -> Fut,
     Fut: Future<Output = Result<Vec<A>, StorageError>>,
 {
@@ -195,8 +194,9 @@ where
         return Ok(Vec::new());
     }
     let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
-        return apply(stores.main, ops.to_vec()).await;
+        return apply(stores.main, ops).await;
     };
+    let len = ops.len();
     let (main, to_second) = split(ops, second);
     let on_main = async {
         match main.is_empty() {
@@ -205,13 +205,13 @@ where
         }
     };
     let (a, b) = try_join(on_main, apply(per_second, to_second)).await?;
-    Ok(merge(ops.len(), second, a, b))
+    Ok(merge(len, second, a, b))
 }
 
 /// Counter hits on their stores (see [`routed`]).
 async fn routed_hits<S: CounterStore>(
     stores: &Stores<'_, S>,
-    hits: &[Hit],
+    hits: Vec<Hit>,
     second: &[bool],
 ) -> Result<Vec<u64>, StorageError> {
     routed(stores, hits, second, |store, ops| async move {
@@ -223,7 +223,7 @@ async fn routed_hits<S: CounterStore>(
 /// Bucket steps on their stores (see [`routed`]).
 async fn routed_steps<S: CounterStore>(
     stores: &Stores<'_, S>,
-    steps: &[BucketStep],
+    steps: Vec<BucketStep>,
     second: &[bool],
 ) -> Result<Vec<BucketAnswer>, StorageError> {
     routed(stores, steps, second, |store, ops| async move {
@@ -234,12 +234,12 @@ async fn routed_steps<S: CounterStore>(
 
 /// The operations for the main store and those for the per-second store (`second[i]`; a
 /// missing flag means the main store).
-fn split<T: Clone>(ops: &[T], second: &[bool]) -> (Vec<T>, Vec<T>) {
+fn split<T>(ops: Vec<T>, second: &[bool]) -> (Vec<T>, Vec<T>) {
     let (mut main, mut routed) = (Vec::new(), Vec::new());
-    for (i, op) in ops.iter().enumerate() {
+    for (i, op) in ops.into_iter().enumerate() {
         match second.get(i).copied().unwrap_or(false) {
-            true => routed.push(op.clone()),
-            false => main.push(op.clone()),
+            true => routed.push(op),
+            false => main.push(op),
         }
     }
     (main, routed)

@@ -17,6 +17,7 @@ mod window;
 pub use key::{KeyLayout, counter_key};
 pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
+pub(crate) use window::Window;
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::share::ShareInput;
 use super::stream::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Window};
 use crate::settings::{RlqsSettings, Unmatched};
 use crate::storage::{CounterStore, Hit, Op};
 
@@ -46,12 +46,21 @@ impl Tracked {
         (self.period > 0).then(|| (self.window_start + self.period).saturating_mul(1_000))
     }
 
-    /// The counts (used, demand now, demand before) of the window of `period` starting at
-    /// `start` as they stand at its start, from what this stream last read: nothing used or
-    /// demanded yet, and the window before it as last seen when it is the tracked one.
-    pub(super) fn carried_over(&self, period: u64, start: u64) -> (u64, u64, u64) {
-        let follows = self.period == period && start == self.window_start + period;
-        (0, 0, if follows { self.seen_all } else { 0 })
+    /// The counts of `window` as they stand at its start, from what this stream last read:
+    /// nothing used or demanded yet, and the window before it as last seen when it is the
+    /// tracked one.
+    pub(super) fn carried_over(&self, window: Window) -> Counts {
+        let follows =
+            self.period == window.period && window.start == self.window_start + window.period;
+        Counts {
+            placed: Placed {
+                window,
+                split: Split::default(),
+            },
+            used: 0,
+            demand_now: 0,
+            demand_before: if follows { self.seen_all } else { 0 },
+        }
     }
 
     /// The bucket is no longer counted (unmatched or unlimited, e.g. after a reload).
@@ -68,7 +77,7 @@ impl Tracked {
 /// counts only its share after that start in the new window. The part before goes to the
 /// previous window's demand (it still weighs in shares); its allowed requests are not added to
 /// a window that has ended, where no decision reads them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Split {
     /// Allowed requests in the current window.
     pub(super) allowed: u64,
@@ -103,34 +112,55 @@ impl Split {
     }
 }
 
+/// Where a counted bucket's usage falls: the window of its limit at the report, and the usage
+/// split at that window's start. Computed once per bucket and report, read by `plan` and
+/// `assign`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Placed {
+    pub(super) window: Window,
+    pub(super) split: Split,
+}
+
+impl Placed {
+    /// `usage` of a limit of `period` seconds, reported at `now_ms`.
+    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64) -> Placed {
+        let window = Window::of(period, now_ms / 1_000);
+        Placed {
+            window,
+            split: Split::at(usage, window.start * 1_000, now_ms),
+        }
+    }
+}
+
+/// What a counted bucket's assignment is computed from: its window and split, and the global
+/// counts of that window (allowed so far, every stream's demand now and in the window before).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counts {
+    pub(super) placed: Placed,
+    pub(super) used: u64,
+    pub(super) demand_now: u64,
+    pub(super) demand_before: u64,
+}
+
 /// The store operations of a report: per counted bucket, its allowed requests in this window
 /// onto the window counter, its demand onto this window's demand counter, and its demand
 /// before this window onto the previous window's (whose count comes back either way).
 pub(super) fn plan<S: CounterStore>(
     domain: &str,
-    usages: &[Usage],
     resolved: &[Resolution<'_>],
+    placed: &[Option<Placed>],
     limiter: &Limiter<S>,
-    now_ms: u64,
 ) -> Vec<Hit> {
-    let now_s = now_ms / 1_000;
     let mut hits = Vec::new();
-    for (u, r) in usages.iter().zip(resolved) {
-        let Resolution::Counted {
-            limit,
-            period,
-            entries,
-            ..
-        } = r
+    for (r, p) in resolved.iter().zip(placed) {
+        let (Resolution::Counted { limit, entries, .. }, Some(Placed { window, split })) = (r, p)
         else {
             continue;
         };
-        let start = now_s - now_s % period;
-        let end = start + period;
-        let split = Split::at(u, start * 1_000, now_ms);
-        let demand = |at| limiter.demand_key(domain, entries, limit, *period, at);
+        let (period, start, end) = (window.period, window.start, window.end());
+        let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
         hits.push(Hit {
-            key: limiter.window_key(domain, entries, limit, *period, start),
+            key: limiter.window_key(domain, entries, limit, period, start),
             op: Op::Add(split.allowed),
             expires_at: end,
         });
@@ -140,7 +170,7 @@ pub(super) fn plan<S: CounterStore>(
             expires_at: end + period,
         });
         hits.push(Hit {
-            key: demand(start.saturating_sub(*period)),
+            key: demand(start.saturating_sub(period)),
             op: Op::Add(split.earlier_demand),
             expires_at: end,
         });
@@ -148,13 +178,12 @@ pub(super) fn plan<S: CounterStore>(
     hits
 }
 
-/// One bucket's assignment; `count` is (used, demand now, demand before) for a counted bucket.
+/// One bucket's assignment; `counts` are there for a counted bucket.
 pub(super) fn assign(
     settings: &RlqsSettings,
     tracked: &mut Tracked,
-    usage: &Usage,
     resolution: Resolution<'_>,
-    count: Option<(u64, u64, u64)>,
+    counts: Option<Counts>,
     shadow: bool,
     now_ms: u64,
 ) -> (Assignment, Option<GlobalUsage>) {
@@ -163,12 +192,16 @@ pub(super) fn assign(
         Resolution::Counted {
             limit,
             per_window,
-            period,
             enforce,
             ..
         },
-        Some((used, current, previous)),
-    ) = (&resolution, count)
+        Some(Counts {
+            placed: Placed { window, split },
+            used,
+            demand_now,
+            demand_before,
+        }),
+    ) = (&resolution, counts)
     else {
         tracked.uncounted();
         return match resolution {
@@ -176,17 +209,15 @@ pub(super) fn assign(
             _ => (unmatched(settings.unmatched, ttl_seconds), None),
         };
     };
-    let now_s = now_ms / 1_000;
-    let start = now_s - now_s % period;
-    tracked.add_demand(*period, start, Split::at(usage, start * 1_000, now_ms));
-    tracked.seen_all = current;
+    tracked.add_demand(window.period, window.start, split);
+    tracked.seen_all = demand_now;
     let input = ShareInput {
         limit: *per_window,
         used,
-        period_ms: period * 1_000,
-        elapsed_ms: now_ms - start * 1_000,
+        period_ms: window.period * 1_000,
+        elapsed_ms: now_ms - window.start * 1_000,
         own_demand: tracked.demand,
-        all_demand: (current, previous),
+        all_demand: (demand_now, demand_before),
         own_allowed: tracked.allowed,
         min_share: settings.min_share,
         ttl_seconds,
@@ -298,9 +329,12 @@ mod tests {
         let mut t = Tracked::default();
         t.add_demand(60, 60, Split::at(&usage(3, 1, 0), 60_000, 70_000));
         t.seen_all = 50;
-        assert_eq!(t.carried_over(60, 120), (0, 0, 50));
+        let before = |period, now| t.carried_over(Window::of(period, now)).demand_before;
+        let at_start = t.carried_over(Window::of(60, 120));
+        assert_eq!((at_start.used, at_start.demand_now), (0, 0));
+        assert_eq!(before(60, 120), 50);
         // Not the window after the tracked one: nothing carried over.
-        assert_eq!(t.carried_over(60, 180), (0, 0, 0));
-        assert_eq!(t.carried_over(30, 120), (0, 0, 0));
+        assert_eq!(before(60, 180), 0);
+        assert_eq!(before(30, 120), 0);
     }
 }

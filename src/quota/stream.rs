@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use super::fold::{Tracked, assign, merged, plan};
+use super::fold::{Counts, Placed, Tracked, assign, merged, plan};
 use super::{Assignment, BucketId, Resolution, resolve};
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Window};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::{CounterStore, StorageError};
@@ -129,7 +129,15 @@ impl QuotaStream {
             .iter()
             .map(|u| resolve(rules, &domain, &u.bucket))
             .collect();
-        let hits = plan(&domain, &usages, &resolved, limiter, now_ms);
+        let placed: Vec<Option<Placed>> = usages
+            .iter()
+            .zip(&resolved)
+            .map(|(u, r)| match r {
+                Resolution::Counted { period, .. } => Some(Placed::at(u, *period, now_ms)),
+                _ => None,
+            })
+            .collect();
+        let hits = plan(&domain, &resolved, &placed, limiter);
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
@@ -138,16 +146,22 @@ impl QuotaStream {
         let shadow = limiter.settings().shadow_mode;
         let mut counts = counts.chunks_exact(3);
         let mut out = Vec::with_capacity(usages.len());
-        for (u, r) in usages.iter().zip(resolved) {
-            let count = match r {
-                Resolution::Counted { .. } => match counts.next() {
-                    Some(&[used, current, previous]) => Some((used, current, previous)),
+        for ((u, r), placed) in usages.iter().zip(resolved).zip(placed) {
+            let bucket_counts = match placed {
+                Some(placed) => match counts.next() {
+                    Some(&[used, demand_now, demand_before]) => Some(Counts {
+                        placed,
+                        used,
+                        demand_now,
+                        demand_before,
+                    }),
                     _ => return Err(StorageError::Protocol("fewer counts than hits".into()).into()),
                 },
-                _ => None,
+                None => None,
             };
             let tracked = self.buckets.entry(u.bucket.clone()).or_default();
-            let (assignment, usage) = assign(&self.settings, tracked, u, r, count, shadow, now_ms);
+            let (assignment, usage) =
+                assign(&self.settings, tracked, r, bucket_counts, shadow, now_ms);
             tracked.held = Some(assignment);
             out.push(Decided {
                 bucket: u.bucket.clone(),
@@ -180,39 +194,25 @@ impl QuotaStream {
         let Some(domain) = self.domain.as_deref() else {
             return Vec::new();
         };
-        let now_s = now_ms / 1_000;
         let mut out = Vec::new();
         for (bucket, tracked) in self.buckets.iter_mut() {
             if tracked.window_end_ms().is_none_or(|end| end > now_ms) {
                 continue;
             }
             let resolution = resolve(rules, domain, bucket);
-            let count = match &resolution {
+            let counts = match &resolution {
                 Resolution::Counted { period, .. } => {
-                    Some(tracked.carried_over(*period, now_s - now_s % period))
+                    Some(tracked.carried_over(Window::of(*period, now_ms / 1_000)))
                 }
                 _ => None,
             };
-            let empty = Usage {
-                bucket: bucket.clone(),
-                allowed: 0,
-                denied: 0,
-                elapsed_ms: 0,
-            };
             let held = tracked.held;
-            let (assignment, usage) = assign(
-                &self.settings,
-                tracked,
-                &empty,
-                resolution,
-                count,
-                shadow,
-                now_ms,
-            );
+            let (assignment, usage) =
+                assign(&self.settings, tracked, resolution, counts, shadow, now_ms);
             tracked.held = Some(assignment);
             if held != Some(assignment) {
                 out.push(Decided {
-                    bucket: empty.bucket,
+                    bucket: bucket.clone(),
                     assignment,
                     usage,
                 });
