@@ -6,13 +6,20 @@
 //! the window). Spent → deny all until the window ends. Otherwise the stream is entitled to
 //! `limit × share` of the window, where `share` is its part of the recent demand (allowed +
 //! denied; the current window plus the previous one weighted by how much of it a sliding span
-//! still covers), never below `min_share`; what it has not yet used of that (at most
+//! still covers), never below `min_share`. Early in a window (for two of the stream's report
+//! intervals) the other streams may not have reported yet: their demand so far is taken as at
+//! least this stream's own times the ratio of theirs to its own in the previous window, so the
+//! first stream to report in a window does not see itself as nearly all of the demand. What
+//! the stream has not yet used of its part (at most
 //! `remaining`) is paced over the time left as a token bucket. Summed over the streams these
 //! entitlements are `remaining` (the shares sum to one), so pacing them spends the window's
 //! budget; and a stream that got less than its part so far (another one's bucket started full,
 //! its own reports came late) is made up for in the rest of the window instead of losing it.
 //! The capacity is one second of the rate (at least [`MIN_BURST`] tokens, at most what remains),
-//! so a fresh bucket in Envoy, which starts full, admits at most that much at once.
+//! so a fresh bucket in Envoy, which starts full, admits at most that much at once; those
+//! tokens are part of what is left, and the rate paces the rest. A bucket that replaces a token
+//! bucket starts only as full as the one it replaces (Envoy carries the fill ratio over: a
+//! drained bucket's successor starts empty), so its rate paces all of what is left.
 
 use super::Assignment;
 
@@ -24,10 +31,11 @@ pub const FILL_INTERVAL_SECONDS: u32 = 60;
 /// The smallest token-bucket capacity sent (unless less than that remains in the window).
 pub const MIN_BURST: u32 = 2;
 
-/// A new token-bucket rate up to this fraction lower than the one a stream holds keeps the one
-/// it holds: Envoy replaces (and refills) a bucket whose parameters change, so small cuts cost
-/// more than they fix. A higher rate (the stream is behind its part) always replaces it.
-pub const HYSTERESIS: f64 = 0.1;
+/// The held token bucket is kept while it would end the window within this many tokens of the
+/// stream's part: Envoy carries a replaced bucket's fill over only in whole tokens (a drained
+/// bucket's successor starts empty), so every replacement costs a slow stream the token it was
+/// filling, and replacing for less than a token loses more than it corrects.
+pub const KEEP_WITHIN_TOKENS: f64 = 1.0;
 
 /// What the share of one bucket for one stream depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,6 +54,15 @@ pub struct ShareInput {
     pub all_demand: (u64, u64),
     /// Requests this stream reported allowed in the current window.
     pub own_allowed: u64,
+    /// How long this stream's reports cover (ms; its last nonzero `time_elapsed`, 0 when not
+    /// known): for twice that into a window, the others' unreported demand is estimated.
+    pub report_interval_ms: u64,
+    /// The other streams' demand per request of this stream's as this stream last saw it
+    /// (0 when it has not): the estimate of their unreported demand early in a window.
+    pub others_per_own: f64,
+    /// This stream's demand in its last report, per [`FILL_INTERVAL_SECONDS`] (0 when not
+    /// known): a held rate above it is not raised (the stream does not use what it has).
+    pub own_pace: f64,
     /// The smallest share a stream gets (0..=1).
     pub min_share: f64,
     /// How long a token-bucket assignment lives (whole seconds, at least 1).
@@ -58,208 +75,110 @@ impl ShareInput {
         let left = self.period_ms.saturating_sub(self.elapsed_ms) as f64;
         let weight = left / self.period_ms.max(1) as f64;
         let own = self.own_demand.0 as f64 + self.own_demand.1 as f64 * weight;
-        let all = self.all_demand.0 as f64 + self.all_demand.1 as f64 * weight;
+        let all = self.own_demand.0 as f64 + self.others_now() + self.all_demand.1 as f64 * weight;
         let share = if all > 0.0 { own / all } else { 1.0 };
         share.max(self.min_share).min(1.0)
     }
 
-    /// The assignment; `held` is the one the stream holds now, kept when a new token bucket
-    /// would differ from it by less than [`HYSTERESIS`].
+    /// The other streams' demand in the current window: as counted, or, while they may not
+    /// have reported yet (less than two of this stream's report intervals into the window), at
+    /// least this stream's own scaled by the ratio of theirs to its it last saw (in the
+    /// previous window, or at its previous report in this one).
+    fn others_now(&self) -> f64 {
+        let counted = self.all_demand.0.saturating_sub(self.own_demand.0) as f64;
+        let early = self.elapsed_ms < self.report_interval_ms.saturating_mul(2);
+        if !early {
+            return counted;
+        }
+        counted.max(self.own_demand.0 as f64 * self.others_per_own)
+    }
+
+    /// The ratio of the other streams' demand to this stream's as it stands now (as estimated
+    /// in the current window, else as counted in the previous one; 0 with no demand of its
+    /// own): what the stream remembers for its next report.
+    pub fn others_per_own_now(&self) -> f64 {
+        let (own_now, own_before) = self.own_demand;
+        if own_now > 0 {
+            return self.others_now() / own_now as f64;
+        }
+        if own_before > 0 {
+            return self.all_demand.1.saturating_sub(own_before) as f64 / own_before as f64;
+        }
+        0.0
+    }
+
+    /// The assignment; `held` is the one the stream holds now, kept while it would end the
+    /// window within [`KEEP_WITHIN_TOKENS`] of the stream's part.
     pub fn assign(&self, held: Option<&Assignment>) -> Assignment {
         let left_ms = self.period_ms.saturating_sub(self.elapsed_ms).max(1);
         let remaining = self.limit.saturating_sub(self.used);
+        let until_window_end = Assignment::DenyAll {
+            ttl_seconds: left_ms.div_ceil(1_000).max(1),
+        };
         if remaining == 0 {
-            return Assignment::DenyAll {
-                ttl_seconds: left_ms.div_ceil(1_000).max(1),
-            };
+            return until_window_end;
         }
         // Pace what is left of this stream's part over the time left, never faster than all of
-        // it in a second.
+        // it in a second. A stream that has had its part is denied until its next report or
+        // the window's end (whichever comes first re-assigns it); its next bucket then starts
+        // full.
         let fair = (self.limit as f64 * self.share() - self.own_allowed as f64)
             .clamp(0.0, remaining as f64);
-        let per_second = fair * 1_000.0 / left_ms.max(1_000) as f64;
-        let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
-        let tokens_per_fill = fill.clamp(1.0, f64::from(u32::MAX)) as u32;
+        if fair < 1.0 {
+            return until_window_end;
+        }
+        let pace = |tokens: f64| {
+            let per_second = tokens * 1_000.0 / left_ms.max(1_000) as f64;
+            let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
+            (per_second, fill.clamp(1.0, f64::from(u32::MAX)) as u32)
+        };
+        // The bucket it holds goes on at its own count; keep it when the rate is close.
+        if let Some(
+            kept @ Assignment::TokenBucket {
+                tokens_per_fill, ..
+            },
+        ) = held
+        {
+            let new = pace(fair).1;
+            let unused = self.own_pace > 0.0 && f64::from(*tokens_per_fill) >= self.own_pace;
+            if (new > *tokens_per_fill && unused) || close(*tokens_per_fill, new, left_ms) {
+                return *kept;
+            }
+        }
         // One second of the rate, and at least two tokens: in a bucket of one, a token that
         // completes between two requests meets a full bucket and the refill stops until the
         // next request takes it (at 4 requests a second, about one token in twenty is lost:
         // the measured shortfall of a small Envoy before this).
-        let burst = per_second
+        let burst = pace(fair)
+            .0
             .ceil()
             .max(f64::from(MIN_BURST))
             .clamp(1.0, remaining.min(u64::from(u32::MAX)) as f64);
-        let fresh = Assignment::TokenBucket {
+        // A bucket that replaces none starts full: the rate paces what is left after those
+        // tokens. One that replaces a token bucket starts as full as that one was (Envoy 1.40:
+        // a drained bucket's successor starts empty, measured), so the rate paces all of it.
+        let replaces_a_bucket = matches!(held, Some(Assignment::TokenBucket { .. }));
+        let (_, tokens_per_fill) = pace(if replaces_a_bucket {
+            fair
+        } else {
+            (fair - burst).max(0.0)
+        });
+        Assignment::TokenBucket {
             max_tokens: burst as u32,
             tokens_per_fill,
             fill_interval_seconds: FILL_INTERVAL_SECONDS,
             ttl_seconds: self.ttl_seconds.max(1),
-        };
-        match held {
-            Some(
-                kept @ Assignment::TokenBucket {
-                    tokens_per_fill: old,
-                    ..
-                },
-            ) if close(*old, tokens_per_fill) => *kept,
-            _ => fresh,
         }
     }
 }
 
-/// A new rate is close enough to keep the old bucket when it is not higher and at most
-/// [`HYSTERESIS`] lower: a stream owed more (behind its part) gets it at once, while one a
-/// little ahead keeps its bucket and its own count slows it at a later report.
-fn close(old: u32, new: u32) -> bool {
-    new <= old && f64::from(old - new) <= f64::from(old) * HYSTERESIS
+/// A held rate is close enough to the new one when, over the time left, the two differ by less
+/// than [`KEEP_WITHIN_TOKENS`] (rates per [`FILL_INTERVAL_SECONDS`]).
+fn close(old: u32, new: u32, left_ms: u64) -> bool {
+    let per_interval = f64::from(old.abs_diff(new));
+    let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
+    per_interval * left_ms as f64 / interval_ms < KEEP_WITHIN_TOKENS
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn input() -> ShareInput {
-        ShareInput {
-            limit: 120,
-            used: 0,
-            period_ms: 60_000,
-            elapsed_ms: 0,
-            own_demand: (0, 0),
-            all_demand: (0, 0),
-            own_allowed: 0,
-            min_share: 0.05,
-            ttl_seconds: 10,
-        }
-    }
-
-    #[test]
-    fn a_spent_window_denies_until_it_ends() {
-        let i = ShareInput {
-            used: 130,
-            elapsed_ms: 59_001,
-            ..input()
-        };
-        assert_eq!(i.assign(None), Assignment::DenyAll { ttl_seconds: 1 });
-    }
-
-    #[test]
-    fn the_rate_is_what_is_left_of_the_streams_part_paced_over_the_time_left() {
-        // 80 % of the demand: 96 of the window's 120, 48 of them used; 48 left over 30 s =
-        // 1.6/s = 96 per minute.
-        let i = ShareInput {
-            used: 60,
-            elapsed_ms: 30_000,
-            own_demand: (80, 0),
-            all_demand: (100, 0),
-            own_allowed: 48,
-            ..input()
-        };
-        assert_eq!(
-            i.assign(None),
-            Assignment::TokenBucket {
-                max_tokens: 2,
-                tokens_per_fill: 96,
-                fill_interval_seconds: 60,
-                ttl_seconds: 10
-            }
-        );
-    }
-
-    #[test]
-    fn a_stream_behind_its_part_catches_up_and_one_ahead_slows_down() {
-        // Half the demand each, 60 of 120 used at half time: the one that got 20 is owed 40
-        // (80 a minute), the one that got 40 is owed 20 (40 a minute).
-        let behind = ShareInput {
-            used: 60,
-            elapsed_ms: 30_000,
-            own_demand: (50, 0),
-            all_demand: (100, 0),
-            own_allowed: 20,
-            ..input()
-        };
-        let ahead = ShareInput {
-            own_allowed: 40,
-            ..behind
-        };
-        let rate = |i: ShareInput| match i.assign(None) {
-            Assignment::TokenBucket {
-                tokens_per_fill, ..
-            } => tokens_per_fill,
-            other => panic!("a token bucket expected, got {other:?}"),
-        };
-        assert_eq!((rate(behind), rate(ahead)), (80, 40));
-        // Owed more than is left: never more than what remains of the window's budget.
-        let late = ShareInput {
-            used: 110,
-            own_allowed: 0,
-            ..behind
-        };
-        assert_eq!(rate(late), 20);
-        // Past its part: the slowest rate Envoy can hold (one a minute), not a denial.
-        let past = ShareInput {
-            own_allowed: 70,
-            ..behind
-        };
-        assert_eq!(rate(past), 1);
-    }
-
-    #[test]
-    fn a_quiet_stream_gets_the_floor() {
-        let i = ShareInput {
-            own_demand: (0, 0),
-            all_demand: (1_000, 0),
-            ..input()
-        };
-        assert!((i.share() - 0.05).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_previous_window_counts_by_how_much_of_it_the_span_still_covers() {
-        // A quarter into the window: the previous window weighs 3/4.
-        let i = ShareInput {
-            elapsed_ms: 15_000,
-            own_demand: (0, 40),
-            all_demand: (10, 40),
-            ..input()
-        };
-        assert!((i.share() - 30.0 / 40.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn small_decreases_keep_the_bucket_envoy_holds_and_increases_replace_it() {
-        let held = Assignment::TokenBucket {
-            max_tokens: 2,
-            tokens_per_fill: 100,
-            fill_interval_seconds: 60,
-            ttl_seconds: 10,
-        };
-        let near = ShareInput {
-            elapsed_ms: 1_000,
-            ..input()
-        };
-        // 120 over 59 s ≈ 122 per minute: within 10 % of 100? No (22 %): replaced.
-        assert_ne!(near.assign(Some(&held)), held);
-        let closer = ShareInput {
-            used: 20,
-            elapsed_ms: 0,
-            ..input()
-        };
-        // 100 per minute: kept.
-        assert_eq!(closer.assign(Some(&held)), held);
-        // 5 % lower: kept (the stream's own count slows it later); 5 % higher: the stream is
-        // owed more, replaced at once.
-        let lower = Assignment::TokenBucket {
-            max_tokens: 2,
-            tokens_per_fill: 105,
-            fill_interval_seconds: 60,
-            ttl_seconds: 10,
-        };
-        assert_eq!(closer.assign(Some(&lower)), lower);
-        let higher = Assignment::TokenBucket {
-            max_tokens: 2,
-            tokens_per_fill: 95,
-            fill_interval_seconds: 60,
-            ttl_seconds: 10,
-        };
-        assert_ne!(closer.assign(Some(&higher)), higher);
-    }
-}
+mod tests;

@@ -160,6 +160,7 @@ impl QuotaStream {
                 None => None,
             };
             let tracked = self.buckets.entry(u.bucket.clone()).or_default();
+            tracked.heard(u);
             let (assignment, usage) =
                 assign(&self.settings, tracked, r, bucket_counts, shadow, now_ms);
             tracked.held = Some(assignment);

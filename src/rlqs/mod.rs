@@ -188,6 +188,7 @@ impl<S: CounterStore> Session<S> {
     fn sent(&self, decided: &[Decided]) -> RateLimitQuotaResponse {
         let metrics = &self.state.metrics;
         for d in decided {
+            tracing::debug!(bucket = ?d.bucket, assignment = ?d.assignment, usage = ?d.usage, "RLQS assignment sent");
             metrics.rlqs.assigned(d.assignment.kind());
             if let Some(u) = &d.usage {
                 metrics.rlqs_usage(&u.rule, u.used, u.limit);
@@ -206,6 +207,7 @@ impl<S: CounterStore> Session<S> {
         let metrics = &self.state.metrics;
         metrics.rlqs.report();
         let (domain, usages) = convert::usages_from_pb(report)?;
+        tracing::debug!(?usages, "RLQS report");
         let rules = self.rules();
         let limiter = &self.state.limiter;
         let before = self.quota.buckets();

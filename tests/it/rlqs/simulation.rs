@@ -1,11 +1,12 @@
 //! A deterministic simulation of Envoys against the RLQS assignment logic: an injected clock,
 //! the in-process store, no network. Each simulated Envoy enforces its assignment as Envoy's
-//! filter does (a token bucket that starts full when its parameters change and keeps its
-//! tokens when they do not; allow-all before the first assignment; deny-all once expired),
-//! reports allowed/denied with the time they cover every second (or every 5 s, as Envoy 1.40
-//! does) at its own phase, and takes what the server pushes when a window ends. Per window it
+//! filter does (a token bucket keeps its tokens when its parameters do not change; a new one
+//! starts as full as the token bucket it replaces, or full when it replaces none; allow-all before the first assignment; deny-all once expired),
+//! reports its bucket at once when its first request creates it, then allowed/denied with the
+//! time they cover (whole seconds, as Envoy truncates it) every second (or every 5 s, as Envoy
+//! 1.40 does) at its own phase, and takes what the server pushes when a window ends. Per window it
 //! prints what was admitted against the limit, each Envoy's share and how long its first
-//! request of the window waited; the defaults (`RLQS_MIN_SHARE`, the hysteresis, one second of
+//! request of the window waited; the defaults (`RLQS_MIN_SHARE`, keeping a held bucket within a token, one second of
 //! burst) were chosen with it.
 
 use std::sync::Arc;
@@ -36,10 +37,23 @@ struct SimEnvoy {
     allowed: u64,
     denied: u64,
     admitted: Vec<u64>,
+    /// Admitted in the first 10 s of each window.
+    early: Vec<u64>,
     wanted: Vec<u64>,
     first_wanted: Vec<Option<u64>>,
     first_admitted: Vec<Option<u64>>,
     reported_at: u64,
+    /// The bucket exists (a first request created it); `created` until its first report.
+    bucket: Option<Created>,
+}
+
+/// Where a simulated Envoy's bucket stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Created {
+    /// Created by a request in this step: Envoy reports it at once.
+    Now,
+    /// Reported; periodic reports follow.
+    Reported,
 }
 
 impl SimEnvoy {
@@ -55,10 +69,12 @@ impl SimEnvoy {
             allowed: 0,
             denied: 0,
             admitted: Vec::new(),
+            early: Vec::new(),
             wanted: Vec::new(),
             first_wanted: Vec::new(),
             first_admitted: Vec::new(),
             reported_at: START_MS,
+            bucket: None,
         }
     }
 
@@ -66,6 +82,7 @@ impl SimEnvoy {
     fn step(&mut self, t_ms: u64, window: usize) {
         if self.admitted.len() <= window {
             self.admitted.resize(window + 1, 0);
+            self.early.resize(window + 1, 0);
             self.wanted.resize(window + 1, 0);
             self.first_wanted.resize(window + 1, None);
             self.first_admitted.resize(window + 1, None);
@@ -88,6 +105,7 @@ impl SimEnvoy {
             self.due -= 1.0;
             self.wanted[window] += 1;
             self.first_wanted[window].get_or_insert(t_ms);
+            self.bucket.get_or_insert(Created::Now);
             let allow = match self.held {
                 None => true,
                 Some((_, expires)) if t_ms >= expires => false,
@@ -107,6 +125,9 @@ impl SimEnvoy {
                     self.first_admitted[window] = Some(t_ms);
                 }
                 self.admitted[window] += 1;
+                if t_ms % 60_000 < 10_000 {
+                    self.early[window] += 1;
+                }
             } else {
                 self.denied += 1;
             }
@@ -114,11 +135,16 @@ impl SimEnvoy {
     }
 
     async fn report(&mut self, rules: &RuleSet, limiter: &Limiter<Arc<MemoryStore>>, now_ms: u64) {
+        let since = match self.bucket.replace(Created::Reported) {
+            Some(Created::Now) => now_ms,
+            _ => std::mem::replace(&mut self.reported_at, now_ms),
+        };
+        self.reported_at = now_ms;
         let usage = Usage {
             bucket: BucketId::new([("user".to_owned(), "shared".to_owned())]).expect("bucket"),
             allowed: std::mem::take(&mut self.allowed),
             denied: std::mem::take(&mut self.denied),
-            elapsed_ms: now_ms.saturating_sub(std::mem::replace(&mut self.reported_at, now_ms)),
+            elapsed_ms: now_ms.saturating_sub(since) / 1_000 * 1_000,
         };
         let decided = self
             .stream
@@ -150,11 +176,22 @@ impl SimEnvoy {
         }
     }
 
-    /// Takes an assignment as Envoy does: a token bucket starts full unless it is unchanged.
+    /// Takes an assignment as Envoy does: an unchanged token bucket keeps its tokens; a new
+    /// one starts as full as the token bucket it replaces was (whole tokens), or full when it
+    /// replaces none.
     fn take(&mut self, next: Assignment, now_ms: u64) {
         let same = matches!(self.held, Some((held, _)) if held == next);
         if let (false, Assignment::TokenBucket { max_tokens, .. }) = (same, next) {
-            self.tokens = f64::from(max_tokens);
+            let fill = match self.held {
+                Some((
+                    Assignment::TokenBucket {
+                        max_tokens: old, ..
+                    },
+                    _,
+                )) => self.tokens / f64::from(old),
+                _ => 1.0,
+            };
+            self.tokens = (f64::from(max_tokens) * fill).floor();
         }
         self.held = Some((next, now_ms + next.ttl_seconds() * 1_000));
     }
@@ -164,6 +201,8 @@ impl SimEnvoy {
 #[derive(Debug, Clone, Copy)]
 struct Served {
     admitted: u64,
+    /// Admitted in the window's first 10 s.
+    early: u64,
     wanted: u64,
     /// From its first request in the window to its first admitted one (ms), if any was.
     wait_ms: Option<u64>,
@@ -185,7 +224,12 @@ async fn simulate(mut envoys: Vec<SimEnvoy>, windows: usize) -> Vec<Vec<Served>>
         for envoy in envoys.iter_mut() {
             envoy.step(t, window);
             envoy.window_end(&rules, &limiter, START_MS + t).await;
-            if t % envoy.report_every_ms == envoy.phase_ms {
+            let due = match envoy.bucket {
+                None => false,
+                Some(Created::Now) => true,
+                Some(Created::Reported) => t % envoy.report_every_ms == envoy.phase_ms,
+            };
+            if due {
                 envoy.report(&rules, &limiter, START_MS + t).await;
             }
         }
@@ -197,6 +241,7 @@ async fn simulate(mut envoys: Vec<SimEnvoy>, windows: usize) -> Vec<Vec<Served>>
                 .iter()
                 .map(|e| Served {
                     admitted: e.admitted[w],
+                    early: e.early[w],
                     wanted: e.wanted[w],
                     wait_ms: e.first_admitted[w]
                         .zip(e.first_wanted[w])
@@ -231,9 +276,10 @@ fn print_table(name: &str, limit: u64, result: &[Vec<Served>]) {
 }
 
 /// Every window admits the limit within 10 %; the second Envoy (20 % of demand) gets at least
-/// its demand's share, give or take one request; and in no window does an Envoy wait more than
-/// a second from its first request to its first admitted one (a stream denied at a window's
-/// end gets a fresh assignment when the next starts, not at its next report).
+/// its demand's share, give or take one request; and in no window does an Envoy wait from its
+/// first request to its first admitted one longer than a second plus one token at the pace it
+/// is admitted at (a stream denied at a window's end gets a new bucket when the next starts,
+/// not at its next report; a bucket that replaces a drained one starts empty, as in Envoy).
 fn assert_shared_by_demand(result: &[Vec<Served>]) {
     for (w, envoys) in result.iter().enumerate() {
         let total: u64 = envoys.iter().map(|e| e.admitted).sum();
@@ -247,8 +293,9 @@ fn assert_shared_by_demand(result: &[Vec<Served>]) {
             "window {w}: the 20 % Envoy got {low} of {total} admitted"
         );
         for (i, e) in envoys.iter().enumerate() {
+            let one_token_ms = 60_000 / e.admitted.max(1);
             assert!(
-                e.wait_ms.is_some_and(|ms| ms <= 1_000),
+                e.wait_ms.is_some_and(|ms| ms <= 1_000 + one_token_ms),
                 "window {w}: Envoy {i} waited {:?} ms for its first admission",
                 e.wait_ms
             );
@@ -279,6 +326,47 @@ async fn skewed_demand_with_reports_every_five_seconds_as_envoy_1_40_sends_them(
     let result = simulate(envoys, 4).await;
     print_table("80/20 at 10 req/s, reports every 5 s", 120, &result);
     assert_shared_by_demand(&result);
+}
+
+/// Two Envoys (16 and 4 requests a second) whose bucket appears at `start_ms`, reporting every
+/// 5 s, the 4-per-second one just before the other.
+async fn appearing_at(start_ms: u64) -> Vec<Vec<Served>> {
+    let s = RlqsSettings::default();
+    let from = move |rate: f64| move |t: u64| if t >= start_ms { rate } else { 0.0 };
+    let phase = (start_ms + 5_000) % 5_000;
+    let mut envoys = vec![
+        SimEnvoy::new(from(16.0), phase + 10, s),
+        SimEnvoy::new(from(4.0), phase, s),
+    ];
+    for envoy in &mut envoys {
+        envoy.report_every_ms = 5_000;
+    }
+    let result = simulate(envoys, 4).await;
+    print_table(
+        &format!("80/20 at 20 req/s from {start_ms} ms, reports every 5 s"),
+        120,
+        &result,
+    );
+    // Paced through its first window: the 20 % Envoy has at most half its part after 10 s.
+    let early = result[1][1].early;
+    assert!(
+        early <= 12,
+        "the 20 % Envoy had {early} in the first 10 s of its first window"
+    );
+    result
+}
+
+#[tokio::test]
+async fn a_bucket_that_appears_everywhere_at_once_is_shared_by_demand_from_its_first_window() {
+    // Half a second before a window, as in the real-Envoy test: in the first window the 20 %
+    // Envoy is the first to report (it used to see itself as nearly all of the demand and
+    // take its whole part in the first 10 s).
+    let result = appearing_at(59_500).await;
+    assert_shared_by_demand(&result[1..]);
+    // Just after a window's start: nothing of a previous window to go by, only each Envoy's
+    // first report (one request each).
+    let result = appearing_at(60_300).await;
+    assert_shared_by_demand(&result[2..]);
 }
 
 #[tokio::test]

@@ -133,8 +133,8 @@ fn with_rlqs(rlqs: RlqsSettings) -> Options {
 async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
     let mut q = Quotas::open(s.addr).await;
-    // T0 is 40 s into its minute: 20 s left. 2 of 5 used: 3 left over 20 s, all demand ours:
-    // 9 a minute, two tokens of burst (the least sent).
+    // T0 is 40 s into its minute: 20 s left. 2 of 5 used: 3 left, all demand ours. A first
+    // bucket starts full with two tokens (the least sent): the third over 20 s, 3 a minute.
     let r = q
         .report("rlqs", &[(&[("user", "alice")], 2, 0)])
         .await
@@ -143,7 +143,7 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         r.bucket_action[0].bucket_id,
         Some(bucket_id(&[("user", "alice")]))
     );
-    assert_eq!(kind(&r, 0), "tb 9/60s max 2 ttl 10s");
+    assert_eq!(kind(&r, 0), "tb 3/60s max 2 ttl 10s");
     // RLS counts in the same counter: 2 reported + this call = 3 of 5.
     let rls = s.call(req1("rlqs", &[("user", "alice")])).await;
     assert_eq!(rls.statuses[0].limit_remaining, 2);
@@ -154,15 +154,16 @@ async fn reports_fold_into_the_counters_rls_reads_and_a_spent_window_denies() {
         .expect("answer");
     assert_eq!(kind(&r, 0), "deny ttl 20s");
     // When the window ends the stream is told at once, without waiting for its next report:
-    // all 5 of the new window over its 60 s, all demand ours (the stream reads the clock again
-    // at least every second, so this arrives within about one).
+    // all 5 of the new window, all demand ours: a bucket that replaces a deny-all starts full
+    // (2 tokens), the other 3 over 60 s (the stream reads the clock again at least every
+    // second, so this arrives within about one).
     s.clock.advance(20);
     let pushed = tokio::time::timeout(Duration::from_secs(10), q.rx.message())
         .await
         .expect("a push within 10 s")
         .expect("stream")
         .expect("a response");
-    assert_eq!(kind(&pushed, 0), "tb 5/60s max 2 ttl 10s");
+    assert_eq!(kind(&pushed, 0), "tb 3/60s max 2 ttl 10s");
     // Reports go on as before in the new window.
     let r = q
         .report("rlqs", &[(&[("user", "alice")], 0, 3)])
@@ -210,9 +211,10 @@ async fn bucket_ids_match_the_tree_in_any_order() {
         )
         .await
         .expect("answer");
-    // 20 s left: 10 over 20 s is 30 a minute; 5 over 20 s is 15 a minute.
-    assert_eq!(kind(&r, 0), "tb 30/60s max 2 ttl 10s");
-    assert_eq!(kind(&r, 1), "tb 15/60s max 2 ttl 10s");
+    // 20 s left, and new buckets start with their two tokens: the other 8 of 10 over 20 s is
+    // 24 a minute; 3 of 5 over 20 s is 9 a minute.
+    assert_eq!(kind(&r, 0), "tb 24/60s max 2 ttl 10s");
+    assert_eq!(kind(&r, 1), "tb 9/60s max 2 ttl 10s");
     assert_eq!(kind(&r, 2), "allow ttl 10s");
     assert_eq!(
         kind(&r, 3),
@@ -385,8 +387,9 @@ async fn replicas_share_one_count<S: CounterStore>(
         .await
         .expect("answer");
     // B sees A's count: 4 of 5 used, one left. B's part of the window is 5 × 5/12 (its share
-    // of demand) ≈ 2.1, of which it used 1: the one left, over the 20 s left = 3 a minute.
-    assert_eq!(kind(&r, 0), "tb 3/60s max 1 ttl 10s");
+    // of demand) ≈ 2.1, of which it used 1: the one left, in a new bucket of one token (which
+    // starts full), and the slowest refill after it (one a minute).
+    assert_eq!(kind(&r, 0), "tb 1/60s max 1 ttl 10s");
     // A reports the last one: the budget is spent on both replicas.
     let r = on_a
         .report("rlqs", &[(&bucket, 1, 0)])

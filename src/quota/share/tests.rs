@@ -1,0 +1,213 @@
+//! Unit tests of the fair-share arithmetic.
+use super::*;
+
+fn input() -> ShareInput {
+    ShareInput {
+        limit: 120,
+        used: 0,
+        period_ms: 60_000,
+        elapsed_ms: 0,
+        own_demand: (0, 0),
+        all_demand: (0, 0),
+        own_allowed: 0,
+        report_interval_ms: 0,
+        others_per_own: 0.0,
+        own_pace: 0.0,
+        min_share: 0.05,
+        ttl_seconds: 10,
+    }
+}
+
+#[test]
+fn a_spent_window_denies_until_it_ends() {
+    let i = ShareInput {
+        used: 130,
+        elapsed_ms: 59_001,
+        ..input()
+    };
+    assert_eq!(i.assign(None), Assignment::DenyAll { ttl_seconds: 1 });
+}
+
+#[test]
+fn the_rate_is_what_is_left_of_the_streams_part_paced_over_the_time_left() {
+    // 80 % of the demand: 96 of the window's 120, 48 of them used; 48 left: the new bucket
+    // starts with 2, the other 46 over 30 s = 92 per minute.
+    let i = ShareInput {
+        used: 60,
+        elapsed_ms: 30_000,
+        own_demand: (80, 0),
+        all_demand: (100, 0),
+        own_allowed: 48,
+        ..input()
+    };
+    assert_eq!(
+        i.assign(None),
+        Assignment::TokenBucket {
+            max_tokens: 2,
+            tokens_per_fill: 92,
+            fill_interval_seconds: 60,
+            ttl_seconds: 10
+        }
+    );
+}
+
+#[test]
+fn a_stream_behind_its_part_catches_up_and_one_ahead_slows_down() {
+    // Half the demand each, 60 of 120 used at half time: the one that got 20 is owed 40
+    // (2 at once, 38 over 30 s: 76 a minute), the one that got 40 is owed 20 (36 a minute).
+    let behind = ShareInput {
+        used: 60,
+        elapsed_ms: 30_000,
+        own_demand: (50, 0),
+        all_demand: (100, 0),
+        own_allowed: 20,
+        ..input()
+    };
+    let ahead = ShareInput {
+        own_allowed: 40,
+        ..behind
+    };
+    let rate = |i: ShareInput| match i.assign(None) {
+        Assignment::TokenBucket {
+            tokens_per_fill, ..
+        } => tokens_per_fill,
+        other => panic!("a token bucket expected, got {other:?}"),
+    };
+    assert_eq!((rate(behind), rate(ahead)), (76, 36));
+    // Owed more than is left: never more than what remains of the window's budget (10: 2 at
+    // once, 8 over 30 s).
+    let late = ShareInput {
+        used: 110,
+        own_allowed: 0,
+        ..behind
+    };
+    assert_eq!(rate(late), 16);
+    // Past its part: denied until the window ends (or its next report says otherwise).
+    let past = ShareInput {
+        own_allowed: 70,
+        ..behind
+    };
+    assert_eq!(past.assign(None), Assignment::DenyAll { ttl_seconds: 30 });
+}
+
+#[test]
+fn a_quiet_stream_gets_the_floor() {
+    let i = ShareInput {
+        own_demand: (0, 0),
+        all_demand: (1_000, 0),
+        ..input()
+    };
+    assert!((i.share() - 0.05).abs() < 1e-9);
+}
+
+#[test]
+fn the_previous_window_counts_by_how_much_of_it_the_span_still_covers() {
+    // A quarter into the window: the previous window weighs 3/4.
+    let i = ShareInput {
+        elapsed_ms: 15_000,
+        own_demand: (0, 40),
+        all_demand: (10, 40),
+        ..input()
+    };
+    assert!((i.share() - 30.0 / 40.0).abs() < 1e-9);
+}
+
+#[test]
+fn early_in_a_window_the_others_unreported_demand_is_estimated_from_the_ratio_last_seen() {
+    // At the window's start (nothing of it reported), the ratio is the previous window's.
+    let start = ShareInput {
+        own_demand: (0, 240),
+        all_demand: (0, 1_200),
+        ..input()
+    };
+    assert!((start.others_per_own_now() - 4.0).abs() < 1e-9);
+    // 4.5 s into the window, this stream (a fifth of the demand) is the first to report:
+    // the others are taken to have asked four times as much meanwhile.
+    let first = ShareInput {
+        elapsed_ms: 4_500,
+        own_demand: (18, 240),
+        all_demand: (18, 1_200),
+        report_interval_ms: 5_000,
+        others_per_own: start.others_per_own_now(),
+        ..input()
+    };
+    assert!((first.share() - 0.2).abs() < 1e-9, "{}", first.share());
+    assert!((first.others_per_own_now() - 4.0).abs() < 1e-9);
+    // Once they have reported more than that, their count is used.
+    let counted = ShareInput {
+        all_demand: (18 + 90, 1_200),
+        ..first
+    };
+    let expected = (18.0 + 240.0 * 0.925) / (108.0 + 1_200.0 * 0.925);
+    assert!((counted.share() - expected).abs() < 1e-9);
+    // A bucket that has just appeared in two Envoys (each reported its first request): the
+    // other is taken to be as busy as this one until it reports, not absent.
+    let created = ShareInput {
+        own_demand: (1, 0),
+        all_demand: (2, 0),
+        ..input()
+    };
+    let cold = ShareInput {
+        own_demand: (18, 0),
+        all_demand: (19, 0),
+        others_per_own: created.others_per_own_now(),
+        ..first
+    };
+    assert!((cold.share() - 0.5).abs() < 1e-9, "{}", cold.share());
+    // Two report intervals in, a stream that has not reported is taken at its count (it
+    // may have gone): this one is then nearly all of the current demand.
+    let later = ShareInput {
+        elapsed_ms: 10_000,
+        ..cold
+    };
+    assert!(later.share() > 0.9, "{}", later.share());
+    // Without a known report interval, nothing is estimated.
+    let unknown = ShareInput {
+        report_interval_ms: 0,
+        ..cold
+    };
+    assert!(unknown.share() > 0.9, "{}", unknown.share());
+}
+
+#[test]
+fn the_held_bucket_is_kept_while_it_ends_the_window_within_a_token_of_the_part() {
+    let held = |tokens_per_fill| Assignment::TokenBucket {
+        max_tokens: 2,
+        tokens_per_fill,
+        fill_interval_seconds: 60,
+        ttl_seconds: 10,
+    };
+    // Half a window left, 100 of this stream's part still to use: 200 a minute.
+    let half = ShareInput {
+        elapsed_ms: 30_000,
+        own_demand: (1, 0),
+        all_demand: (1, 0),
+        own_allowed: 20,
+        ..input()
+    };
+    // 201 a minute for 30 s is half a token more: kept; 198 is one token less: replaced,
+    // and so is 202 (one token more).
+    assert_eq!(half.assign(Some(&held(201))), held(201));
+    assert_eq!(half.assign(Some(&held(199))), held(199));
+    assert_ne!(half.assign(Some(&held(198))), held(198));
+    assert_ne!(half.assign(Some(&held(202))), held(202));
+    // A second before the window ends, 2 to use (120 a minute): a rate 40 a minute off is
+    // under a token, kept.
+    let last = ShareInput {
+        elapsed_ms: 59_000,
+        own_allowed: 118,
+        ..half
+    };
+    assert_eq!(last.assign(Some(&held(80))), held(80));
+    // A deny-all held is always replaced (and the new bucket starts full: its rate paces
+    // what is left after its capacity).
+    assert_eq!(
+        half.assign(Some(&Assignment::DenyAll { ttl_seconds: 10 })),
+        Assignment::TokenBucket {
+            max_tokens: 4,
+            tokens_per_fill: 192,
+            fill_interval_seconds: 60,
+            ttl_seconds: 10
+        }
+    );
+}
