@@ -23,8 +23,8 @@ pub(super) struct Tracked {
     allowed: u64,
     /// Every stream's demand in the tracked window, as last read from the store.
     seen_all: u64,
-    /// How long this stream's last report covered (ms; 0 until one says).
-    report_interval_ms: u64,
+    /// Its demand in its latest report, in the tracked window.
+    last_demand: u64,
     /// Its demand in that report per token-bucket fill interval.
     pace: f64,
     /// The other streams' demand per request of its own, as last seen.
@@ -44,13 +44,13 @@ impl Tracked {
         self.demand.0 = self.demand.0.saturating_add(split.demand);
         self.demand.1 = self.demand.1.saturating_add(split.earlier_demand);
         self.allowed = self.allowed.saturating_add(split.allowed);
+        self.last_demand = split.demand;
     }
 
-    /// Notes how long a report covered (Envoy's `time_elapsed`; 0, as in a bucket's first
-    /// report, says nothing) and the demand it carried over that time.
+    /// Notes the demand a report carried per fill interval, from how long it covered (Envoy's
+    /// `time_elapsed`; 0, as in a bucket's first report, says nothing).
     pub(super) fn heard(&mut self, usage: &Usage) {
         if usage.elapsed_ms > 0 {
-            self.report_interval_ms = usage.elapsed_ms;
             let demand = usage.allowed.saturating_add(usage.denied) as f64;
             let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
             self.pace = demand * interval_ms / usage.elapsed_ms as f64;
@@ -236,7 +236,7 @@ pub(super) fn assign(
         own_demand: tracked.demand,
         all_demand: (demand_now, demand_before),
         own_allowed: tracked.allowed,
-        report_interval_ms: tracked.report_interval_ms,
+        last_demand: tracked.last_demand,
         others_per_own: tracked.others_per_own,
         own_pace: tracked.pace,
         min_share: settings.min_share,

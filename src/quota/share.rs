@@ -6,10 +6,11 @@
 //! the window). Spent → deny all until the window ends. Otherwise the stream is entitled to
 //! `limit × share` of the window, where `share` is its part of the recent demand (allowed +
 //! denied; the current window plus the previous one weighted by how much of it a sliding span
-//! still covers), never below `min_share`. Early in a window (for two of the stream's report
-//! intervals) the other streams may not have reported yet: their demand so far is taken as at
-//! least this stream's own times the ratio of theirs to its own in the previous window, so the
-//! first stream to report in a window does not see itself as nearly all of the demand. What
+//! still covers), never below `min_share`. The other streams' count lags theirs by up to a
+//! report interval while this stream's is fresh, so their demand is taken as at least this
+//! stream's own times the ratio of theirs to its last seen, up to one report's worth above the
+//! count: the stream that reports first does not see itself as more of the demand than it
+//! is (in a bucket's first window, nearly all of it). What
 //! the stream has not yet used of its part (at most
 //! `remaining`) is paced over the time left as a token bucket. Summed over the streams these
 //! entitlements are `remaining` (the shares sum to one), so pacing them spends the window's
@@ -31,11 +32,15 @@ pub const FILL_INTERVAL_SECONDS: u32 = 60;
 /// The smallest token-bucket capacity sent (unless less than that remains in the window).
 pub const MIN_BURST: u32 = 2;
 
-/// The held token bucket is kept while it would end the window within this many tokens of the
-/// stream's part: Envoy carries a replaced bucket's fill over only in whole tokens (a drained
-/// bucket's successor starts empty), so every replacement costs a slow stream the token it was
-/// filling, and replacing for less than a token loses more than it corrects.
+/// The held token bucket is kept while it would end the window less than this many tokens
+/// ahead of the stream's part (or half as many behind): Envoy carries a replaced bucket's fill
+/// over only in whole tokens (a drained bucket's successor starts empty), so every replacement
+/// costs a slow stream the part of a token it was filling.
 pub const KEEP_WITHIN_TOKENS: f64 = 1.0;
+
+/// What a stream loses on average when its token bucket is replaced: the part of a token the
+/// old one was filling.
+const LOST_IN_REPLACEMENT: f64 = 0.5;
 
 /// What the share of one bucket for one stream depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,9 +59,9 @@ pub struct ShareInput {
     pub all_demand: (u64, u64),
     /// Requests this stream reported allowed in the current window.
     pub own_allowed: u64,
-    /// How long this stream's reports cover (ms; its last nonzero `time_elapsed`, 0 when not
-    /// known): for twice that into a window, the others' unreported demand is estimated.
-    pub report_interval_ms: u64,
+    /// This stream's demand in its latest report, in the current window: the most the
+    /// estimate of the others' unreported demand adds (times [`ShareInput::others_per_own`]).
+    pub last_demand: u64,
     /// The other streams' demand per request of this stream's as this stream last saw it
     /// (0 when it has not): the estimate of their unreported demand early in a window.
     pub others_per_own: f64,
@@ -80,17 +85,18 @@ impl ShareInput {
         share.max(self.min_share).min(1.0)
     }
 
-    /// The other streams' demand in the current window: as counted, or, while they may not
-    /// have reported yet (less than two of this stream's report intervals into the window), at
-    /// least this stream's own scaled by the ratio of theirs to its it last saw (in the
-    /// previous window, or at its previous report in this one).
+    /// The other streams' demand in the current window. Their count lags: each is as of their
+    /// latest reports, which may be up to a report interval old, while this stream's is as of
+    /// now. So it is taken as at least this stream's own scaled by the ratio of theirs to its
+    /// that it last saw (in the previous window, or at its previous report), but never more
+    /// than one of its report intervals' worth above the count (its latest report's demand
+    /// times that ratio): others that have gone, or slowed, weigh for one interval at most.
     fn others_now(&self) -> f64 {
         let counted = self.all_demand.0.saturating_sub(self.own_demand.0) as f64;
-        let early = self.elapsed_ms < self.report_interval_ms.saturating_mul(2);
-        if !early {
-            return counted;
-        }
-        counted.max(self.own_demand.0 as f64 * self.others_per_own)
+        let expected = self.own_demand.0 as f64 * self.others_per_own;
+        let unreported =
+            (expected - counted).clamp(0.0, self.last_demand as f64 * self.others_per_own);
+        counted + unreported
     }
 
     /// The ratio of the other streams' demand to this stream's as it stands now (as estimated
@@ -108,7 +114,8 @@ impl ShareInput {
     }
 
     /// The assignment; `held` is the one the stream holds now, kept while it would end the
-    /// window within [`KEEP_WITHIN_TOKENS`] of the stream's part.
+    /// window less than [`KEEP_WITHIN_TOKENS`] ahead of the stream's part or less than half
+    /// that behind.
     pub fn assign(&self, held: Option<&Assignment>) -> Assignment {
         let left_ms = self.period_ms.saturating_sub(self.elapsed_ms).max(1);
         let remaining = self.limit.saturating_sub(self.used);
@@ -155,11 +162,13 @@ impl ShareInput {
             .max(f64::from(MIN_BURST))
             .clamp(1.0, remaining.min(u64::from(u32::MAX)) as f64);
         // A bucket that replaces none starts full: the rate paces what is left after those
-        // tokens. One that replaces a token bucket starts as full as that one was (Envoy 1.40:
-        // a drained bucket's successor starts empty, measured), so the rate paces all of it.
+        // tokens. One that replaces a token bucket starts as full as that one was in whole
+        // tokens (Envoy 1.40: a drained bucket's successor starts empty, measured): the rate
+        // paces all of it, and the part of a token the old bucket was filling (half of one, on
+        // average), which is lost.
         let replaces_a_bucket = matches!(held, Some(Assignment::TokenBucket { .. }));
         let (_, tokens_per_fill) = pace(if replaces_a_bucket {
-            fair
+            fair + LOST_IN_REPLACEMENT
         } else {
             (fair - burst).max(0.0)
         });
@@ -172,12 +181,19 @@ impl ShareInput {
     }
 }
 
-/// A held rate is close enough to the new one when, over the time left, the two differ by less
-/// than [`KEEP_WITHIN_TOKENS`] (rates per [`FILL_INTERVAL_SECONDS`]).
+/// A held rate is close enough to the new one when, over the time left, it would give less
+/// than [`KEEP_WITHIN_TOKENS`] more than the new one, or less than half that fewer: a stream a
+/// little ahead keeps its bucket (its own count slows it at a later report), one behind gets
+/// the higher rate as soon as that is worth half a token (each replacement costs it the part
+/// of a token it was filling, half a token on average).
 fn close(old: u32, new: u32, left_ms: u64) -> bool {
-    let per_interval = f64::from(old.abs_diff(new));
     let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
-    per_interval * left_ms as f64 / interval_ms < KEEP_WITHIN_TOKENS
+    let tokens = f64::from(old.abs_diff(new)) * left_ms as f64 / interval_ms;
+    if new <= old {
+        tokens < KEEP_WITHIN_TOKENS
+    } else {
+        tokens < KEEP_WITHIN_TOKENS / 2.0
+    }
 }
 
 #[cfg(test)]

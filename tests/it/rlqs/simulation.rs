@@ -419,3 +419,24 @@ async fn demand_under_the_limit_is_admitted() {
         );
     }
 }
+
+#[tokio::test]
+async fn whichever_envoy_reports_first_the_small_one_gets_its_share() {
+    // The Envoy that reports first sees the other's count up to a report interval old; it
+    // must not take the small one's part for it (16 and 4 requests a second, reports every
+    // 5 s, phases 10 ms and 2.5 s apart in both orders, and across a window's end).
+    for (a, b) in [(0, 10), (10, 0), (0, 2_500), (2_500, 0), (4_990, 0)] {
+        let s = RlqsSettings::default();
+        let mut envoys = vec![SimEnvoy::new(|_| 16.0, a, s), SimEnvoy::new(|_| 4.0, b, s)];
+        for envoy in &mut envoys {
+            envoy.report_every_ms = 5_000;
+        }
+        let result = simulate(envoys, 4).await;
+        print_table(
+            &format!("16 and 4 req/s, reports at phases {a} and {b} ms"),
+            120,
+            &result,
+        );
+        assert_shared_by_demand(&result);
+    }
+}
