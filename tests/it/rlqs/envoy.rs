@@ -195,9 +195,11 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
                 total.abs_diff(LIMIT) <= LIMIT / 10,
                 "window {w}: {total} admitted"
             );
-            // The 20 % Envoy gets at least its demand's share, give or take one request.
+            // The 20 % Envoy gets at least its demand's share of what the limit allows, give or
+            // take one request. Admissions beyond the limit (the other Envoy's, bounded above)
+            // are not part of what it is owed.
             assert!(
-                (adm_b + 1) as f64 >= 0.2 * total as f64,
+                (adm_b + 1) as f64 >= 0.2 * total.min(LIMIT) as f64,
                 "window {w}: the 20 % Envoy got {adm_b} of {total}"
             );
         } else {
