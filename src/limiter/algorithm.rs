@@ -291,31 +291,4 @@ fn clamp_u128(n: u128) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{Hits, Window, bucket, sliding};
-    use crate::rules::{Algorithm, PerUnit, Period, Unit};
-    use crate::storage::BucketAnswer;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The stats split reads "over" from usage > limit: it must agree with the decision.
-        #[test]
-        fn usage_is_over_the_limit_exactly_when_refused(
-            limit in 0u64..50, cur in 1u64..100, prev in 0u64..100, into in 0u64..60_000,
-            burst in 0u32..10, debt in 0u128..2_000_000, admitted: bool, n in 1u64..5,
-        ) {
-            let window = Window::of(60, 600);
-            let out = sliding(limit, cur, prev, window, 600_000 + into, true);
-            prop_assert_eq!(out.over, out.used > limit);
-            let rate = PerUnit {
-                requests_per_unit: u32::try_from(limit.max(1)).unwrap_or(1),
-                period: Period::one(Unit::Minute),
-                algorithm: Algorithm::TokenBucket { burst },
-            };
-            let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
-            let answer = BucketAnswer { admitted, tat: 1_000 * u128::from(rate.requests_per_unit) + debt };
-            let out = bucket(rate, capacity, answer, Hits::Take(n), 1_000);
-            prop_assert_eq!(out.over, out.used > u64::from(rate.requests_per_unit));
-        }
-    }
-}
+mod tests;

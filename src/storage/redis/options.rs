@@ -1,0 +1,81 @@
+//! How to reach Redis: where it is (one server, a unix socket, a cluster, a master behind
+//! Sentinel), credentials, deadline, TTL jitter and TLS material — plain data built from the
+//! settings, with `Debug` that never prints a password or key material.
+//!
+//! Must not touch: connections, commands, settings parsing.
+
+use std::time::Duration;
+
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server at `host:port`.
+    Tcp(String),
+    /// One server on a unix socket.
+    Unix(String),
+    /// Cluster seed nodes (`host:port`).
+    Cluster(Vec<String>),
+    /// A master named `master`, found through these sentinels.
+    Sentinel {
+        /// The monitored master's name.
+        master: String,
+        /// The sentinels' `host:port`.
+        sentinels: Vec<String>,
+        /// `REDIS_SENTINEL_AUTH` user.
+        sentinel_username: Option<String>,
+        /// `REDIS_SENTINEL_AUTH` password.
+        sentinel_password: Option<String>,
+    },
+}
+
+/// How to reach Redis.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Where.
+    pub target: RedisTarget,
+    /// ACL user (`REDIS_AUTH=user:pass`).
+    pub username: Option<String>,
+    /// Password (`REDIS_AUTH`).
+    pub password: Option<String>,
+    /// Deadline of one operation, and of a connection attempt.
+    pub timeout: Duration,
+    /// Extra TTL of up to this many seconds, spread per key.
+    pub jitter_max_seconds: u64,
+    /// TLS to every node (single or cluster).
+    pub tls: Option<RedisTlsOptions>,
+}
+
+/// TLS material, already read from its files.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisTlsOptions {
+    /// PEM CA bundle; the system's roots when `None`.
+    pub root_cert: Option<Vec<u8>>,
+    /// PEM client certificate chain and key (mTLS).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Accept a server certificate issued for another name.
+    pub skip_hostname_verification: bool,
+}
+
+impl std::fmt::Debug for RedisTlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTlsOptions")
+            .field("root_cert", &self.root_cert.is_some())
+            .field("client", &self.client.is_some())
+            .field(
+                "skip_hostname_verification",
+                &self.skip_hostname_verification,
+            )
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("target", &self.target)
+            .field("username", &self.username)
+            .field("timeout", &self.timeout)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
