@@ -63,7 +63,7 @@ pub struct ShareInput {
     /// estimate of the others' unreported demand adds (times [`ShareInput::others_per_own`]).
     pub last_demand: u64,
     /// The other streams' demand per request of this stream's as this stream last saw it
-    /// (0 when it has not): the estimate of their unreported demand early in a window.
+    /// (0 when it has not): what their unreported demand is estimated from.
     pub others_per_own: f64,
     /// This stream's demand in its last report, per [`FILL_INTERVAL_SECONDS`] (0 when not
     /// known): a held rate above it is not raised (the stream does not use what it has).
@@ -94,8 +94,8 @@ impl ShareInput {
     fn others_now(&self) -> f64 {
         let counted = self.all_demand.0.saturating_sub(self.own_demand.0) as f64;
         let expected = self.own_demand.0 as f64 * self.others_per_own;
-        let unreported =
-            (expected - counted).clamp(0.0, self.last_demand as f64 * self.others_per_own);
+        let at_most = self.last_demand as f64 * self.others_per_own;
+        let unreported = (expected - counted).max(0.0).min(at_most);
         counted + unreported
     }
 
