@@ -174,31 +174,27 @@ impl Metrics {
 
     /// Every stats key with its counters, sorted.
     pub(super) fn limits_sorted(&self) -> Vec<(Vec<String>, Arc<LimitStats>)> {
-        let limits = self
-            .limits
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out: Vec<_> = limits
-            .iter()
-            .map(|(k, v)| (k.clone(), Arc::clone(v)))
-            .collect();
-        drop(limits);
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        sorted_snapshot(&self.limits, Arc::clone)
     }
 
     /// Every unknown domain seen with its count, sorted.
     pub(super) fn domains_not_found_sorted(&self) -> Vec<(String, u64)> {
-        let not_found = self
-            .domain_not_found
+        sorted_snapshot(&self.domain_not_found, |v| v.load(Ordering::Relaxed))
+    }
+}
+
+/// A copy of `map`'s entries (each value through `value`), taken under its read lock and sorted
+/// by key after the lock is released.
+fn sorted_snapshot<K: Ord + Clone, V, T>(
+    map: &std::sync::RwLock<std::collections::HashMap<K, V>>,
+    value: impl Fn(&V) -> T,
+) -> Vec<(K, T)> {
+    let mut out: Vec<(K, T)> = {
+        let map = map
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out: Vec<_> = not_found
-            .iter()
-            .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
-            .collect();
-        drop(not_found);
-        out.sort();
-        out
-    }
+        map.iter().map(|(k, v)| (k.clone(), value(v))).collect()
+    };
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }

@@ -139,6 +139,7 @@ impl ShareInput {
             let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
             (per_second, fill.clamp(1.0, f64::from(u32::MAX)) as u32)
         };
+        let (per_second, new) = pace(fair);
         // The bucket it holds goes on at its own count; keep it when the rate is close.
         if let Some(
             kept @ Assignment::TokenBucket {
@@ -146,7 +147,6 @@ impl ShareInput {
             },
         ) = held
         {
-            let new = pace(fair).1;
             let unused = self.own_pace > 0.0 && f64::from(*tokens_per_fill) >= self.own_pace;
             if (new > *tokens_per_fill && unused) || close(*tokens_per_fill, new, left_ms) {
                 return *kept;
@@ -156,8 +156,7 @@ impl ShareInput {
         // completes between two requests meets a full bucket and the refill stops until the
         // next request takes it (at 4 requests a second, about one token in twenty is lost:
         // the measured shortfall of a small Envoy before this).
-        let burst = pace(fair)
-            .0
+        let burst = per_second
             .ceil()
             .max(f64::from(MIN_BURST))
             .clamp(1.0, remaining.min(u64::from(u32::MAX)) as f64);

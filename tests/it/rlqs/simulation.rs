@@ -78,6 +78,12 @@ impl SimEnvoy {
         }
     }
 
+    /// The same Envoy reporting every `ms` instead of every second.
+    fn reporting_every(mut self, ms: u64) -> Self {
+        self.report_every_ms = ms;
+        self
+    }
+
     /// Requests arriving in one step, each allowed or denied by the assignment held.
     fn step(&mut self, t_ms: u64, window: usize) {
         if self.admitted.len() <= window {
@@ -316,13 +322,10 @@ async fn skewed_demand_above_the_limit_is_shared_by_demand_within_ten_percent() 
 async fn skewed_demand_with_reports_every_five_seconds_as_envoy_1_40_sends_them() {
     // Envoy 1.40 reports every 5 s whatever `reporting_interval` says (measured).
     let s = RlqsSettings::default();
-    let mut envoys = vec![
-        SimEnvoy::new(|_| 8.0, 0, s),
-        SimEnvoy::new(|_| 2.0, 2_370, s),
+    let envoys = vec![
+        SimEnvoy::new(|_| 8.0, 0, s).reporting_every(5_000),
+        SimEnvoy::new(|_| 2.0, 2_370, s).reporting_every(5_000),
     ];
-    for envoy in &mut envoys {
-        envoy.report_every_ms = 5_000;
-    }
     let result = simulate(envoys, 4).await;
     print_table("80/20 at 10 req/s, reports every 5 s", 120, &result);
     assert_shared_by_demand(&result);
@@ -333,14 +336,11 @@ async fn skewed_demand_with_reports_every_five_seconds_as_envoy_1_40_sends_them(
 async fn appearing_at(start_ms: u64) -> Vec<Vec<Served>> {
     let s = RlqsSettings::default();
     let from = move |rate: f64| move |t: u64| if t >= start_ms { rate } else { 0.0 };
-    let phase = (start_ms + 5_000) % 5_000;
-    let mut envoys = vec![
-        SimEnvoy::new(from(16.0), phase + 10, s),
-        SimEnvoy::new(from(4.0), phase, s),
+    let phase = start_ms % 5_000;
+    let envoys = vec![
+        SimEnvoy::new(from(16.0), phase + 10, s).reporting_every(5_000),
+        SimEnvoy::new(from(4.0), phase, s).reporting_every(5_000),
     ];
-    for envoy in &mut envoys {
-        envoy.report_every_ms = 5_000;
-    }
     let result = simulate(envoys, 4).await;
     print_table(
         &format!("80/20 at 20 req/s from {start_ms} ms, reports every 5 s"),
@@ -427,10 +427,10 @@ async fn whichever_envoy_reports_first_the_small_one_gets_its_share() {
     // 5 s, phases 10 ms and 2.5 s apart in both orders, and across a window's end).
     for (a, b) in [(0, 10), (10, 0), (0, 2_500), (2_500, 0), (4_990, 0)] {
         let s = RlqsSettings::default();
-        let mut envoys = vec![SimEnvoy::new(|_| 16.0, a, s), SimEnvoy::new(|_| 4.0, b, s)];
-        for envoy in &mut envoys {
-            envoy.report_every_ms = 5_000;
-        }
+        let envoys = vec![
+            SimEnvoy::new(|_| 16.0, a, s).reporting_every(5_000),
+            SimEnvoy::new(|_| 4.0, b, s).reporting_every(5_000),
+        ];
         let result = simulate(envoys, 4).await;
         print_table(
             &format!("16 and 4 req/s, reports at phases {a} and {b} ms"),
