@@ -162,7 +162,8 @@ fn rlqs_report(c: &mut Criterion) {
         let mut stream = QuotaStream::new(Default::default());
         c.bench_function(&format!("RLQS report, {n} bucket(s), memory store"), |b| {
             b.iter(|| {
-                let (domain, usages) = usages_from_pb(black_box(report.clone())).expect("valid");
+                let (domain, usages) =
+                    usages_from_pb(black_box(report.clone()), 4_096).expect("valid");
                 let decided = runtime
                     .block_on(stream.on_report(
                         &domain,

@@ -11,9 +11,11 @@ use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::limiter::Limiter;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
-use turnstile::quota::QuotaStream;
-use turnstile::rlqs::{response_to_pb, usages_from_pb};
+use tonic::{Code, Status};
+use turnstile::quota::{QuotaError, QuotaStream};
+use turnstile::rlqs::{refusal, response_to_pb, usages_from_pb};
 use turnstile::rules::RuleSet;
+use turnstile::settings::RlqsSettings;
 use turnstile::storage::memory::MemoryStore;
 
 const RULES: &str = "domain: rlqs\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: path\n    value: /api\n    descriptors:\n      - key: user\n        rate_limit: { unit: second, unit_multiplier: 30, requests_per_unit: 10 }\n  - key: file\n    value: a*\n    rate_limit: { unlimited: true }\n";
@@ -27,31 +29,53 @@ fn rules() -> &'static RuleSet {
     })
 }
 
+/// Small bounds, so that the fuzzer reaches them with short inputs.
+fn settings() -> RlqsSettings {
+    RlqsSettings {
+        max_bucket_id_bytes: 64,
+        max_bucket_bytes: 256,
+        ..Default::default()
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(report) = RateLimitQuotaUsageReports::decode(data) else {
-        return;
+    let report = match RateLimitQuotaUsageReports::decode(data) {
+        Ok(report) => report,
+        Err(e) => {
+            // What tonic's decoder says of such bytes, as the RLQS edge answers it.
+            let refused = refusal(Status::internal(e.to_string())).expect("answered");
+            assert_eq!(refused.code(), Code::InvalidArgument);
+            return;
+        }
     };
     let reported = report.bucket_quota_usages.len();
-    let (domain, usages) = match usages_from_pb(report) {
+    let settings = settings();
+    let (domain, usages) = match usages_from_pb(report, settings.max_bucket_id_bytes) {
         Ok(ok) => ok,
         Err(status) => {
+            assert_eq!(status.code(), Code::InvalidArgument);
             assert!(status.message().starts_with("bucket_quota_usages["));
             return;
         }
     };
     assert_eq!(usages.len(), reported);
+    assert!(usages.iter().all(|u| u.bucket.bytes() <= settings.max_bucket_id_bytes));
     let clock = ManualClock::new(1_796_000_000);
     let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
     let limiter = Limiter::new(store, Arc::new(clock), Default::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let mut stream = QuotaStream::new(Default::default());
+    let mut stream = QuotaStream::new(settings);
     match runtime.block_on(stream.on_report(&domain, usages, rules(), &limiter, 1_796_000_000_500)) {
         Ok(decided) => {
             assert!(decided.len() <= reported);
             assert_eq!(response_to_pb(&decided).bucket_action.len(), decided.len());
         }
+        Err(err @ QuotaError::TooManyBucketBytes { .. }) => {
+            assert!(err.to_string().contains("RLQS_MAX_BUCKET_BYTES"));
+        }
         Err(err) => assert!(!err.to_string().is_empty()),
     }
+    assert!(stream.held_bytes() <= settings.max_bucket_bytes);
 });

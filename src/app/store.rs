@@ -53,7 +53,7 @@ impl CounterStore for Store {
         }
     }
 
-    async fn ready(&self) -> bool {
+    async fn ready(&self) -> Result<(), StorageError> {
         match self {
             Store::Memory(s) => s.ready().await,
             Store::Memcached(s) => s.ready().await,

@@ -90,12 +90,12 @@ impl<S: CounterStore> Limiter<S> {
         self.per_second.as_ref()
     }
 
-    /// Whether every store can serve (readiness).
-    pub async fn ready(&self) -> bool {
-        let main = self.store.ready().await;
+    /// Whether every store can serve (readiness); if not, why.
+    pub async fn ready(&self) -> Result<(), StorageError> {
+        self.store.ready().await?;
         match &self.per_second {
-            Some(second) => main && second.ready().await,
-            None => main,
+            Some(second) => second.ready().await,
+            None => Ok(()),
         }
     }
 

@@ -43,7 +43,7 @@ impl<S: CounterStore> CounterStore for Instrumented<S> {
         result
     }
 
-    async fn ready(&self) -> bool {
+    async fn ready(&self) -> Result<(), StorageError> {
         self.inner.ready().await
     }
 

@@ -31,6 +31,11 @@ impl BucketId {
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
     }
+
+    /// Bytes of its keys and values together (what `RLQS_MAX_BUCKET_ID_BYTES` bounds).
+    pub fn bytes(&self) -> usize {
+        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
 }
 
 /// How a bucket is served under the current rules.

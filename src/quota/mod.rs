@@ -14,11 +14,13 @@
 mod bucket;
 mod describe;
 mod fold;
+mod held;
 pub mod share;
 mod stream;
 
 pub use bucket::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
 pub use describe::describe;
+pub use held::HeldBytes;
 pub use stream::{Decided, GlobalUsage, QuotaError, QuotaStream, Usage};
 
 /// What a data plane is told to do with one bucket's requests.

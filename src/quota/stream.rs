@@ -8,9 +8,10 @@
 //! Must not touch: protobuf types, tonic, the store's commands (`fold::plan` builds them).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::fold::{Counts, Placed, Tracked, assign, merged, plan};
-use super::{Assignment, BucketId, Resolution, resolve};
+use super::{Assignment, BucketId, HeldBytes, Resolution, resolve};
 use crate::limiter::{Limiter, Window};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
@@ -39,6 +40,16 @@ pub enum QuotaError {
     TooManyBuckets {
         /// The bound.
         max: usize,
+    },
+    /// The bucket ids of all streams together would pass their bound.
+    #[error(
+        "bucket_quota_usages: the bucket ids of all streams would hold more than {max} bytes (RLQS_MAX_BUCKET_BYTES); {used} bytes are held now"
+    )]
+    TooManyBucketBytes {
+        /// The bound.
+        max: usize,
+        /// Bytes held when the report came.
+        used: usize,
     },
     /// The counter store failed; no assignment was computed.
     #[error(transparent)]
@@ -87,16 +98,38 @@ pub struct QuotaStream {
     settings: RlqsSettings,
     domain: Option<String>,
     buckets: HashMap<BucketId, Tracked>,
+    /// The bound shared by every stream, and what this one has taken of it.
+    held: Arc<HeldBytes>,
+    held_here: usize,
 }
 
 impl QuotaStream {
-    /// A new stream, before its first report.
+    /// A new stream, before its first report, with a bound of its own
+    /// (`settings.max_bucket_bytes`).
     pub fn new(settings: RlqsSettings) -> Self {
+        let held = Arc::new(HeldBytes::new(settings.max_bucket_bytes));
+        Self::sharing(settings, held)
+    }
+
+    /// A new stream whose bucket ids count against `held`, shared with every other stream.
+    pub fn sharing(settings: RlqsSettings, held: Arc<HeldBytes>) -> Self {
         Self {
             settings,
             domain: None,
             buckets: HashMap::new(),
+            held,
+            held_here: 0,
         }
+    }
+
+    /// The settings the stream was opened with.
+    pub fn settings(&self) -> &RlqsSettings {
+        &self.settings
+    }
+
+    /// Bytes of the bucket ids this stream holds.
+    pub fn held_bytes(&self) -> usize {
+        self.held_here
     }
 
     /// Buckets this stream has reported.
@@ -116,15 +149,22 @@ impl QuotaStream {
     ) -> Result<Vec<Decided>, QuotaError> {
         let domain = self.check_domain(domain)?;
         let usages = merged(usages);
-        let new = usages
+        let (new, new_bytes) = usages
             .iter()
             .filter(|u| !self.buckets.contains_key(&u.bucket))
-            .count();
+            .fold((0, 0), |(n, bytes), u| (n + 1, bytes + u.bucket.bytes()));
         if self.buckets.len() + new > self.settings.max_buckets_per_stream {
             return Err(QuotaError::TooManyBuckets {
                 max: self.settings.max_buckets_per_stream,
             });
         }
+        if !self.held.try_take(new_bytes) {
+            return Err(QuotaError::TooManyBucketBytes {
+                max: self.held.max(),
+                used: self.held.used(),
+            });
+        }
+        self.held_here += new_bytes;
         let resolved: Vec<Resolution<'_>> = usages
             .iter()
             .map(|u| resolve(rules, &domain, &u.bucket))
@@ -141,7 +181,23 @@ impl QuotaStream {
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
-            limiter.store().hit(&hits).await?
+            let answer = limiter.store().hit(&hits).await.and_then(|counts| {
+                let placed_count = placed.iter().flatten().count();
+                if counts.len() == 3 * placed_count {
+                    Ok(counts)
+                } else {
+                    Err(StorageError::Protocol("fewer counts than hits".into()))
+                }
+            });
+            match answer {
+                Ok(counts) => counts,
+                Err(err) => {
+                    // The new buckets are not kept: their bytes go back.
+                    self.held.give_back(new_bytes);
+                    self.held_here -= new_bytes;
+                    return Err(err.into());
+                }
+            }
         };
         let shadow = limiter.settings().shadow_mode;
         let mut counts = counts.chunks_exact(3);
@@ -235,5 +291,11 @@ impl QuotaStream {
                 now: domain.to_owned(),
             }),
         }
+    }
+}
+
+impl Drop for QuotaStream {
+    fn drop(&mut self) {
+        self.held.give_back(self.held_here);
     }
 }

@@ -14,6 +14,7 @@ use pb::rate_limit_quota_response::bucket_action::{self, QuotaAssignmentAction};
 /// The domain and usages of one report, validated (`INVALID_ARGUMENT` naming the field).
 pub fn usages_from_pb(
     report: pb::RateLimitQuotaUsageReports,
+    max_id_bytes: usize,
 ) -> Result<(String, Vec<Usage>), Status> {
     let mut out = Vec::with_capacity(report.bucket_quota_usages.len());
     for (i, usage) in report.bucket_quota_usages.into_iter().enumerate() {
@@ -27,6 +28,13 @@ pub fn usages_from_pb(
                 "{field}: a bucket id has 1 to {MAX_BUCKET_PAIRS} pairs"
             ))
         })?;
+        if bucket.bytes() > max_id_bytes {
+            return Err(Status::invalid_argument(format!(
+                "{field}: {} bytes of keys and values, more than the {max_id_bytes} a bucket id \
+                 may have (RLQS_MAX_BUCKET_ID_BYTES)",
+                bucket.bytes()
+            )));
+        }
         out.push(Usage {
             bucket,
             allowed: usage.num_requests_allowed,

@@ -25,7 +25,7 @@ use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_se
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use crate::quota::{Decided, QuotaError, QuotaStream};
+use crate::quota::{Decided, HeldBytes, QuotaError, QuotaStream};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::CounterStore;
@@ -46,6 +46,8 @@ pub struct RlqsHandler<S> {
     state: Arc<ServiceState<S>>,
     settings: RlqsSettings,
     opened: AtomicU64,
+    /// The bytes of bucket ids all streams hold (`RLQS_MAX_BUCKET_BYTES`).
+    held: Arc<HeldBytes>,
 }
 
 impl<S> RlqsHandler<S> {
@@ -55,6 +57,7 @@ impl<S> RlqsHandler<S> {
             state,
             settings,
             opened: AtomicU64::new(0),
+            held: Arc::new(HeldBytes::new(settings.max_bucket_bytes)),
         }
     }
 }
@@ -72,7 +75,7 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed);
         let session = Session::new(
             Arc::clone(&self.state),
-            self.settings,
+            QuotaStream::sharing(self.settings, Arc::clone(&self.held)),
             request.into_inner(),
             // Spread evenly: consecutive streams 61 ms apart, modulo the spread.
             n.wrapping_mul(61) % REFRESH_SPREAD_MS,
@@ -98,14 +101,14 @@ struct Session<S> {
 impl<S: CounterStore> Session<S> {
     fn new(
         state: Arc<ServiceState<S>>,
-        settings: RlqsSettings,
+        quota: QuotaStream,
         inbound: Streaming<RateLimitQuotaUsageReports>,
         phase_ms: u64,
     ) -> Self {
         state.metrics.rlqs.stream_opened();
         Self {
             state,
-            quota: QuotaStream::new(settings),
+            quota,
             inbound,
             ended: false,
             phase_ms,
@@ -126,20 +129,21 @@ impl<S: CounterStore> Session<S> {
                     },
                 },
             };
-            let report = match inbound {
-                Ok(Some(report)) => report,
+            let answer = match inbound {
+                Ok(Some(report)) => self.answer(report).await,
                 Ok(None) => return None,
-                Err(status) => {
-                    tracing::debug!(%status, "RLQS stream broken by the client");
-                    return None;
-                }
+                Err(status) => match refusal(status) {
+                    Some(refused) => Err(refused),
+                    None => return None,
+                },
             };
-            match self.answer(report).await {
+            match answer {
                 Ok(Some(response)) => return Some(Ok(response)),
                 Ok(None) => continue,
                 Err(status) => {
                     self.ended = true;
                     self.state.metrics.rlqs.refused();
+                    tracing::warn!(code = ?status.code(), reason = status.message(), "RLQS stream refused");
                     return Some(Err(status));
                 }
             }
@@ -206,7 +210,8 @@ impl<S: CounterStore> Session<S> {
     ) -> Result<Option<RateLimitQuotaResponse>, Status> {
         let metrics = &self.state.metrics;
         metrics.rlqs.report();
-        let (domain, usages) = convert::usages_from_pb(report)?;
+        let (domain, usages) =
+            convert::usages_from_pb(report, self.quota.settings().max_bucket_id_bytes)?;
         tracing::debug!(?usages, "RLQS report");
         let rules = self.rules();
         let limiter = &self.state.limiter;
@@ -223,7 +228,9 @@ impl<S: CounterStore> Session<S> {
                 metrics.rlqs.store_error();
                 return Ok(None);
             }
-            Err(err @ QuotaError::TooManyBuckets { .. }) => {
+            Err(
+                err @ (QuotaError::TooManyBuckets { .. } | QuotaError::TooManyBucketBytes { .. }),
+            ) => {
                 return Err(Status::resource_exhausted(err.to_string()));
             }
             Err(err) => return Err(Status::invalid_argument(err.to_string())),
@@ -232,6 +239,28 @@ impl<S: CounterStore> Session<S> {
             return Ok(None);
         }
         Ok(Some(self.sent(&decided)))
+    }
+}
+
+/// What a report that could not be read is answered, as RLS answers the same input: one over
+/// the message size limit `RESOURCE_EXHAUSTED`, bytes that do not decode `INVALID_ARGUMENT`,
+/// both with the reason. `None` when the client broke or cancelled the stream itself (nothing
+/// to answer).
+pub fn refusal(status: Status) -> Option<Status> {
+    use std::error::Error as _;
+    match status.code() {
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => Some(
+            Status::resource_exhausted(format!("report refused: {}", status.message())),
+        ),
+        // tonic's decoder reports a message it cannot read as INTERNAL without a source; a
+        // broken transport carries its error as the source.
+        tonic::Code::Internal if status.source().is_none() => Some(Status::invalid_argument(
+            format!("report does not decode: {}", status.message()),
+        )),
+        _ => {
+            tracing::debug!(%status, "RLQS stream broken by the client");
+            None
+        }
     }
 }
 

@@ -193,14 +193,18 @@ pub async fn serve<S: CounterStore>(
 
 /// Keeps the backend component of health in step with the counter store.
 async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
-    let mut last = true;
+    let mut last: Result<(), String> = Ok(());
     loop {
-        let ready = state.limiter.ready().await;
-        if ready != last {
-            tracing::warn!(ready, "counter store readiness changed");
-            last = ready;
+        let now = state.limiter.ready().await.map_err(|e| e.to_string());
+        match (&last, &now) {
+            (Ok(()), Err(why)) => {
+                tracing::warn!(ready = false, reason = %why, "counter store readiness changed");
+            }
+            (Err(_), Ok(())) => tracing::warn!(ready = true, "counter store readiness changed"),
+            _ => {}
         }
-        state.health.set_backend_ready(ready);
+        state.health.set_backend_ready(now.is_ok());
+        last = now;
         tokio::time::sleep(READINESS_INTERVAL).await;
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::SettingsError;
-use super::reader::{Reader, err};
+use super::reader::{LONGEST, Reader, Span, err};
 
 /// Which counter store to use (`BACKEND_TYPE`), with the settings that only it reads.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +68,7 @@ pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
     let kind = r.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
     match kind.as_str() {
         "" | "memory" => Ok(Backend::Memory {
-            max_keys: r.parsed("MEMORY_MAX_KEYS", 1_000_000usize)?,
+            max_keys: r.number("MEMORY_MAX_KEYS", 1_000_000usize, 1, 1_000_000_000)?,
         }),
         "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
         "redis" => Ok(Backend::Redis(super::redis::redis(r)?)),
@@ -81,20 +81,23 @@ pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
 }
 
 fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
-    let list: Vec<String> = r
-        .string("MEMCACHE_HOST_PORT", "")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let text = r.string("MEMCACHE_HOST_PORT", "");
+    let list = if text.trim().is_empty() {
+        Vec::new()
+    } else {
+        super::address::host_ports("MEMCACHE_HOST_PORT", &text)?
+    };
     let srv = r.string("MEMCACHE_SRV", "");
     let servers = match (list.is_empty(), srv.is_empty()) {
         (false, true) => MemcachedServers::List(list),
         (true, false) => MemcachedServers::Srv {
             name: srv,
-            refresh: Some(r.duration("MEMCACHE_SRV_REFRESH", Duration::ZERO)?)
-                .filter(|d| !d.is_zero()),
+            refresh: Some(r.duration(
+                "MEMCACHE_SRV_REFRESH",
+                Duration::ZERO,
+                Span::off_or(Duration::from_secs(1), LONGEST),
+            )?)
+            .filter(|d| !d.is_zero()),
             resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
                 v if v.is_empty() => None,
                 v => Some(
@@ -111,10 +114,7 @@ fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
             ));
         }
     };
-    let pool_size = r.parsed("MEMCACHE_MAX_IDLE_CONNS", 8u32)?;
-    if pool_size == 0 {
-        return Err(err("MEMCACHE_MAX_IDLE_CONNS", "0", "at least 1"));
-    }
+    let pool_size = r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000)?;
     let client = r.string("MEMCACHE_CLIENT", "pipelined");
     let transport = match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?, client.as_str()) {
         (true, _) => MemcachedTransport::Classic,
@@ -127,8 +127,12 @@ fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
     Ok(MemcachedSettings {
         servers,
         pool_size,
-        timeout: r.duration("MEMCACHE_TIMEOUT", Duration::from_millis(100))?,
-        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
+        timeout: r.duration(
+            "MEMCACHE_TIMEOUT",
+            Duration::from_millis(100),
+            super::reader::STORE_TIMEOUT,
+        )?,
+        jitter_max_seconds: super::reader::jitter(r)?,
         transport,
     })
 }

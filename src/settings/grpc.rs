@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::SettingsError;
-use super::reader::{Reader, err};
+use super::reader::{LONGEST, Reader, Span};
 
 /// Limits of the gRPC server against overload and abuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,35 +35,33 @@ pub struct ConnectionAge {
 }
 
 pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
-    let limits = GrpcLimits {
-        max_connections: r.parsed("GRPC_MAX_CONNECTIONS", 10_000usize)?,
-        max_concurrent_streams: r.parsed("GRPC_MAX_CONCURRENT_STREAMS", 1_024u32)?,
-        max_requests_in_flight: r.parsed("GRPC_MAX_REQUESTS_IN_FLIGHT", 16_384usize)?,
-        request_timeout: r.duration("GRPC_REQUEST_TIMEOUT", Duration::from_secs(10))?,
-        idle_timeout: r.duration("GRPC_IDLE_TIMEOUT", Duration::from_secs(300))?,
-        handshake_timeout: r.duration("GRPC_HANDSHAKE_TIMEOUT", Duration::from_secs(10))?,
-        max_header_list_size: r.parsed("GRPC_MAX_HEADER_LIST_SIZE", 65_536u32)?,
-    };
-    for (name, value) in [
-        ("GRPC_MAX_CONNECTIONS", limits.max_connections),
-        (
-            "GRPC_MAX_CONCURRENT_STREAMS",
-            limits.max_concurrent_streams as usize,
-        ),
-        ("GRPC_MAX_REQUESTS_IN_FLIGHT", limits.max_requests_in_flight),
-    ] {
-        if value == 0 {
-            return Err(err(name, "0", "at least 1"));
-        }
-    }
-    for (name, value) in [
-        ("GRPC_REQUEST_TIMEOUT", limits.request_timeout),
-        ("GRPC_IDLE_TIMEOUT", limits.idle_timeout),
-        ("GRPC_HANDSHAKE_TIMEOUT", limits.handshake_timeout),
-    ] {
-        if value.is_zero() {
-            return Err(err(name, "0", "a positive duration"));
-        }
-    }
-    Ok(limits)
+    let ms = Duration::from_millis;
+    Ok(GrpcLimits {
+        max_connections: r.number("GRPC_MAX_CONNECTIONS", 10_000usize, 1, 1_000_000)?,
+        max_concurrent_streams: r.number("GRPC_MAX_CONCURRENT_STREAMS", 1_024u32, 1, 1_000_000)?,
+        max_requests_in_flight: r.number(
+            "GRPC_MAX_REQUESTS_IN_FLIGHT",
+            16_384usize,
+            1,
+            10_000_000,
+        )?,
+        request_timeout: r.duration(
+            "GRPC_REQUEST_TIMEOUT",
+            Duration::from_secs(10),
+            Span::within(ms(1), LONGEST),
+        )?,
+        idle_timeout: r.duration(
+            "GRPC_IDLE_TIMEOUT",
+            Duration::from_secs(300),
+            Span::within(ms(100), LONGEST),
+        )?,
+        handshake_timeout: r.duration(
+            "GRPC_HANDSHAKE_TIMEOUT",
+            Duration::from_secs(10),
+            Span::within(ms(100), LONGEST),
+        )?,
+        // A call's headers from Envoy (tracing headers included) take about 1 KiB as HTTP/2
+        // counts them; less than 4 KiB would refuse ordinary calls with GOAWAY.
+        max_header_list_size: r.number("GRPC_MAX_HEADER_LIST_SIZE", 65_536u32, 4_096, 16 << 20)?,
+    })
 }

@@ -4,6 +4,7 @@
 //!
 //! Must not touch: anything else in the crate.
 
+mod address;
 mod backend;
 mod grpc;
 mod reader;
@@ -16,7 +17,7 @@ pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, Red
 pub use rlqs::{RlqsSettings, Unmatched};
 
 pub use reader::parse_duration;
-use reader::{Reader, err};
+use reader::{LONGEST, Reader, Span, err};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -289,16 +290,28 @@ impl Settings {
             } else {
                 None
             },
-            stats_flush: r.duration("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
+            stats_flush: r.duration(
+                "STATS_FLUSH_INTERVAL",
+                Duration::from_secs(10),
+                Span::within(Duration::from_millis(10), LONGEST),
+            )?,
             extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
             near_limit_ratio: near_limit_ratio(&r)?,
-            stats_max_keys: r.parsed("STATS_MAX_KEYS", 10_000usize)?,
+            stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000)?,
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            local_cache_bytes: r.parsed("LOCAL_CACHE_SIZE_IN_BYTES", 0u64)?,
-            drain: Duration::from_secs(r.parsed("SHUTDOWN_DRAIN_SECONDS", 5u64)?),
+            local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40)?,
+            drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)?),
             max_connection_age: ConnectionAge {
-                age: r.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
-                grace: r.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+                age: r.duration(
+                    "GRPC_MAX_CONNECTION_AGE",
+                    Duration::from_secs(24 * 3600),
+                    Span::within(Duration::from_secs(1), LONGEST),
+                )?,
+                grace: r.duration(
+                    "GRPC_MAX_CONNECTION_AGE_GRACE",
+                    Duration::from_secs(3600),
+                    Span::within(Duration::ZERO, LONGEST),
+                )?,
             },
             grpc_limits: grpc::grpc_limits(&r)?,
             rlqs: rlqs::rlqs(&r)?,

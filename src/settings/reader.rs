@@ -41,17 +41,110 @@ impl Reader<'_> {
         }
     }
 
+    /// A duration within `span`, so that no value accepted here can overflow a deadline or
+    /// fail every call.
     pub(super) fn duration(
         &self,
         name: &str,
         default: Duration,
+        span: Span,
     ) -> Result<Duration, SettingsError> {
-        match (self.env)(name) {
-            None => Ok(default),
-            Some(v) if v.is_empty() => Ok(default),
-            Some(v) => parse_duration(&v)
-                .ok_or_else(|| err(name, &v, "expected a duration such as 500ms, 10s, 1m or 1h")),
+        let value = match (self.env)(name) {
+            None => return Ok(default),
+            Some(v) if v.trim().is_empty() => return Ok(default),
+            Some(v) => v,
+        };
+        let Some(parsed) = parse_duration(&value) else {
+            return Err(err(
+                name,
+                &value,
+                format!(
+                    "expected a duration such as 500ms, 10s, 1m or 1h, {}",
+                    span.describe()
+                ),
+            ));
+        };
+        if span.admits(parsed) {
+            Ok(parsed)
+        } else {
+            Err(err(name, &value, span.describe()))
         }
+    }
+
+    /// A whole number within `min..=max`.
+    pub(super) fn number<T>(
+        &self,
+        name: &str,
+        default: T,
+        min: T,
+        max: T,
+    ) -> Result<T, SettingsError>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    {
+        let within = format!("a whole number from {min} to {max}");
+        let value = match (self.env)(name) {
+            None => return Ok(default),
+            Some(v) if v.trim().is_empty() => return Ok(default),
+            Some(v) => v,
+        };
+        match value.trim().parse::<T>() {
+            Ok(n) if n >= min && n <= max => Ok(n),
+            _ => Err(err(name, &value, within)),
+        }
+    }
+}
+
+/// The durations a setting accepts: `min..=max`, and 0 where 0 turns the feature off.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    min: Duration,
+    max: Duration,
+    zero_is_off: bool,
+}
+
+/// The longest duration any setting accepts (10 years): far beyond every meaningful value, and
+/// far below what a deadline (`Instant + duration`) can hold.
+pub(super) const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// A counter store's deadline (`MEMCACHE_TIMEOUT`, `REDIS_TIMEOUT`): at least a millisecond
+/// (less fails every call), at most an hour.
+pub(super) const STORE_TIMEOUT: Span =
+    Span::within(Duration::from_millis(1), Duration::from_secs(3600));
+
+/// `EXPIRATION_JITTER_MAX_SECONDS`: at most a day, so that an expiry stays a time the store
+/// can hold.
+pub(super) fn jitter(r: &Reader<'_>) -> Result<u64, SettingsError> {
+    r.number("EXPIRATION_JITTER_MAX_SECONDS", 300u64, 0, 86_400)
+}
+
+impl Span {
+    /// `min..=max`.
+    pub(super) const fn within(min: Duration, max: Duration) -> Span {
+        Span {
+            min,
+            max,
+            zero_is_off: false,
+        }
+    }
+
+    /// 0 (off), or `min..=max`.
+    pub(super) const fn off_or(min: Duration, max: Duration) -> Span {
+        Span {
+            min,
+            max,
+            zero_is_off: true,
+        }
+    }
+
+    fn admits(&self, d: Duration) -> bool {
+        (self.zero_is_off && d.is_zero()) || (self.min..=self.max).contains(&d)
+    }
+
+    fn describe(&self) -> String {
+        let text = |d: Duration| humantime::format_duration(d).to_string();
+        let off = if self.zero_is_off { " (or 0: off)" } else { "" };
+        format!("between {} and {}{off}", text(self.min), text(self.max))
     }
 }
 
@@ -91,7 +184,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             _ => return None,
         };
         rest = &rest[unit_len..];
-        total += Duration::try_from_secs_f64(number * scale).ok()?;
+        total = total.checked_add(Duration::try_from_secs_f64(number * scale).ok()?)?;
     }
     (!text.is_empty()).then_some(total)
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::SettingsError;
-use super::reader::{Reader, err};
+use super::reader::{LONGEST, Reader, STORE_TIMEOUT, Span, err, jitter};
+use super::{SettingsError, address};
 
 /// The Redis backend's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,16 +147,18 @@ fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     // are pipelined on multiplexed connections as they arrive (no write-flush window or limit),
     // and the start never waits for Redis (connections are made lazily, with a backoff of
     // 50 ms doubling to 1 s between attempts).
-    r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO)?;
-    r.parsed("REDIS_PIPELINE_LIMIT", 0u64)?;
-    r.parsed("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1u64)?;
-    r.duration("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?;
-    r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?;
-    r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
-    let pool_size = r.parsed("REDIS_POOL_SIZE", 10u32)?;
-    if pool_size == 0 {
-        return Err(err("REDIS_POOL_SIZE", "0", "at least 1"));
-    }
+    let any = Span::within(Duration::ZERO, LONGEST);
+    r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO, any)?;
+    r.number("REDIS_PIPELINE_LIMIT", 0u64, 0, u64::MAX)?;
+    r.number("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1u64, 0, u64::MAX)?;
+    r.duration(
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        Duration::from_secs(1),
+        any,
+    )?;
+    r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30), any)?;
+    r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO, any)?;
+    let pool_size = r.number("REDIS_POOL_SIZE", 10u32, 1, 10_000)?;
     let topology = topology(r)?;
     let tls = tls(r)?;
     if tls.is_some() && matches!(topology, RedisTopology::Single(RedisAddress::Unix(_))) {
@@ -176,8 +178,8 @@ fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
         tls,
         auth: auth(&r.string("REDIS_AUTH", "")),
         pool_size,
-        timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
-        jitter_max_seconds: r.parsed("EXPIRATION_JITTER_MAX_SECONDS", 300u64)?,
+        timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10), STORE_TIMEOUT)?,
+        jitter_max_seconds: jitter(r)?,
         key_layout: match r.string("REDIS_KEY_LAYOUT", "reference").as_str() {
             "reference" => KeyLayout::Reference,
             "turnstile" => KeyLayout::Turnstile,
@@ -252,7 +254,17 @@ fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
     let kind = r.string("REDIS_TYPE", "single").to_ascii_lowercase();
     match kind.as_str() {
         "single" => match socket.as_str() {
-            "tcp" if list.len() == 1 => Ok(RedisTopology::Single(RedisAddress::Tcp(url))),
+            "tcp" if list.len() == 1 => {
+                address::host_port("REDIS_URL", &url, url.trim())?;
+                Ok(RedisTopology::Single(RedisAddress::Tcp(
+                    url.trim().to_owned(),
+                )))
+            }
+            "unix" if url.trim().is_empty() => Err(err(
+                "REDIS_URL",
+                &url,
+                "a unix socket path (REDIS_SOCKET_TYPE=unix)",
+            )),
             "unix" => Ok(RedisTopology::Single(RedisAddress::Unix(url))),
             "tcp" => Err(err(
                 "REDIS_URL",
@@ -261,12 +273,20 @@ fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
             )),
             other => Err(err("REDIS_SOCKET_TYPE", other, "expected tcp or unix")),
         },
-        "cluster" if socket == "tcp" && !list.is_empty() => Ok(RedisTopology::Cluster(list)),
-        "sentinel" if socket == "tcp" && list.len() >= 2 => Ok(RedisTopology::Sentinel {
-            master: list[0].clone(),
-            sentinels: list[1..].to_vec(),
-            sentinel_auth: auth(&r.string("REDIS_SENTINEL_AUTH", "")),
-        }),
+        "cluster" if socket == "tcp" && !list.is_empty() => Ok(RedisTopology::Cluster(
+            address::host_ports("REDIS_URL", &url)?,
+        )),
+        "sentinel" if socket == "tcp" && list.len() >= 2 => {
+            let (master, sentinels) = url.split_once(',').unwrap_or((&url, ""));
+            Ok(RedisTopology::Sentinel {
+                master: master.trim().to_owned(),
+                sentinels: address::host_ports("REDIS_URL", sentinels).map_err(|mut e| {
+                    e.value = url.clone();
+                    e
+                })?,
+                sentinel_auth: auth(&r.string("REDIS_SENTINEL_AUTH", "")),
+            })
+        }
         "cluster" | "sentinel" if socket != "tcp" => Err(err(
             "REDIS_SOCKET_TYPE",
             &socket,

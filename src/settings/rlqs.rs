@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::SettingsError;
-use super::reader::{Reader, err};
+use super::reader::{LONGEST, Reader, Span, err};
 
 /// What a bucket that matches no limit (or an unknown domain) is assigned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +28,12 @@ pub struct RlqsSettings {
     pub min_share: f64,
     /// `RLQS_MAX_BUCKETS_PER_STREAM`: a stream reporting more buckets is ended.
     pub max_buckets_per_stream: usize,
+    /// `RLQS_MAX_BUCKET_ID_BYTES`: the most bytes (keys and values) of one bucket id; a
+    /// report with a longer one is refused.
+    pub max_bucket_id_bytes: usize,
+    /// `RLQS_MAX_BUCKET_BYTES`: the most bytes of bucket ids held for all streams together; a
+    /// report that would add past it is refused.
+    pub max_bucket_bytes: usize,
 }
 
 impl Default for RlqsSettings {
@@ -37,6 +43,8 @@ impl Default for RlqsSettings {
             assignment_ttl: Duration::from_secs(10),
             min_share: 0.05,
             max_buckets_per_stream: 1_000,
+            max_bucket_id_bytes: 4_096,
+            max_bucket_bytes: 64 << 20,
         }
     }
 }
@@ -48,8 +56,13 @@ pub(super) fn rlqs(r: &Reader<'_>) -> Result<RlqsSettings, SettingsError> {
         "deny" => Unmatched::Deny,
         other => return Err(err("RLQS_UNMATCHED_ACTION", other, "allow or deny")),
     };
-    let assignment_ttl = r.duration("RLQS_ASSIGNMENT_TTL", defaults.assignment_ttl)?;
-    if assignment_ttl.as_secs() == 0 || assignment_ttl.subsec_nanos() != 0 {
+    // At most 10 years: well inside protobuf's Duration (315,576,000,000 s).
+    let assignment_ttl = r.duration(
+        "RLQS_ASSIGNMENT_TTL",
+        defaults.assignment_ttl,
+        Span::within(Duration::from_secs(1), LONGEST),
+    )?;
+    if assignment_ttl.subsec_nanos() != 0 {
         return Err(err(
             "RLQS_ASSIGNMENT_TTL",
             &humantime::format_duration(assignment_ttl).to_string(),
@@ -64,17 +77,28 @@ pub(super) fn rlqs(r: &Reader<'_>) -> Result<RlqsSettings, SettingsError> {
             "between 0 and 1",
         ));
     }
-    let max_buckets_per_stream: usize = r.parsed(
+    let max_buckets_per_stream = r.number(
         "RLQS_MAX_BUCKETS_PER_STREAM",
         defaults.max_buckets_per_stream,
+        1,
+        1_000_000,
     )?;
-    if max_buckets_per_stream == 0 {
-        return Err(err("RLQS_MAX_BUCKETS_PER_STREAM", "0", "at least 1"));
-    }
     Ok(RlqsSettings {
         unmatched,
         assignment_ttl,
         min_share,
         max_buckets_per_stream,
+        max_bucket_id_bytes: r.number(
+            "RLQS_MAX_BUCKET_ID_BYTES",
+            defaults.max_bucket_id_bytes,
+            64,
+            1 << 20,
+        )?,
+        max_bucket_bytes: r.number(
+            "RLQS_MAX_BUCKET_BYTES",
+            defaults.max_bucket_bytes,
+            1 << 16,
+            1 << 36,
+        )?,
     })
 }

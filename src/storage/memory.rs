@@ -170,8 +170,8 @@ impl CounterStore for MemoryStore {
         steps.iter().map(|step| self.step(step, now)).collect()
     }
 
-    async fn ready(&self) -> bool {
-        true
+    async fn ready(&self) -> Result<(), StorageError> {
+        Ok(())
     }
 
     fn gauges(&self) -> Vec<Gauge> {

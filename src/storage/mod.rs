@@ -106,8 +106,9 @@ pub trait CounterStore: Send + Sync + 'static {
         steps: &[BucketStep],
     ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send;
 
-    /// Whether the store can currently serve (for readiness). Must not block for long.
-    fn ready(&self) -> impl Future<Output = bool> + Send;
+    /// Whether the store can currently serve (for readiness), and if not, why (the error
+    /// names the server and what it said). Must not block for long.
+    fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
     /// Point-in-time readings of the store; `metrics` names and renders them.
     fn gauges(&self) -> Vec<Gauge> {
@@ -127,7 +128,7 @@ impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
         (**self).bucket(steps)
     }
 
-    fn ready(&self) -> impl Future<Output = bool> + Send {
+    fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send {
         (**self).ready()
     }
 

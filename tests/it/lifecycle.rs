@@ -16,7 +16,7 @@ use crate::process::{Process, RULES, command, http_get, loopback_env, metric, ru
 use crate::support::{req1, until};
 
 /// The real binary, its ports read from its own "serving" log line (every listener on port 0).
-struct Binary {
+pub struct Binary {
     child: Child,
     logs: BufReader<ChildStderr>,
     /// Log lines read so far.
@@ -41,7 +41,7 @@ fn port_after(line: &str, name: &str) -> Option<u16> {
 }
 
 impl Binary {
-    fn start(env: &[(&str, &str)]) -> Binary {
+    pub fn start(env: &[(&str, &str)]) -> Binary {
         Self::start_under(None, env)
     }
 
@@ -83,7 +83,7 @@ impl Binary {
     }
 
     /// Reads log lines until one contains `text` (the process ending first fails the test).
-    fn wait_for_log(&mut self, text: &str) -> String {
+    pub fn wait_for_log(&mut self, text: &str) -> String {
         loop {
             let mut line = String::new();
             let n = self.logs.read_line(&mut line).expect("read the log");

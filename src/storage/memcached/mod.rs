@@ -311,18 +311,27 @@ impl CounterStore for MemcachedStore {
             .collect()
     }
 
-    async fn ready(&self) -> bool {
+    async fn ready(&self) -> Result<(), StorageError> {
         let topology = self.inner.topology.load();
+        let mut why = Vec::new();
         for server in &topology.servers {
-            if server.is_up() {
-                return true;
+            if server.known_up() {
+                return Ok(());
             }
             let probe = server.transport.probe();
-            if let Ok(Ok(())) = tokio::time::timeout(self.inner.timeout * 10, probe).await {
-                server.record_success();
-                return true;
+            match tokio::time::timeout(self.inner.timeout * 10, probe).await {
+                Ok(Ok(())) => {
+                    server.record_success();
+                    return Ok(());
+                }
+                Ok(Err(e)) => why.push(format!("{}: {e}", server.name)),
+                Err(_) => why.push(format!("{}: no answer to a probe", server.name)),
             }
         }
-        false
+        Err(StorageError::Unavailable(if why.is_empty() {
+            "no memcached servers".into()
+        } else {
+            why.join("; ")
+        }))
     }
 }

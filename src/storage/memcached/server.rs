@@ -20,6 +20,8 @@ pub(super) struct Server {
     pub(super) name: String,
     pub(super) transport: Box<dyn Transport>,
     failures: AtomicU32,
+    /// The server has answered at least once (until then readiness asks it).
+    answered: AtomicBool,
     /// A probe after a late answer is under way.
     probing: AtomicBool,
     /// Milliseconds since `epoch` until which the server counts as down.
@@ -34,6 +36,7 @@ impl Server {
             name,
             transport,
             failures: AtomicU32::new(0),
+            answered: AtomicBool::new(false),
             probing: AtomicBool::new(false),
             down_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -74,7 +77,14 @@ impl Server {
         (BACKOFF_START_MS << failures.saturating_sub(1)).min(BACKOFF_MAX_MS)
     }
 
+    /// Whether the server is up and has answered since it was added: only then does
+    /// readiness take it as reachable without asking it.
+    pub(super) fn known_up(&self) -> bool {
+        self.is_up() && self.answered.load(Ordering::Acquire)
+    }
+
     pub(super) fn record_success(&self) {
+        self.answered.store(true, Ordering::Release);
         if self.failures.swap(0, Ordering::AcqRel) != 0 {
             tracing::warn!(server = %self.name, "memcached server is reachable again");
         }

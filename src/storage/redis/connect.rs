@@ -37,7 +37,15 @@ pub(super) struct Connector {
     options: RedisOptions,
     current: arc_swap::ArcSwapOption<Conn>,
     connecting: tokio::sync::Mutex<()>,
-    retry: Mutex<(Option<Instant>, Duration)>,
+    retry: Mutex<Retry>,
+}
+
+/// When the next connect may be tried, how long the one after waits, and why the last failed.
+#[derive(Debug)]
+struct Retry {
+    next: Option<Instant>,
+    wait: Duration,
+    why: String,
 }
 
 impl std::fmt::Debug for Connector {
@@ -139,7 +147,11 @@ impl Connector {
             options,
             current: arc_swap::ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
-            retry: Mutex::new((None, BACKOFF_MIN)),
+            retry: Mutex::new(Retry {
+                next: None,
+                wait: BACKOFF_MIN,
+                why: String::new(),
+            }),
         }
     }
 
@@ -152,26 +164,32 @@ impl Connector {
         if let Some(conn) = self.current.load_full() {
             return Ok((*conn).clone());
         }
-        if let (Some(next), _) = *self.retry_lock()
-            && Instant::now() < next
         {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "down (retrying with backoff)",
-            )));
+            let retry = self.retry_lock();
+            if let Some(next) = retry.next
+                && Instant::now() < next
+            {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "down (retrying with backoff)",
+                    retry.why.clone(),
+                )));
+            }
         }
         match tokio::time::timeout(self.options.timeout, self.connect()).await {
             Ok(Ok(conn)) => {
-                *self.retry_lock() = (None, BACKOFF_MIN);
+                let mut retry = self.retry_lock();
+                retry.next = None;
+                retry.wait = BACKOFF_MIN;
                 self.current.store(Some(std::sync::Arc::new(conn.clone())));
                 Ok(conn)
             }
             Ok(Err(e)) => {
-                self.back_off();
+                self.back_off(e.to_string());
                 Err(e)
             }
             Err(_) => {
-                self.back_off();
+                self.back_off("connect timed out".into());
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "connect timed out",
@@ -191,16 +209,20 @@ impl Connector {
         self.current.store(None);
     }
 
-    fn retry_lock(&self) -> std::sync::MutexGuard<'_, (Option<Instant>, Duration)> {
+    fn retry_lock(&self) -> std::sync::MutexGuard<'_, Retry> {
         self.retry
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn back_off(&self) {
+    fn back_off(&self, why: String) {
         let mut retry = self.retry_lock();
-        let wait = retry.1;
-        *retry = (Some(Instant::now() + wait), (wait * 2).min(BACKOFF_MAX));
+        let wait = retry.wait;
+        *retry = Retry {
+            next: Some(Instant::now() + wait),
+            wait: (wait * 2).min(BACKOFF_MAX),
+            why,
+        };
     }
 
     /// A reconnecting multiplexed connection to one server.

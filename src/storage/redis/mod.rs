@@ -234,7 +234,7 @@ impl CounterStore for RedisStore {
         Box::pin(self.bucket_all(steps))
     }
 
-    fn ready(&self) -> impl Future<Output = bool> + Send {
+    fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send {
         Box::pin(self.is_ready())
     }
 }
@@ -282,10 +282,13 @@ impl RedisStore {
         Ok(answers)
     }
 
-    async fn is_ready(&self) -> bool {
-        let Ok(conn) = self.inner.connector.get().await else {
-            return false;
-        };
+    async fn is_ready(&self) -> Result<(), StorageError> {
+        let conn = self
+            .inner
+            .connector
+            .get()
+            .await
+            .map_err(|e| self.inner.error(&e))?;
         let ping = redis::cmd("PING");
         let answer: Result<Result<String, RedisError>, _> = match conn {
             Conn::Single(mut c) => {
@@ -298,10 +301,18 @@ impl RedisStore {
                 tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
             }
         };
-        let ok = matches!(answer, Ok(Ok(ref pong)) if pong == "PONG");
-        if !ok {
-            self.inner.connector.reset();
-        }
-        ok
+        let failure = match answer {
+            Ok(Ok(pong)) if pong == "PONG" => return Ok(()),
+            Ok(Ok(other)) => {
+                StorageError::Protocol(format!("{}: PING answered {other:?}", self.inner.name))
+            }
+            Ok(Err(e)) => self.inner.error(&e),
+            Err(_) => StorageError::Timeout(format!(
+                "{}: no answer to PING within REDIS_TIMEOUT ({:?})",
+                self.inner.name, self.inner.timeout
+            )),
+        };
+        self.inner.connector.reset();
+        Err(failure)
     }
 }

@@ -50,7 +50,7 @@ fn a_report_encoded_by_envoy_code_decodes_as_sent() {
         u64::MAX,
         "the full range of a uint64"
     );
-    let (domain, usages) = usages_from_pb(report).expect("valid");
+    let (domain, usages) = usages_from_pb(report, 4_096).expect("valid");
     assert_eq!(domain, "rlqs");
     assert_eq!(
         usages[0].bucket,
