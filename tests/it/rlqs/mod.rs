@@ -2,6 +2,7 @@
 //! loopback against the real server (memory and memcached), a deterministic simulation of many
 //! Envoys, and real Envoys sharing one global limit through two replicas.
 
+mod bounds;
 mod envoy;
 mod simulation;
 mod stream;
