@@ -15,7 +15,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("check-config") => match turnstile::app::check_config_cli(&args[1..]) {
+        Some("check-config") => match turnstile::app::check_config_cli(
+            &args[1..],
+            std::env::var("BACKEND_TYPE").ok().as_deref(),
+        ) {
             Some(code) => ExitCode::from(code),
             None => usage(),
         },

@@ -4,13 +4,16 @@ use crate::config::{self, ConfigErrors, LoadOptions};
 
 /// `turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]` from its
 /// arguments (after `check-config`): prints the report (or the errors) and returns the exit
-/// code; `None` when no directory is given (usage).
-pub fn check_config_cli(args: &[String]) -> Option<u8> {
+/// code; `None` when no directory is given (usage). `backend_type` is the environment's
+/// `BACKEND_TYPE`: limits that backend cannot count are errors, as when the service loads them.
+pub fn check_config_cli(args: &[String], backend_type: Option<&str>) -> Option<u8> {
     let flag = |name: &str| args.iter().any(|a| a == name);
     let dir = args.iter().find(|a| !a.starts_with("--"))?;
+    let redis = backend_type.is_some_and(|b| b.trim().eq_ignore_ascii_case("redis"));
     let options = LoadOptions {
         ignore_dotfiles: false,
         merge_domains: flag("--merge-domain-config"),
+        store: super::options::store_bounds(redis),
     };
     let dir = std::path::Path::new(dir);
     match check_config(dir, options, flag("--reference"), flag("--rlqs")) {

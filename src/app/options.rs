@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::AppError;
-use crate::config::{self, LoadOptions};
+use crate::config::{self, LoadOptions, StoreBounds};
 use crate::limiter::LimiterSettings;
 use crate::metrics::Metrics;
 use crate::server::{ConnectionLimits, ServerOptions};
@@ -16,6 +16,20 @@ pub(super) fn load_options(settings: &Settings) -> LoadOptions {
     LoadOptions {
         ignore_dotfiles: settings.ignore_dotfiles,
         merge_domains: settings.merge_domains,
+        store: store_bounds(matches!(settings.backend, Backend::Redis(_))),
+    }
+}
+
+/// What the counter store counts exactly (Redis: token buckets within its scripts' exact
+/// range; memory and memcached compute in 128-bit integers, without a bound).
+pub(super) fn store_bounds(redis: bool) -> StoreBounds {
+    if redis {
+        StoreBounds {
+            name: "BACKEND_TYPE=redis",
+            bucket_capacity_period_ms: Some(crate::storage::redis::BUCKET_MAX_SCALE),
+        }
+    } else {
+        StoreBounds::default()
     }
 }
 

@@ -15,6 +15,8 @@ use crate::rules::{
 /// Collects errors and warnings while compiling one file into the shared domain map.
 pub(crate) struct FileCompiler<'a> {
     pub(crate) origin: &'a str,
+    /// What the store in use can count.
+    pub(crate) store: super::StoreBounds,
     pub(crate) errors: &'a mut Vec<ConfigError>,
     pub(crate) warnings: &'a mut Vec<String>,
     /// Keys the reference does not know (`check-config --reference` lists them).

@@ -27,6 +27,20 @@ pub struct LoadOptions {
     pub ignore_dotfiles: bool,
     /// Let several files share a domain (`MERGE_DOMAIN_CONFIG`).
     pub merge_domains: bool,
+    /// What the counter store in use can count; a limit beyond it is refused at load.
+    pub store: StoreBounds,
+}
+
+/// What the counter store in use can count exactly, checked against every limit when rules
+/// load, so that a limit the store cannot count is refused in words naming the store (by
+/// `check-config` too) instead of failing every call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreBounds {
+    /// The store as the operator names it (`BACKEND_TYPE=redis`), for messages.
+    pub name: &'static str,
+    /// A token bucket's capacity (requests per unit + burst) times its period in milliseconds
+    /// must stay below this (`None`: no bound).
+    pub bucket_capacity_period_ms: Option<u128>,
 }
 
 /// A successfully loaded rule set.
@@ -98,6 +112,7 @@ fn compile_files(files: &[(String, String)], options: LoadOptions) -> Result<Loa
         match raw::parse(text) {
             Ok(parsed) => compile::FileCompiler {
                 origin,
+                store: options.store,
                 errors: &mut errors,
                 warnings: &mut warnings,
                 extensions: &mut extensions,

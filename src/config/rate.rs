@@ -57,13 +57,41 @@ impl FileCompiler<'_> {
             self.error(unit_pos, &format!("{path}.unit"), message);
             return None;
         };
-        let period = self.period(raw, unit, path);
-        let algorithm = self.algorithm(raw, pos, path);
-        Some(Rate::Limited(PerUnit {
+        let period = self.period(raw, unit, path)?;
+        let algorithm = self.algorithm(raw, pos, path)?;
+        let rate = PerUnit {
             requests_per_unit: raw.requests_per_unit,
-            period: period?,
-            algorithm: algorithm?,
-        }))
+            period,
+            algorithm,
+        };
+        self.within_store(&rate, raw, pos, path)
+            .then_some(Rate::Limited(rate))
+    }
+
+    /// Whether the store in use counts `rate` exactly; an error naming the store otherwise.
+    fn within_store(&mut self, rate: &PerUnit, raw: &RawRateLimit, pos: Pos, path: &str) -> bool {
+        let (Algorithm::TokenBucket { burst }, Some(bound)) =
+            (rate.algorithm, self.store.bucket_capacity_period_ms)
+        else {
+            return true;
+        };
+        let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
+        let period_ms = u128::from(rate.period.seconds()) * 1000;
+        if capacity * period_ms < bound {
+            return true;
+        }
+        let (at, path) = match &raw.burst {
+            Some(b) => (Pos::from(b.referenced), format!("{path}.burst")),
+            None => (pos, path.to_owned()),
+        };
+        let message = format!(
+            "a token bucket of capacity {capacity} (requests_per_unit + burst) over {period_ms} \
+             ms is more than {} counts exactly (capacity x period in ms must stay below {bound}); \
+             lower requests_per_unit or burst, or use a shorter period",
+            self.store.name
+        );
+        self.error(at, &path, message);
+        false
     }
 
     /// Records every key of this map that only Turnstile reads.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, Op, StorageError};
+use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError};
 use crate::clock::Clock;
 
 const SHARDS: usize = 64;
@@ -76,16 +76,17 @@ impl MemoryStore {
     fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
         let hash = xxh3_128(hit.key.as_bytes());
         let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
+        let op = hit.op.bounded();
         if let Some(counter) = map.get_mut(&hash) {
             if counter.expires_at > now {
                 let count = u64::try_from(counter.value).unwrap_or(u64::MAX);
-                let count = match hit.op {
-                    Op::Add(n) => count.saturating_add(n),
+                let count = match op {
+                    Op::Add(n) => count.saturating_add(n).min(COUNT_CEILING),
                     Op::Sub(n) => count.saturating_sub(n),
                     Op::Lease(0) => return Ok(count),
                     Op::Lease(n) => {
                         counter.expires_at = hit.expires_at;
-                        count.saturating_add(n)
+                        count.saturating_add(n).min(COUNT_CEILING)
                     }
                     Op::Release(n) => {
                         counter.expires_at = hit.expires_at;
@@ -97,7 +98,7 @@ impl MemoryStore {
             }
             map.remove(&hash);
         }
-        let (Op::Add(n) | Op::Lease(n)) = hit.op else {
+        let (Op::Add(n) | Op::Lease(n)) = op else {
             return Ok(0);
         };
         if n == 0 {

@@ -32,6 +32,29 @@ pub enum Op {
     Release(u64),
 }
 
+/// The most one operation adds or takes away: a larger amount counts as this much. It is far
+/// above any limit a rule can state (requests per unit are 32-bit; token-bucket capacities stay
+/// under 2^33), so every answer is the same as with the amount asked, and it keeps every count
+/// far from 2^64, where memcached's arithmetic wraps.
+pub const MAX_DELTA: u64 = 1 << 40;
+
+/// Counts saturate here on every store: a count never reads above it, and an add that would
+/// pass it leaves the count at it (2^52: a count up to one [`MAX_DELTA`] above it is still
+/// exact in the doubles of a Redis script, which compares it with the ceiling).
+pub const COUNT_CEILING: u64 = 1 << 52;
+
+impl Op {
+    /// The operation as every store applies it: its amount at most [`MAX_DELTA`].
+    pub fn bounded(self) -> Op {
+        match self {
+            Op::Add(n) => Op::Add(n.min(MAX_DELTA)),
+            Op::Sub(n) => Op::Sub(n.min(MAX_DELTA)),
+            Op::Lease(n) => Op::Lease(n.min(MAX_DELTA)),
+            Op::Release(n) => Op::Release(n.min(MAX_DELTA)),
+        }
+    }
+}
+
 /// One counter operation of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
@@ -95,7 +118,8 @@ pub enum Gauge {
 /// A shared counter store.
 pub trait CounterStore: Send + Sync + 'static {
     /// Applies every hit and returns the count after each, in order. Either all answers come
-    /// back or an error does.
+    /// back or an error does. Every store applies [`Op::bounded`] and saturates counts at
+    /// [`COUNT_CEILING`], so that no amount a client can send wraps a count.
     fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
 
     /// Applies every token-bucket step atomically (each as [`BucketStep::apply`] says) and

@@ -109,6 +109,7 @@ pub fn rules(files: &[(&str, &str)], merge: bool) -> turnstile::rules::RuleSet {
         LoadOptions {
             ignore_dotfiles: false,
             merge_domains: merge,
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("rules do not load:\n{e}"))

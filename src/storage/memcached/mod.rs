@@ -12,6 +12,7 @@
 
 mod bucket;
 mod guard;
+mod hits;
 mod meta;
 mod pipelined;
 #[cfg(fuzzing)]
@@ -44,6 +45,12 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(1);
 
 /// memcached reads any exptime above this (30 days) as an absolute Unix time.
 const RELATIVE_EXPTIME_MAX: u64 = 2_592_000;
+
+/// The last absolute expiry memcached holds (2^31 - 1: 2038-01-19 03:14:07 UTC). memcached
+/// (1.6.18 measured) drops an item with a later one at once, so such counters are stored
+/// without an expiry instead: their keys name their window, so a stale one is never read again,
+/// and memcached's LRU reclaims it when it needs the room.
+const LAST_ABSOLUTE_EXPTIME: u64 = 2_147_483_647;
 
 /// How to reach memcached.
 #[derive(Debug, Clone)]
@@ -199,18 +206,21 @@ impl MemcachedStore {
 impl Inner {
     /// memcached's exptime for a counter: the end of its window plus jitter plus one second
     /// (memcached may expire an item up to a second early), relative when it fits in 30 days,
-    /// absolute otherwise, so week, month and year counters live as long as their windows.
+    /// absolute otherwise, so week, month and year counters live as long as their windows; 0
+    /// (no expiry) past the last absolute time memcached holds.
     fn exptime(&self, key: &str, expires_at: u64, now: u64) -> u64 {
         let jitter = match self.jitter_max_seconds {
             0 => 0,
             max => xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % max,
         };
-        let until = expires_at + jitter + 1;
+        let until = expires_at.saturating_add(jitter).saturating_add(1);
         let relative = until.saturating_sub(now).max(1);
-        if relative > RELATIVE_EXPTIME_MAX {
+        if relative <= RELATIVE_EXPTIME_MAX {
+            relative
+        } else if until <= LAST_ABSOLUTE_EXPTIME {
             until
         } else {
-            relative
+            0
         }
     }
 
@@ -245,49 +255,7 @@ impl Inner {
 
 impl CounterStore for MemcachedStore {
     async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
-        let now = self.inner.clock.now();
-        let topology = self.inner.topology.load();
-        // Group the hits by server: one batch (one write, one round trip) per server, the
-        // servers in parallel.
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (i, hit) in hits.iter().enumerate() {
-            let server = topology
-                .ring
-                .server_for(hit.key.as_bytes())
-                .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
-            match groups.iter_mut().find(|(s, _)| *s == server) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((server, vec![i])),
-            }
-        }
-        let batches = groups.iter().map(|(server, members)| {
-            // The server's commands, built once, straight from the hits.
-            let commands: Vec<Command<'_>> = members
-                .iter()
-                .map(|&i| {
-                    let hit = &hits[i];
-                    Command {
-                        key: &hit.key,
-                        op: hit.op,
-                        exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
-                    }
-                })
-                .collect();
-            let topology = &topology;
-            async move {
-                self.inner
-                    .apply(&topology.servers[*server], &commands)
-                    .await
-            }
-        });
-        let answers = try_join_all(batches).await?;
-        let mut counts = vec![0; hits.len()];
-        for ((_, members), answer) in groups.iter().zip(answers) {
-            for (&i, count) in members.iter().zip(answer) {
-                counts[i] = count;
-            }
-        }
-        Ok(counts)
+        self.saturating_hits(hits).await
     }
 
     async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {

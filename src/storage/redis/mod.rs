@@ -22,15 +22,15 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use redis::{FromRedisValue, RedisError};
 
-use super::{BucketAnswer, BucketStep, CounterStore, Hit, Op, StorageError, Take};
+use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Hit, Op, StorageError, Take};
 use crate::clock::Clock;
 use connect::{Conn, Connector};
 pub use options::{RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
 
-/// The largest `capacity × period (ms)` a bucket may have here: the script's numbers are Lua
-/// doubles, exact below 2^53.
-const BUCKET_MAX_SCALE: u128 = 1 << 53;
+/// A token bucket's `capacity × period (ms)` must stay below this here: the script's numbers
+/// are Lua doubles, exact below 2^53. Rules beyond it are refused when they load.
+pub const BUCKET_MAX_SCALE: u128 = 1 << 53;
 
 /// The Redis counter store.
 #[derive(Debug, Clone)]
@@ -130,7 +130,7 @@ impl Inner {
     async fn counters(&self, hits: &[&Hit], now: u64) -> Result<Vec<u64>, StorageError> {
         let mut invocation = self.scripts.counters.prepare_invoke();
         for hit in hits {
-            let (op, n) = match hit.op {
+            let (op, n) = match hit.op.bounded() {
                 Op::Add(n) => ("add", n),
                 Op::Sub(n) => ("sub", n),
                 Op::Lease(n) => ("lease", n),
@@ -142,6 +142,7 @@ impl Inner {
                 .arg(n)
                 .arg(self.ttl(&hit.key, hit.expires_at, now));
         }
+        invocation.arg(COUNT_CEILING);
         let counts: Vec<i64> = self.call(&invocation).await?;
         if counts.len() != hits.len() {
             return Err(StorageError::Protocol(format!(
@@ -169,9 +170,12 @@ impl Inner {
                 )));
             }
             let rate = step.ticks_per_milli.max(1);
+            // More than a full bucket is refused (a take) or fills it (a refund) whatever the
+            // amount: bounded so, n × period stays within the script's exact range.
+            let full = u64::try_from(step.capacity).unwrap_or(u64::MAX);
             let (n, refund) = match step.take {
-                Take::Take(n) => (n, 0),
-                Take::Refund(n) => (n, 1),
+                Take::Take(n) => (n.min(full.saturating_add(1)), 0),
+                Take::Refund(n) => (n.min(full), 1),
             };
             invocation
                 .key(step.key.as_bytes())

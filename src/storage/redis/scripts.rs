@@ -7,19 +7,26 @@
 
 use redis::Script;
 
-/// Counter operations on any number of keys, in order; ARGV holds `op, n, ttl` per key. Returns
-/// the count after each. A counter is created with its TTL in the same call and never exists
-/// without one (a key found without a TTL, e.g. written by an older client, gets one).
-/// `add` with n = 0 and `lease` with n = 0 read without creating.
+/// Counter operations on any number of keys, in order; ARGV holds `op, n, ttl` per key, then
+/// the ceiling. Returns the count after each. A counter is created with its TTL in the same
+/// call and never exists without one (a key found without a TTL, e.g. written by an older
+/// client, gets one). `add` with n = 0 and `lease` with n = 0 read without creating. A count
+/// saturates at the ceiling (amounts are bounded by the caller, so INCRBY never overflows).
 const COUNTERS: &str = r"
 local out = {}
+local ceiling_text = ARGV[#ARGV]
+local ceiling = tonumber(ceiling_text)
 for i, key in ipairs(KEYS) do
   local op, n, ttl = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
   local count
   if n == 0 and (op == 'add' or op == 'lease') then
-    count = tonumber(redis.call('GET', key) or '0')
+    count = math.min(tonumber(redis.call('GET', key) or '0') or ceiling, ceiling)
   elseif op == 'add' or op == 'lease' then
     count = redis.call('INCRBY', key, n)
+    if count > ceiling then
+      redis.call('SET', key, ceiling_text, 'KEEPTTL')
+      count = ceiling
+    end
     if op == 'lease' or redis.call('TTL', key) < 0 then
       redis.call('EXPIRE', key, ttl)
     end

@@ -239,3 +239,30 @@ impl Decoder for RawCodec {
         Ok(Some(out))
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_of_2_64_requests_saturates_the_count_rls_reads() {
+    use turnstile::clock::{Clock, ManualClock, SystemClock};
+    let Some(mc) = crate::support::Memcached::start() else {
+        return crate::support::missing("memcached");
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let store = crate::support::memcached_store(&[&mc], &clock, Duration::from_millis(500));
+    let s =
+        crate::support::start_with(store, clock, &[("rlqs.yaml", RULES)], Options::default()).await;
+    let user = crate::support::unique("u");
+    let mut huge = report(&user);
+    huge.bucket_quota_usages[0].num_requests_allowed = u64::MAX;
+    let (mut stream, answer) = Stream::open(&s, huge).await;
+    answer.expect("answered");
+    stream.report(report(&user)).await.expect("answered");
+    let rls = s
+        .call(crate::support::req1("rlqs", &[("user", &user)]))
+        .await;
+    assert_eq!(
+        rls.statuses[0].code(),
+        turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::OverLimit,
+        "the count did not wrap: {rls:?}"
+    );
+    assert_eq!(rls.statuses[0].limit_remaining, 0);
+}

@@ -14,6 +14,9 @@ async fn memcached(transport: MemcachedTransport) {
     let clock = ManualClock::new(SystemClock.now());
     let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
     contract(store.clone(), &clock).await;
+    let has_leases = transport != MemcachedTransport::Classic;
+    super::edges::saturation(&store, &clock, has_leases).await;
+    super::edges::past_2038(&store, &clock, has_leases).await;
     if transport == MemcachedTransport::Classic {
         classic_refuses_what_it_cannot_do_atomically(&store, &clock).await;
     } else {

@@ -16,6 +16,8 @@ async fn memory_store() {
     contract(Arc::clone(&store), &clock).await;
     leases(&store, &clock).await;
     buckets(&[Arc::clone(&store)], &clock).await;
+    super::edges::saturation(&store, &clock, true).await;
+    super::edges::past_2038(&store, &clock, true).await;
     // Expiry: a counter is gone once its window has ended, and the sweeper drops it.
     let key = unique("exp");
     let end = clock.now() + 2;

@@ -2,6 +2,7 @@
 //! the memory store (`memory`), memcached with meta commands and with the classic `incr`/`add`
 //! fallback (`memcached`), and Redis single, cluster and Sentinel (`redis`).
 
+mod edges;
 mod memcached;
 mod memory;
 mod redis;

@@ -15,6 +15,8 @@ async fn redis_suite(store: turnstile::storage::redis::RedisStore, clock: &Manua
     leases(&store, clock).await;
     let other = store.clone();
     buckets(&[store.clone(), other], clock).await;
+    super::edges::saturation(&store, clock, true).await;
+    super::edges::past_2038(&store, clock, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,88 @@
+//! A batch of counter operations on the ring: grouped by server (one write, one round trip
+//! per server, the servers in parallel), every amount bounded, and counts saturated at
+//! [`COUNT_CEILING`] (memcached's own arithmetic wraps at 2^64).
+//!
+//! Must not touch: how commands are written or answers read (the transports'), server health
+//! (the guard's).
+
+use futures_util::future::try_join_all;
+
+use super::MemcachedStore;
+use super::transport::Command;
+use crate::storage::{COUNT_CEILING, Hit, Op, StorageError};
+
+impl MemcachedStore {
+    /// Applies `hits` and brings every count that went past [`COUNT_CEILING`] back to it.
+    pub(super) async fn saturating_hits(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        let mut counts = self.apply_hits(hits).await?;
+        // memcached's arithmetic wraps at 2^64: a count that went past the ceiling is brought
+        // back to it (amounts are bounded, so it is far from wrapping), and reads as it.
+        let back: Vec<Hit> = hits
+            .iter()
+            .zip(&mut counts)
+            .filter(|(_, count)| **count > COUNT_CEILING)
+            .map(|(hit, count)| {
+                let over = *count - COUNT_CEILING;
+                *count = COUNT_CEILING;
+                Hit {
+                    key: hit.key.clone(),
+                    op: Op::Sub(over),
+                    expires_at: hit.expires_at,
+                }
+            })
+            .collect();
+        if !back.is_empty()
+            && let Err(e) = self.apply_hits(&back).await
+        {
+            tracing::debug!(error = %e, "a count past the ceiling was not brought back yet");
+        }
+        Ok(counts)
+    }
+
+    /// The counts after `hits`, as memcached answers them.
+    async fn apply_hits(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        let now = self.inner.clock.now();
+        let topology = self.inner.topology.load();
+        // Group the hits by server: one batch (one write, one round trip) per server, the
+        // servers in parallel.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, hit) in hits.iter().enumerate() {
+            let server = topology
+                .ring
+                .server_for(hit.key.as_bytes())
+                .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
+            match groups.iter_mut().find(|(s, _)| *s == server) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((server, vec![i])),
+            }
+        }
+        let batches = groups.iter().map(|(server, members)| {
+            // The server's commands, built once, straight from the hits.
+            let commands: Vec<Command<'_>> = members
+                .iter()
+                .map(|&i| {
+                    let hit = &hits[i];
+                    Command {
+                        key: &hit.key,
+                        op: hit.op.bounded(),
+                        exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
+                    }
+                })
+                .collect();
+            let topology = &topology;
+            async move {
+                self.inner
+                    .apply(&topology.servers[*server], &commands)
+                    .await
+            }
+        });
+        let answers = try_join_all(batches).await?;
+        let mut counts = vec![0; hits.len()];
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            for (&i, count) in members.iter().zip(answer) {
+                counts[i] = count;
+            }
+        }
+        Ok(counts)
+    }
+}
