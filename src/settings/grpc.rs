@@ -48,7 +48,7 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
         request_timeout: r.duration(
             "GRPC_REQUEST_TIMEOUT",
             Duration::from_secs(10),
-            Span::within(ms(1), LONGEST),
+            Span::within(ms(10), LONGEST),
         )?,
         idle_timeout: r.duration(
             "GRPC_IDLE_TIMEOUT",

@@ -305,7 +305,7 @@ impl Settings {
                 age: r.duration(
                     "GRPC_MAX_CONNECTION_AGE",
                     Duration::from_secs(24 * 3600),
-                    Span::within(Duration::from_secs(1), LONGEST),
+                    Span::within(Duration::from_millis(100), LONGEST),
                 )?,
                 grace: r.duration(
                     "GRPC_MAX_CONNECTION_AGE_GRACE",

@@ -107,10 +107,10 @@ pub(super) struct Span {
 /// far below what a deadline (`Instant + duration`) can hold.
 pub(super) const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// A counter store's deadline (`MEMCACHE_TIMEOUT`, `REDIS_TIMEOUT`): at least a millisecond
-/// (less fails every call), at most an hour.
+/// A counter store's deadline (`MEMCACHE_TIMEOUT`, `REDIS_TIMEOUT`): at least 10 ms (it also
+/// bounds connecting, which a shorter one fails even on loopback), at most an hour.
 pub(super) const STORE_TIMEOUT: Span =
-    Span::within(Duration::from_millis(1), Duration::from_secs(3600));
+    Span::within(Duration::from_millis(10), Duration::from_secs(3600));
 
 /// `EXPIRATION_JITTER_MAX_SECONDS`: at most a day, so that an expiry stays a time the store
 /// can hold.

@@ -20,6 +20,7 @@ mod peers;
 mod process;
 mod readiness_reasons;
 mod redis_backend;
+mod redis_cluster_down;
 mod redis_support;
 mod redis_tls;
 mod responses;

@@ -309,7 +309,18 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// A cluster whose other nodes keep serving their slots while one is down.
     pub fn start() -> Option<RedisCluster> {
+        Self::start_with("no", "2000")
+    }
+
+    /// A cluster as Redis configures one by default: with a master down (after
+    /// `node_timeout_ms`), every node answers CLUSTERDOWN.
+    pub fn start_full_coverage(node_timeout_ms: &str) -> Option<RedisCluster> {
+        Self::start_with("yes", node_timeout_ms)
+    }
+
+    fn start_with(full_coverage: &str, node_timeout_ms: &str) -> Option<RedisCluster> {
         let mut nodes = Vec::new();
         for _ in 0..3 {
             nodes.push(RedisProcess::spawn(&[
@@ -317,11 +328,10 @@ impl RedisCluster {
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
-                // The other nodes keep serving their slots while one is down.
                 "--cluster-require-full-coverage",
-                "no",
+                full_coverage,
                 "--cluster-node-timeout",
-                "2000",
+                node_timeout_ms,
             ])?);
         }
         let addrs: Vec<String> = nodes.iter().map(RedisProcess::addr).collect();

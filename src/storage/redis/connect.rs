@@ -32,6 +32,11 @@ pub(super) enum Conn {
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// Retries of one cluster request (MOVED, ASK, TRYAGAIN, a connection lost), and the bounds
+/// of the wait before each (ms).
+const CLUSTER_RETRIES: u32 = 8;
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (5, 100);
+
 /// The current connection, or when the next attempt may be made.
 pub(super) struct Connector {
     options: RedisOptions,
@@ -272,9 +277,16 @@ impl Connector {
                     .iter()
                     .map(|n| tcp(n).and_then(|a| a.into_connection_info()))
                     .collect::<RedisResult<Vec<_>>>()?;
+                // A few quick retries (redirections during a slot migration need them), not
+                // redis-rs's default of 16 with waits growing to seconds: a dead master or a
+                // cluster that declared itself down (CLUSTERDOWN) is answered at once instead of
+                // holding calls until REDIS_TIMEOUT.
                 let mut builder = ClusterClientBuilder::new(nodes)
                     .connection_timeout(o.timeout)
-                    .response_timeout(o.timeout);
+                    .response_timeout(o.timeout)
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
+                    .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1);
                 if let Some(tls) = &o.tls {
                     builder = builder.tls(tls_mode(tls)).certs(certificates(tls));
                 }

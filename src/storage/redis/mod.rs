@@ -119,6 +119,13 @@ impl Inner {
     fn error(&self, e: &RedisError) -> StorageError {
         if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
             StorageError::Unavailable(format!("{}: {e}", self.name))
+        } else if e.is_cluster_error()
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+        {
+            // The cluster's own state (CLUSTERDOWN, MASTERDOWN, a slot whose master does not
+            // answer its redirection): Redis is unavailable, in its words.
+            let code = e.code().unwrap_or("CLUSTER");
+            StorageError::Unavailable(format!("{}: {code}: {e}", self.name))
         } else if e.is_timeout() {
             StorageError::Timeout(format!("{}: {e}", self.name))
         } else {

@@ -1,0 +1,103 @@
+//! A Redis cluster with a master down answers at once: keys on the live masters keep counting
+//! until the cluster declares itself down, then every call is `UNAVAILABLE` naming the
+//! cluster's state (CLUSTERDOWN), none of them held for the whole `REDIS_TIMEOUT`.
+
+use std::time::{Duration, Instant};
+
+use turnstile::clock::{Clock, ManualClock, SystemClock};
+use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
+
+use crate::redis_support::{RedisCluster, cli};
+use crate::support::{Options, missing, req1, start_with, unique, until};
+
+const RULES: &str = "\
+domain: down
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1000 }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_down_is_answered_with_the_clusters_state_not_after_the_timeout() {
+    let Some(mut cluster) = RedisCluster::start_full_coverage("1000") else {
+        return missing("redis-server");
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    // The reference's default deadline: nothing below must wait for it.
+    let timeout = Duration::from_secs(10);
+    let options = RedisOptions {
+        target: RedisTarget::Cluster(cluster.seeds()),
+        username: None,
+        password: None,
+        timeout,
+        jitter_max_seconds: 0,
+        tls: None,
+    };
+    let store = RedisStore::new(options, std::sync::Arc::new(clock.clone()));
+    let s = start_with(store, clock, &[("down.yaml", RULES)], Options::default()).await;
+    let users: Vec<String> = (0..24).map(|i| unique(&format!("down{i}"))).collect();
+    for user in &users {
+        s.call(req1("down", &[("user", user)])).await;
+    }
+    cluster.nodes[1].kill();
+    let live = cluster.nodes[0].port;
+    // While the cluster still counts itself whole, then once it has declared itself down.
+    let before = round(&s, &users).await;
+    until(
+        Duration::from_secs(20),
+        "the cluster declares itself down",
+        || cli(live, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:fail")),
+    )
+    .await;
+    let after = round(&s, &users).await;
+    let slowest = before.slowest.max(after.slowest);
+    eprintln!(
+        "cluster master down: before the cluster declared itself down {} OK, {} UNAVAILABLE; \
+         after, {} OK, {} UNAVAILABLE ({} naming CLUSTERDOWN); slowest answer {slowest:?} \
+         (REDIS_TIMEOUT {timeout:?})",
+        before.ok, before.unavailable, after.ok, after.unavailable, after.named_down
+    );
+    let cluster_down = after.named_down;
+    let ok = before.ok;
+    assert_eq!(
+        cluster_down,
+        users.len(),
+        "every call names the cluster's state"
+    );
+    assert!(
+        ok > 0,
+        "keys on the live masters counted before the cluster was down"
+    );
+    assert!(
+        slowest < timeout / 4,
+        "no call waits for REDIS_TIMEOUT: slowest {slowest:?}"
+    );
+}
+
+/// What one call per user was answered.
+#[derive(Debug, Default)]
+struct Tally {
+    ok: usize,
+    unavailable: usize,
+    named_down: usize,
+    slowest: Duration,
+}
+
+async fn round(s: &crate::support::TestServer, users: &[String]) -> Tally {
+    let mut tally = Tally::default();
+    for user in users {
+        let started = Instant::now();
+        match s.try_call(req1("down", &[("user", user)])).await {
+            Ok(_) => tally.ok += 1,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+                tally.unavailable += 1;
+                if e.message().contains("CLUSTERDOWN") {
+                    tally.named_down += 1;
+                }
+            }
+        }
+        tally.slowest = tally.slowest.max(started.elapsed());
+    }
+    tally
+}
