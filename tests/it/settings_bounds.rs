@@ -25,6 +25,8 @@ const DURATIONS: &[(&str, &str)] = &[
     ("REDIS_STARTUP_INITIAL_INTERVAL", "redis"),
     ("REDIS_STARTUP_MAX_INTERVAL", "redis"),
     ("REDIS_STARTUP_MAX_ELAPSED_TIME", "redis"),
+    ("REDIS_PERSECOND_TIMEOUT", "redis-persecond"),
+    ("MEMCACHE_SRV_REFRESH", "memcache-srv"),
 ];
 
 /// Size and count settings, each with the backend it is read under.
@@ -43,6 +45,11 @@ const SIZES: &[(&str, &str)] = &[
     ("EXPIRATION_JITTER_MAX_SECONDS", "memcache"),
     ("MEMCACHE_MAX_IDLE_CONNS", "memcache"),
     ("REDIS_POOL_SIZE", "redis"),
+    ("REDIS_PERSECOND_POOL_SIZE", "redis-persecond"),
+    ("GRPC_PORT", "ports"),
+    ("PORT", "ports"),
+    ("DEBUG_PORT", "ports"),
+    ("STATSD_PORT", "statsd"),
 ];
 
 /// Values that have broken services before, or sit on a boundary.
@@ -71,13 +78,25 @@ const EXTREMES: &[&str] = &[
     "1000000",
 ];
 
+/// The settings read with `name` set to `value`, under `backend` (or the variant of it that
+/// reads `name`: a per-second Redis, memcached from DNS SRV, the statsd sink).
 fn read(name: &str, backend: &str, value: &str) -> Result<Settings, SettingsError> {
     let mut env: HashMap<String, String> = HashMap::from([
-        ("BACKEND_TYPE".into(), backend.into()),
-        ("MEMCACHE_HOST_PORT".into(), "127.0.0.1:11211".into()),
         ("REDIS_SOCKET_TYPE".into(), "tcp".into()),
         ("REDIS_URL".into(), "127.0.0.1:6379".into()),
+        ("REDIS_PERSECOND_SOCKET_TYPE".into(), "tcp".into()),
+        ("REDIS_PERSECOND_URL".into(), "127.0.0.1:6380".into()),
     ]);
+    let (kind, extra) = match backend {
+        "redis-persecond" => ("redis", ("REDIS_PERSECOND", "true")),
+        "memcache-srv" => ("memcache", ("MEMCACHE_SRV", "_memcache._tcp.example")),
+        "statsd" => ("memory", ("USE_STATSD", "true")),
+        "memcache" => ("memcache", ("MEMCACHE_HOST_PORT", "127.0.0.1:11211")),
+        "ports" => ("memory", ("", "")),
+        other => (other, ("", "")),
+    };
+    env.insert("BACKEND_TYPE".into(), kind.into());
+    env.insert(extra.0.into(), extra.1.into());
     env.insert(name.into(), value.into());
     Settings::from_env(&move |k| env.get(k).cloned(), None)
 }
