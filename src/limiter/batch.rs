@@ -209,7 +209,7 @@ where
 }
 
 /// Counter hits on their stores (see [`routed`]).
-async fn routed_hits<S: CounterStore>(
+pub(crate) async fn routed_hits<S: CounterStore>(
     stores: &Stores<'_, S>,
     hits: Vec<Hit>,
     second: &[bool],

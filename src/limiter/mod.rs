@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::rules::{Rate, RuleSet};
-use crate::storage::{CounterStore, StorageError};
+use crate::storage::{CounterStore, Hit, StorageError};
 use algorithm::Hits;
 use batch::Batch;
 
@@ -88,6 +88,22 @@ impl<S: CounterStore> Limiter<S> {
     /// The per-second store, when there is one.
     pub fn per_second_store(&self) -> Option<&S> {
         self.per_second.as_ref()
+    }
+
+    /// Whether `rate`'s operations go to the per-second store (`REDIS_PERSECOND`: every
+    /// operation of a SECOND limit). RLS and RLQS route by this one rule.
+    pub fn routes_to_per_second(&self, rate: &crate::rules::PerUnit) -> bool {
+        self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second
+    }
+
+    /// Applies counter hits, each on its store (`second[i]`: hit `i` goes to the per-second
+    /// store; see [`Limiter::routes_to_per_second`]), both stores at once; the counts in order.
+    pub async fn hit_routed(
+        &self,
+        hits: Vec<Hit>,
+        second: &[bool],
+    ) -> Result<Vec<u64>, StorageError> {
+        batch::routed_hits(&self.stores(), hits, second).await
     }
 
     /// Whether every store can serve (readiness); if not, why.
@@ -256,8 +272,7 @@ impl<S: CounterStore> Limiter<S> {
         };
         let base = self.key_base(domain, descriptor, limit);
         let key = |tail| base.tail(tail);
-        // `REDIS_PERSECOND`: every operation of a SECOND limit goes to the per-second store.
-        let second = self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second;
+        let second = self.routes_to_per_second(&rate);
         let (plan, hit_at) = batch.plan(
             &algorithm::Planned {
                 rate,

@@ -10,6 +10,7 @@ use super::share::{FILL_INTERVAL_SECONDS, ShareInput};
 use super::stream::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
 use crate::limiter::{Limiter, Window};
+use crate::rules::Rate;
 use crate::settings::{RlqsSettings, Unmatched};
 use crate::storage::{CounterStore, Hit, Op};
 
@@ -167,13 +168,20 @@ pub(super) fn plan<S: CounterStore>(
     resolved: &[Resolution<'_>],
     placed: &[Option<Placed>],
     limiter: &Limiter<S>,
-) -> Vec<Hit> {
+) -> (Vec<Hit>, Vec<bool>) {
     let mut hits = Vec::new();
+    let mut second = Vec::new();
     for (r, p) in resolved.iter().zip(placed) {
         let (Resolution::Counted { limit, entries, .. }, Some(Placed { window, split })) = (r, p)
         else {
             continue;
         };
+        // The bucket's counters live where RLS counts the limit (`REDIS_PERSECOND`).
+        let to_second = match limit.rate {
+            Rate::Limited(rate) => limiter.routes_to_per_second(&rate),
+            Rate::Unlimited { .. } => false,
+        };
+        second.extend([to_second; 3]);
         let (period, start, end) = (window.period, window.start, window.end());
         let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
         hits.push(Hit {
@@ -192,7 +200,7 @@ pub(super) fn plan<S: CounterStore>(
             expires_at: end,
         });
     }
-    hits
+    (hits, second)
 }
 
 /// One bucket's assignment; `counts` are there for a counted bucket.

@@ -1,8 +1,10 @@
 //! One RLQS stream: the domain it reports for, the buckets it has reported (bounded), each
 //! bucket's recent demand and the assignment it holds. A report is folded into the shared
-//! counters in ONE batched store call (per counted bucket: the allowed requests onto the
-//! window counter RLS uses, the demand onto this window's demand counter, and the previous
-//! window's demand counter), then every reported bucket gets an assignment. When a counted
+//! counters in ONE batched call per store, through the limiter's routing, so each counter is
+//! where RLS counts it (per counted bucket: the allowed requests onto the window counter RLS
+//! uses, the demand onto this window's demand counter, and the previous window's demand
+//! counter; with `REDIS_PERSECOND`, a SECOND limit's three on the per-second store), then every
+//! reported bucket gets an assignment. When a counted
 //! bucket's window ends, `refresh` re-assigns it without a store call.
 //!
 //! Must not touch: protobuf types, tonic, the store's commands (`fold::plan` builds them).
@@ -177,11 +179,11 @@ impl QuotaStream {
                 _ => None,
             })
             .collect();
-        let hits = plan(&domain, &resolved, &placed, limiter);
+        let (hits, second) = plan(&domain, &resolved, &placed, limiter);
         let counts = if hits.is_empty() {
             Vec::new()
         } else {
-            let answer = limiter.store().hit(&hits).await.and_then(|counts| {
+            let answer = limiter.hit_routed(hits, &second).await.and_then(|counts| {
                 let placed_count = placed.iter().flatten().count();
                 if counts.len() == 3 * placed_count {
                     Ok(counts)

@@ -4,6 +4,7 @@
 
 mod bounds;
 mod envoy;
+mod per_second;
 mod simulation;
 mod stream;
 mod wire;
