@@ -134,6 +134,41 @@ fn decision(c: &mut Criterion) {
     }
 }
 
+/// A new key offered to a memory store whose shards are full of live counters (64 shards of
+/// `per_shard`): refused, and what that costs as the shards grow.
+fn full_memory_store(c: &mut Criterion) {
+    use turnstile::storage::{CounterStore, Hit, Op};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    for per_shard in [1_000, 10_000] {
+        let clock = ManualClock::new(1_796_000_000);
+        let store = MemoryStore::new(64 * per_shard, Arc::new(clock));
+        let hit = |i: usize| Hit {
+            key: format!("live-{i}"),
+            op: Op::Add(1),
+            expires_at: 1_796_000_060,
+        };
+        let mut i = 0;
+        while store.len() < 64 * per_shard && i < 200 * per_shard {
+            let _ = runtime.block_on(store.hit(&[hit(i)]));
+            i += 1;
+        }
+        let mut n = 0usize;
+        c.bench_function(
+            &format!("memory store full ({per_shard} live per shard): a new key"),
+            |b| {
+                b.iter(|| {
+                    n += 1;
+                    runtime
+                        .block_on(store.hit(black_box(&[hit(usize::MAX - n)])))
+                        .is_err()
+                })
+            },
+        );
+    }
+}
+
 fn rlqs_report(c: &mut Criterion) {
     use turnstile::pb::envoy::service::rate_limit_quota::v3::{
         BucketId, RateLimitQuotaUsageReports, rate_limit_quota_usage_reports::BucketQuotaUsage,
@@ -179,5 +214,13 @@ fn rlqs_report(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, matching, keys, conversion, decision, rlqs_report);
+criterion_group!(
+    benches,
+    matching,
+    keys,
+    conversion,
+    decision,
+    full_memory_store,
+    rlqs_report
+);
 criterion_main!(benches);

@@ -1,22 +1,56 @@
 //! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`): counter keys known to be over
 //! their limit, until their window ends. A descriptor whose key is here is answered OVER_LIMIT
 //! without a counter-store round trip and without counting (the reference's semantics). The
-//! cache is bounded by its byte budget; when full it drops expired entries, then arbitrary ones
-//! (a dropped entry only costs a store round trip, never correctness).
+//! cache is bounded by its byte budget; when full it drops expired entries, then the one whose
+//! window ends first (a dropped entry only costs a store round trip, never correctness), each
+//! in O(1) through an index by expiry second: a full shard is never scanned.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use xxhash_rust::xxh3::xxh3_128;
 
+use crate::storage::expiry::DueIndex;
+
 const SHARDS: usize = 16;
-/// Approximate bytes per entry (hash, expiry, map overhead).
-const ENTRY_BYTES: u64 = 48;
+/// Approximate bytes per entry (hash, expiry, map overhead, its place in the expiry index).
+const ENTRY_BYTES: u64 = 72;
+
+/// One shard: keys (hashed) with the end of their window, and when each falls due.
+#[derive(Debug, Default)]
+struct Shard {
+    ends: HashMap<u128, u64>,
+    due: DueIndex,
+}
+
+impl Shard {
+    /// Makes room for one more key: drops the expired ones (O(1) each), and when none was,
+    /// the one whose window ends first. Never scans the shard.
+    fn make_room(&mut self, now: u64) {
+        let mut dropped = false;
+        for hash in self.due.take_due(now) {
+            if self.ends.get(&hash).is_some_and(|&end| end <= now) {
+                self.ends.remove(&hash);
+                dropped = true;
+            }
+        }
+        if dropped {
+            return;
+        }
+        while let Some((hash, end)) = self.due.take_earliest() {
+            // Stale entries (a key re-inserted with another end, or removed) are skipped.
+            if self.ends.get(&hash) == Some(&end) {
+                self.ends.remove(&hash);
+                return;
+            }
+        }
+    }
+}
 
 /// Keys over their limit, with the end of their window.
 #[derive(Debug)]
 pub(crate) struct OverLimitCache {
-    shards: Vec<Mutex<HashMap<u128, u64>>>,
+    shards: Vec<Mutex<Shard>>,
     per_shard: usize,
 }
 
@@ -33,12 +67,12 @@ impl OverLimitCache {
         let entries = usize::try_from(bytes / ENTRY_BYTES).unwrap_or(usize::MAX);
         let per_shard = (entries / SHARDS).max(1);
         Some(OverLimitCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard,
         })
     }
 
-    fn shard(&self, hash: u128) -> &Mutex<HashMap<u128, u64>> {
+    fn shard(&self, hash: u128) -> &Mutex<Shard> {
         &self.shards[(hash as usize) % SHARDS]
     }
 
@@ -46,6 +80,7 @@ impl OverLimitCache {
     pub(crate) fn contains(&self, key: &str, now: u64) -> bool {
         let hash = xxh3_128(key.as_bytes());
         lock(self.shard(hash))
+            .ends
             .get(&hash)
             .is_some_and(|&end| end > now)
     }
@@ -53,31 +88,29 @@ impl OverLimitCache {
     /// Remembers that `key` is over its limit until `expires_at`.
     pub(crate) fn insert(&self, key: &str, expires_at: u64, now: u64) {
         let hash = xxh3_128(key.as_bytes());
-        let mut map = lock(self.shard(hash));
-        if map.len() >= self.per_shard && !map.contains_key(&hash) {
-            map.retain(|_, end| *end > now);
-            if let Some(victim) = map
-                .keys()
-                .next()
-                .copied()
-                .filter(|_| map.len() >= self.per_shard)
-            {
-                map.remove(&victim);
+        let mut shard = lock(self.shard(hash));
+        if shard.ends.len() >= self.per_shard && !shard.ends.contains_key(&hash) {
+            shard.make_room(now);
+        }
+        if shard.ends.insert(hash, expires_at) != Some(expires_at) {
+            shard.due.note(hash, expires_at);
+            if shard.due.needs_rebuild(shard.ends.len()) {
+                let keys: Vec<(u128, u64)> = shard.ends.iter().map(|(h, e)| (*h, *e)).collect();
+                shard.due.rebuild(keys.into_iter());
             }
         }
-        map.insert(hash, expires_at);
     }
 
     /// Forgets `key` (after a refund it may be under its limit again).
     pub(crate) fn remove(&self, key: &str) {
         let hash = xxh3_128(key.as_bytes());
-        lock(self.shard(hash)).remove(&hash);
+        lock(self.shard(hash)).ends.remove(&hash);
     }
 
     /// How many keys are held.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.shards.iter().map(|s| lock(s).ends.len()).sum()
     }
 }
 
@@ -88,7 +121,7 @@ mod tests {
     #[test]
     fn remembers_until_the_window_ends_and_stays_bounded() {
         assert!(OverLimitCache::new(0).is_none());
-        let cache = OverLimitCache::new(48 * 16 * 4).expect("on");
+        let cache = OverLimitCache::new(super::ENTRY_BYTES * 16 * 4).expect("on");
         cache.insert("a", 100, 10);
         assert!(cache.contains("a", 99));
         assert!(!cache.contains("a", 100));
@@ -99,5 +132,31 @@ mod tests {
         cache.insert("b", 100, 10);
         cache.remove("b");
         assert!(!cache.contains("b", 10));
+    }
+
+    #[test]
+    fn a_full_shard_drops_the_expired_then_the_earliest_ending() {
+        let mut shard = super::Shard::default();
+        for (hash, end) in [(1, 20), (2, 20), (3, 100), (4, 50)] {
+            shard.ends.insert(hash, end);
+            shard.due.note(hash, end);
+        }
+        shard.make_room(30);
+        let mut left: Vec<u128> = shard.ends.keys().copied().collect();
+        left.sort_unstable();
+        assert_eq!(left, [3, 4], "the expired went, the live stayed");
+        shard.make_room(30);
+        assert_eq!(
+            shard.ends.keys().copied().collect::<Vec<_>>(),
+            [3],
+            "then the earliest end"
+        );
+        // A stale entry (4 re-inserted with a later end) is skipped, not taken for the key.
+        shard.ends.insert(4, 200);
+        shard.due.note(4, 200);
+        shard.due.note(4, 40);
+        shard.make_room(30);
+        assert_eq!(shard.ends.get(&4), Some(&200));
+        assert!(!shard.ends.contains_key(&3));
     }
 }

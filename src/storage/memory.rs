@@ -2,7 +2,9 @@
 //! to 128 bits (xxh3) and kept in sharded maps, so memory per counter is small and fixed
 //! whatever the descriptor values. The store is bounded: a shard that is full first drops its
 //! expired windows, and if it is still full refuses new counters with
-//! [`StorageError::Full`] rather than silently forgetting live ones.
+//! [`StorageError::Full`] rather than silently forgetting live ones. Each shard indexes its
+//! counters by expiry second (`expiry`), so dropping expired ones costs O(1) each and a full
+//! shard with nothing expired refuses at once, never scanning its live counters under the lock.
 //! A sweeper (see [`MemoryStore::sweep`]) drops expired windows in the background.
 
 use std::collections::HashMap;
@@ -10,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::xxh3_128;
 
+use super::expiry::DueIndex;
 use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError};
 use crate::clock::Clock;
 
@@ -22,10 +25,42 @@ struct Counter {
     expires_at: u64,
 }
 
+/// One shard: its counters, and when each falls due.
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<u128, Counter>,
+    due: DueIndex,
+}
+
+impl Shard {
+    /// Drops every counter expired at `now` (only those: O(1) each, nothing when none is due);
+    /// returns how many.
+    fn drop_expired(&mut self, now: u64) -> usize {
+        let mut dropped = 0;
+        for hash in self.due.take_due(now) {
+            // A stale entry: the counter's expiry moved (it was noted again) or it is gone.
+            if self.map.get(&hash).is_some_and(|c| c.expires_at <= now) {
+                self.map.remove(&hash);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Notes a counter's (new) expiry.
+    fn note(&mut self, hash: u128, expires_at: u64) {
+        self.due.note(hash, expires_at);
+        if self.due.needs_rebuild(self.map.len()) {
+            let keys = self.map.iter().map(|(h, c)| (*h, c.expires_at));
+            self.due.rebuild(keys);
+        }
+    }
+}
+
 /// The in-process counter store.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<u128, Counter>>]>,
+    shards: Box<[Mutex<Shard>]>,
     per_shard_cap: usize,
     clock: Arc<dyn Clock>,
 }
@@ -33,7 +68,7 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// A store holding at most about `max_keys` live counters.
     pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
-        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
         Self {
             shards,
             per_shard_cap: (max_keys / SHARDS).max(1),
@@ -44,14 +79,10 @@ impl MemoryStore {
     /// Drops every expired counter; returns how many were dropped.
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let mut dropped = 0;
-        for shard in self.shards.iter() {
-            let mut map = lock(shard);
-            let before = map.len();
-            map.retain(|_, c| c.expires_at > now);
-            dropped += before - map.len();
-        }
-        dropped
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).drop_expired(now))
+            .sum()
     }
 
     /// Sweeps every `period`, for as long as the returned future is polled.
@@ -65,7 +96,7 @@ impl MemoryStore {
 
     /// How many counters are held (live or not yet swept).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.shards.iter().map(|s| lock(s).map.len()).sum()
     }
 
     /// Whether no counter is held.
@@ -73,30 +104,32 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    fn shard(&self, hash: u128) -> std::sync::MutexGuard<'_, Shard> {
+        lock(&self.shards[(hash as usize) % SHARDS])
+    }
+
     fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
         let hash = xxh3_128(hit.key.as_bytes());
-        let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
+        let mut shard = self.shard(hash);
         let op = hit.op.bounded();
-        if let Some(counter) = map.get_mut(&hash) {
+        if let Some(counter) = shard.map.get_mut(&hash) {
             if counter.expires_at > now {
                 let count = u64::try_from(counter.value).unwrap_or(u64::MAX);
-                let count = match op {
-                    Op::Add(n) => count.saturating_add(n).min(COUNT_CEILING),
-                    Op::Sub(n) => count.saturating_sub(n),
+                let (count, moved) = match op {
+                    Op::Add(n) => (count.saturating_add(n).min(COUNT_CEILING), false),
+                    Op::Sub(n) => (count.saturating_sub(n), false),
                     Op::Lease(0) => return Ok(count),
-                    Op::Lease(n) => {
-                        counter.expires_at = hit.expires_at;
-                        count.saturating_add(n).min(COUNT_CEILING)
-                    }
-                    Op::Release(n) => {
-                        counter.expires_at = hit.expires_at;
-                        count.saturating_sub(n)
-                    }
+                    Op::Lease(n) => (count.saturating_add(n).min(COUNT_CEILING), true),
+                    Op::Release(n) => (count.saturating_sub(n), true),
                 };
                 counter.value = u128::from(count);
+                if moved && counter.expires_at != hit.expires_at {
+                    counter.expires_at = hit.expires_at;
+                    shard.note(hash, hit.expires_at);
+                }
                 return Ok(count);
             }
-            map.remove(&hash);
+            shard.map.remove(&hash);
         }
         let (Op::Add(n) | Op::Lease(n)) = op else {
             return Ok(0);
@@ -104,50 +137,57 @@ impl MemoryStore {
         if n == 0 {
             return Ok(0);
         }
-        self.insert(&mut map, hash, u128::from(n), hit.expires_at, now)?;
+        self.insert(&mut shard, hash, u128::from(n), hit.expires_at, now)?;
         Ok(n)
     }
 
-    /// Creates an entry, making room among expired ones first; refuses when the shard is full.
+    /// Creates an entry, dropping the shard's expired ones first when it is full (only those:
+    /// never a scan of the live ones); refuses when it is still full.
     fn insert(
         &self,
-        map: &mut HashMap<u128, Counter>,
+        shard: &mut Shard,
         hash: u128,
         value: u128,
         expires_at: u64,
         now: u64,
     ) -> Result<(), StorageError> {
-        if map.len() >= self.per_shard_cap {
-            map.retain(|_, c| c.expires_at > now);
-            if map.len() >= self.per_shard_cap {
+        if shard.map.len() >= self.per_shard_cap {
+            shard.drop_expired(now);
+            if shard.map.len() >= self.per_shard_cap {
                 return Err(StorageError::Full(format!(
                     "memory store holds its maximum of {} live counters in this shard",
                     self.per_shard_cap
                 )));
             }
         }
-        map.insert(hash, Counter { value, expires_at });
+        shard.map.insert(hash, Counter { value, expires_at });
+        shard.note(hash, expires_at);
         Ok(())
     }
 
     fn step(&self, step: &BucketStep, now: u64) -> Result<BucketAnswer, StorageError> {
         let hash = xxh3_128(step.key.as_bytes());
-        let mut map = lock(&self.shards[(hash as usize) % SHARDS]);
-        let stored = map
+        let mut shard = self.shard(hash);
+        let stored = shard
+            .map
             .get(&hash)
             .filter(|c| c.expires_at > now)
             .map(|c| c.value);
         let (answer, write) = step.apply(stored);
         if let Some(tat) = write {
             let expires_at = step.expires_at(tat);
-            match map.get_mut(&hash) {
+            match shard.map.get_mut(&hash) {
                 Some(counter) => {
+                    let moved = counter.expires_at != expires_at;
                     *counter = Counter {
                         value: tat,
                         expires_at,
+                    };
+                    if moved {
+                        shard.note(hash, expires_at);
                     }
                 }
-                None => self.insert(&mut map, hash, tat, expires_at, now)?,
+                None => self.insert(&mut shard, hash, tat, expires_at, now)?,
             }
         }
         Ok(answer)

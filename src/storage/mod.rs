@@ -8,6 +8,7 @@
 //! taken before the write. That is what makes counting exact under concurrency.
 
 pub mod bucket;
+pub(crate) mod expiry;
 pub mod memcached;
 pub mod memory;
 pub mod redis;

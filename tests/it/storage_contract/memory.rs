@@ -70,3 +70,71 @@ async fn memory_store() {
         "expired 2 s after the last lease"
     );
 }
+
+/// A full store refuses new counters without touching live ones, takes them again as soon as
+/// windows end (expired counters make room, live ones never do), and a lease whose expiry moved
+/// later is kept past its first expiry.
+#[tokio::test]
+async fn a_full_memory_store_makes_room_only_from_expired_counters() {
+    use turnstile::storage::StorageError;
+    let clock = ManualClock::new(crate::support::T0);
+    // 64 shards of one counter each.
+    let store = MemoryStore::new(64, Arc::new(clock.clone()));
+    let now = clock.now();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..1_000 {
+        let key = unique(&format!("full{i}"));
+        match store.hit(&[hit(&key, Op::Add(1), now + 10)]).await {
+            Ok(_) => held.push(key),
+            Err(StorageError::Full(_)) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(held.len(), 64, "one counter per shard");
+    assert_eq!(refused, 1_000 - 64);
+    for key in &held {
+        assert_eq!(
+            store
+                .hit(&[hit(key, Op::Add(1), now + 10)])
+                .await
+                .expect("held"),
+            vec![2],
+            "a refused insert dropped no live counter"
+        );
+    }
+    // One lease whose expiry moves later; the other counters' windows end.
+    let lease = held[0].clone();
+    clock.advance(5);
+    store
+        .hit(&[hit(&lease, Op::Lease(1), clock.now() + 100)])
+        .await
+        .expect("lease moved");
+    clock.advance(6);
+    let mut taken = 0;
+    for i in 0..1_000 {
+        let key = unique(&format!("again{i}"));
+        if store
+            .hit(&[hit(&key, Op::Add(1), clock.now() + 10)])
+            .await
+            .is_ok()
+        {
+            taken += 1;
+        }
+    }
+    assert_eq!(taken, 63, "every shard but the lease's made room");
+    assert_eq!(
+        store
+            .hit(&[hit(&lease, Op::Lease(0), clock.now() + 100)])
+            .await
+            .expect("read"),
+        vec![3],
+        "the lease (2 hits, then a lease of 1) outlived its first expiry"
+    );
+    clock.advance(11);
+    assert_eq!(
+        store.sweep(),
+        63,
+        "the sweeper drops exactly the expired counters"
+    );
+}
