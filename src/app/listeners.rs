@@ -30,12 +30,30 @@ pub(super) struct Listeners {
 }
 
 async fn bind(addr: &str) -> Result<TcpListener, AppError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| AppError::Bind {
-            addr: addr.to_owned(),
-            source,
-        })
+    let failed = |source| AppError::Bind {
+        addr: addr.to_owned(),
+        source,
+    };
+    let first = tokio::net::lookup_host(addr).await.map_err(failed)?.next();
+    match first {
+        Some(any @ SocketAddr::V6(v6)) if v6.ip().is_unspecified() => {
+            dual_stack(any).map_err(failed)
+        }
+        _ => TcpListener::bind(addr).await.map_err(failed),
+    }
+}
+
+/// A listener on `[::]` that takes IPv4 connections too, whatever the host's
+/// `net.ipv6.bindv6only` says (as Go, and so the reference, listens on `::`).
+fn dual_stack(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 fn local(listener: &TcpListener, addr: &str) -> Result<SocketAddr, AppError> {
@@ -48,7 +66,7 @@ fn local(listener: &TcpListener, addr: &str) -> Result<SocketAddr, AppError> {
 pub(super) async fn bind_all(s: &Settings) -> Result<(Listeners, Addresses), AppError> {
     let (grpc, grpc_addr) = match &s.grpc_uds {
         None => {
-            let addr = format!("{}:{}", s.grpc_host, s.grpc_port);
+            let addr = crate::settings::listen_address(&s.grpc_host, s.grpc_port);
             let listener = bind(&addr).await?;
             let bound = local(&listener, &addr)?;
             (GrpcListener::Tcp(listener), Some(bound))

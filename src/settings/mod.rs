@@ -147,11 +147,18 @@ pub struct TlsSettings {
     pub client_ca: Option<PathBuf>,
 }
 
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
+/// The address to listen on for `host` and `port`: an IPv6 host (`::`, `::1`, or bracketed as
+/// Istio's sample writes it, `[::]`) in brackets, anything else as it is.
+pub fn listen_address(host: &str, port: u16) -> String {
+    let host = host.trim();
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if bare.contains(':') {
+        format!("[{bare}]:{port}")
     } else {
-        format!("{host}:{port}")
+        format!("{bare}:{port}")
     }
 }
 
@@ -272,8 +279,8 @@ impl Settings {
             fail_open: r.bool("BACKEND_FAIL_OPEN", false)?,
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: log_format == "json",
-            http_addr: host_port(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
-            debug_addr: host_port(
+            http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
+            debug_addr: listen_address(
                 &r.string("DEBUG_HOST", "0.0.0.0"),
                 r.parsed("DEBUG_PORT", 6070u16)?,
             ),

@@ -11,6 +11,7 @@ mod counting_edges;
 mod deploy;
 mod envoy_e2e;
 mod faults;
+mod ipv6;
 pub mod lifecycle;
 mod memcached_cluster;
 mod model;
