@@ -165,11 +165,7 @@ fn extensions(rate: &PerUnit) -> String {
 }
 
 async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
-    let mut gauges = state.limiter.store().gauges();
-    if let Some(second) = state.limiter.per_second_store() {
-        gauges.extend(second.gauges());
-    }
-    let text = state.metrics.render(&gauges);
+    let text = state.metrics.render(&state.limiter.gauges());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -74,20 +74,20 @@ impl<S: CounterStore> Limiter<S> {
         }
     }
 
-    /// The counter store.
-    pub fn store(&self) -> &S {
-        &self.store
+    /// Point-in-time readings of every store (for `/metrics`); the stores themselves are
+    /// reached only through the limiter's operations.
+    pub fn gauges(&self) -> Vec<crate::storage::Gauge> {
+        let mut gauges = self.store.gauges();
+        if let Some(second) = &self.per_second {
+            gauges.extend(second.gauges());
+        }
+        gauges
     }
 
     /// Keeps the counters of SECOND limits in `store` instead (`REDIS_PERSECOND`).
     pub fn with_per_second_store(mut self, store: S) -> Self {
         self.per_second = Some(store);
         self
-    }
-
-    /// The per-second store, when there is one.
-    pub fn per_second_store(&self) -> Option<&S> {
-        self.per_second.as_ref()
     }
 
     /// Whether `rate`'s operations go to the per-second store (`REDIS_PERSECOND`: every

@@ -138,3 +138,33 @@ fn the_checker_sees_a_back_edge() {
         ["app", "metrics"].iter().map(|s| (*s).to_owned()).collect()
     );
 }
+
+/// Only the limiter's port applies operations to the stores: no code outside `limiter` and
+/// `storage` calls a store's `hit` or `bucket`, except the two wrappers that forward one store's
+/// calls to another (`metrics::instrumented`, `app::store`). RLS, RLQS and every caller to come
+/// go through `Limiter`, so its routing (`REDIS_PERSECOND`) cannot be bypassed.
+#[test]
+fn only_the_limiter_reaches_the_stores() {
+    let forwarding = [
+        PathBuf::from("metrics/instrumented.rs"),
+        PathBuf::from("app/store.rs"),
+    ];
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut violations = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src()).unwrap_or(&file).to_path_buf();
+        let inside = relative.starts_with("limiter") || relative.starts_with("storage");
+        if inside || forwarding.contains(&relative) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read");
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for call in [".hit(", ".bucket("] {
+            if code.contains(call) {
+                violations.push(format!("{} calls a store's `{call}`", relative.display()));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
