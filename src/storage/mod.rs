@@ -9,6 +9,7 @@
 
 pub mod bucket;
 pub(crate) mod expiry;
+mod lateness;
 pub mod memcached;
 pub mod memory;
 pub mod redis;

@@ -39,11 +39,12 @@ async fn a_stalled_turnstile_does_not_mark_a_healthy_memcached_down() {
 
     // The stall: the only runtime thread is blocked for 50 ms right after the call queues.
     tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
+    // Whether the stall came before the commands were written or while the answer waited
+    // unread, the call is Turnstile's overload (RESOURCE_EXHAUSTED at the edge), never the
+    // store's lateness: the deadline's timer fired 40 ms late.
     match store.hit(&[hit(&key, now)]).await {
-        Err(StorageError::Overloaded(_) | StorageError::Timeout(_)) => {}
-        other => {
-            panic!("a 50 ms stall against a 10 ms deadline is overload or lateness, not {other:?}")
-        }
+        Err(StorageError::Overloaded(_)) => {}
+        other => panic!("a 50 ms stall against a 10 ms deadline is overload, not {other:?}"),
     }
     assert!(
         up(&store.gauges()),
@@ -83,4 +84,114 @@ async fn a_refused_connection_still_marks_memcached_down() {
         !up(&store.gauges()),
         "a refused connection marks the server down"
     );
+}
+
+/// A memcached that is really slow (a relay adds 50 ms to every answer) against a 10 ms
+/// deadline, on a runtime that is not busy: that is the store's lateness (`UNAVAILABLE` at the
+/// edge), not Turnstile's overload.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_memcached_is_late_not_overload() {
+    let Some(mc) = Memcached::start() else {
+        return crate::support::missing("memcached");
+    };
+    let relay = slow_relay(mc.port, Duration::from_millis(50)).await;
+    let clock = ManualClock::new(SystemClock.now());
+    let options = turnstile::storage::memcached::MemcachedOptions {
+        servers: vec![format!("127.0.0.1:{relay}")],
+        pool_size: 1,
+        timeout: Duration::from_millis(10),
+        jitter_max_seconds: 0,
+        transport: turnstile::storage::memcached::MemcachedTransport::default(),
+    };
+    let store = turnstile::storage::memcached::MemcachedStore::new(
+        options,
+        std::sync::Arc::new(clock.clone()),
+    )
+    .expect("store");
+    let key = unique("slow");
+    // The first call connects; every call then waits 50 ms for its answer.
+    let mut late = 0;
+    for _ in 0..3 {
+        match store.hit(&[hit(&key, clock.now())]).await {
+            Err(StorageError::Timeout(_)) => late += 1,
+            Err(StorageError::Unavailable(_)) => {}
+            other => panic!("a 50 ms relay against a 10 ms deadline is lateness, not {other:?}"),
+        }
+    }
+    assert!(
+        late >= 1,
+        "at least one call waited for its answer and was late"
+    );
+}
+
+/// A TCP relay to `port` on loopback that holds every chunk `delay` before passing it on.
+async fn slow_relay(port: u16, delay: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let relay = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                continue;
+            };
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n) = cr.read(&mut buf).await {
+                    if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n) = sr.read(&mut buf).await {
+                    tokio::time::sleep(delay).await;
+                    if n == 0 || cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    relay
+}
+
+/// The same on Redis: a runtime stalled past the deadline while the answer waits is
+/// Turnstile's overload, not a Redis that timed out.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stalled_turnstile_does_not_blame_redis() {
+    use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
+    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+        return crate::support::missing("redis-server");
+    };
+    let clock = ManualClock::new(SystemClock.now());
+    let options = RedisOptions {
+        target: RedisTarget::Tcp(redis.addr()),
+        username: None,
+        password: None,
+        timeout: Duration::from_millis(10),
+        jitter_max_seconds: 0,
+        tls: None,
+    };
+    let store = RedisStore::new(options, std::sync::Arc::new(clock.clone()));
+    let key = unique("stall");
+    let now = clock.now();
+    // Connected and the script loaded, within a generous first attempt or two.
+    let mut first = store.hit(&[hit(&key, now)]).await;
+    for _ in 0..3 {
+        if first.is_ok() {
+            break;
+        }
+        first = store.hit(&[hit(&key, now)]).await;
+    }
+    first.expect("Redis answers an unloaded call");
+    tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
+    match store.hit(&[hit(&key, now)]).await {
+        Err(StorageError::Overloaded(why)) => assert!(why.contains("late"), "{why}"),
+        other => panic!("a 50 ms stall against a 10 ms deadline is overload, not {other:?}"),
+    }
 }

@@ -12,6 +12,7 @@ use super::server::Server;
 use super::transport::{Sent, TransportError};
 use super::{Inner, PROBE_DEADLINE};
 use crate::storage::StorageError;
+use crate::storage::lateness::saturated_runtime;
 
 impl Inner {
     /// Runs `call` (which sets `sent` once its commands are written) under the operation
@@ -30,6 +31,7 @@ impl Inner {
                 server.name
             )));
         }
+        let started = std::time::Instant::now();
         let error = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(answer)) => {
                 server.record_success();
@@ -47,6 +49,13 @@ impl Inner {
                 // Written, not answered in time: ask the server on the side before calling it
                 // down (Turnstile may have been too busy to read the answer).
                 self.probe_later(server);
+                if let Some(late) = saturated_runtime(started, self.timeout, &self.scheduling) {
+                    return Err(StorageError::Overloaded(format!(
+                        "the answer of memcached {} was not read within {:?}: Turnstile's \
+                         runtime ran {late:?} late",
+                        server.name, self.timeout
+                    )));
+                }
                 return Err(StorageError::Timeout(format!(
                     "memcached {} did not answer within {:?}",
                     server.name, self.timeout

@@ -103,6 +103,8 @@ struct Inner {
     timeout: Duration,
     jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
+    /// The runtime's recent scheduling delay: a late answer on a busy runtime is overload.
+    scheduling: Arc<crate::storage::lateness::SchedulingDelay>,
 }
 
 impl MemcachedStore {
@@ -126,6 +128,7 @@ impl MemcachedStore {
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
                 clock,
+                scheduling: crate::storage::lateness::SchedulingDelay::start(),
             }),
         };
         store.set_servers(options.servers);

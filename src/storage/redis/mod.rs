@@ -24,6 +24,7 @@ use redis::{FromRedisValue, RedisError};
 
 use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Hit, Op, StorageError, Take};
 use crate::clock::Clock;
+use crate::storage::lateness::saturated_runtime;
 use connect::{Conn, Connector};
 pub use options::{RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
@@ -46,6 +47,8 @@ struct Inner {
     jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
     name: String,
+    /// The runtime's recent scheduling delay: a late answer on a busy runtime is overload.
+    scheduling: Arc<crate::storage::lateness::SchedulingDelay>,
 }
 
 impl RedisStore {
@@ -64,6 +67,7 @@ impl RedisStore {
                 scripts: Scripts::default(),
                 clock,
                 name,
+                scheduling: crate::storage::lateness::SchedulingDelay::start(),
             }),
         }
     }
@@ -89,6 +93,7 @@ impl Inner {
         // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
         // the sentinels name now).
         let own_recovery = matches!(conn, Conn::Cluster(_));
+        let started = std::time::Instant::now();
         let result = match conn {
             Conn::Single(mut c) => {
                 tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
@@ -102,6 +107,13 @@ impl Inner {
         };
         match result {
             Ok(Ok(value)) => Ok(value),
+            // redis-rs's own response timeout (the same deadline) may fire first.
+            Ok(Err(e))
+                if e.is_timeout()
+                    && saturated_runtime(started, self.timeout, &self.scheduling).is_some() =>
+            {
+                Err(self.late(started))
+            }
             Ok(Err(e)) => {
                 let fault = e.is_io_error() || e.is_connection_dropped() || is_readonly(&e);
                 if fault && !own_recovery {
@@ -109,10 +121,23 @@ impl Inner {
                 }
                 Err(self.error(&e))
             }
-            Err(_) => Err(StorageError::Timeout(format!(
+            Err(_) => Err(self.late(started)),
+        }
+    }
+
+    /// A call started at `started` that passed its deadline: Turnstile's overload when the
+    /// deadline fired late (the answer may have waited unread), Redis's lateness otherwise.
+    fn late(&self, started: std::time::Instant) -> StorageError {
+        match saturated_runtime(started, self.timeout, &self.scheduling) {
+            Some(late) => StorageError::Overloaded(format!(
+                "the answer of {} was not read within {:?}: Turnstile's runtime ran {late:?} \
+                 late",
+                self.name, self.timeout
+            )),
+            None => StorageError::Timeout(format!(
                 "{} did not answer within {:?}",
                 self.name, self.timeout
-            ))),
+            )),
         }
     }
 

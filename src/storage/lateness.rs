@@ -1,0 +1,139 @@
+//! Telling Turnstile's own saturation from a slow store when a deadline passes: the deadline's
+//! timer fires when the runtime gets to it, so how late it fired is the runtime's scheduling
+//! delay at that moment. A deadline that fired well after it was due means the answer may have
+//! been waiting, unread, while the runtime was busy: that call is Turnstile's overload
+//! (`RESOURCE_EXHAUSTED`), never evidence against the store. So does a runtime whose ready
+//! tasks recently waited long to be polled (a sampler measures it): a reader task waits as long
+//! before it reads an answer that has arrived. A deadline that fired on time on a runtime that
+//! keeps up is the store's lateness (`UNAVAILABLE`).
+//!
+//! Must not touch: connections, server health (the backends decide what a late answer does to
+//! it), error messages beyond the one this module builds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// A timer later than this (or than half the deadline, if shorter) shows a saturated runtime:
+/// tokio's timers are otherwise at most about a millisecond late.
+const SATURATED: Duration = Duration::from_millis(5);
+
+/// How often the sampler measures, and how long a measurement counts as recent.
+const SAMPLE_EVERY: Duration = Duration::from_millis(2);
+const RECENT: Duration = Duration::from_millis(200);
+
+/// The runtime's recent scheduling delay: a task that yields measures how long it waits to be
+/// polled again, behind every other ready task (the wait a store's reader task has too).
+#[derive(Debug)]
+pub(crate) struct SchedulingDelay {
+    epoch: Instant,
+    /// The worst delay of the current period (µs), and when that period began (ms since
+    /// `epoch`).
+    worst_us: AtomicU64,
+    since_ms: AtomicU64,
+}
+
+impl SchedulingDelay {
+    /// A measure sampled on the current tokio runtime for as long as it is held (no sampling
+    /// outside a runtime: it then reads zero).
+    pub(crate) fn start() -> Arc<SchedulingDelay> {
+        let delay = Arc::new(SchedulingDelay {
+            epoch: Instant::now(),
+            worst_us: AtomicU64::new(0),
+            since_ms: AtomicU64::new(0),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(sample(Arc::downgrade(&delay)));
+        }
+        delay
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn record(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
+        let recent = u64::try_from(RECENT.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_sub(self.since_ms.load(Ordering::Relaxed)) > recent {
+            // A new period: the old worst is forgotten.
+            self.since_ms.store(now, Ordering::Relaxed);
+            self.worst_us.store(us, Ordering::Relaxed);
+        } else {
+            self.worst_us.fetch_max(us, Ordering::Relaxed);
+        }
+    }
+
+    /// The worst scheduling delay measured recently (zero when none was).
+    pub(crate) fn recent(&self) -> Duration {
+        let stale = self
+            .now_ms()
+            .saturating_sub(self.since_ms.load(Ordering::Relaxed))
+            > 2 * u64::try_from(RECENT.as_millis()).unwrap_or(u64::MAX);
+        match stale {
+            true => Duration::ZERO,
+            false => Duration::from_micros(self.worst_us.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Measures until the measure is dropped.
+async fn sample(delay: Weak<SchedulingDelay>) {
+    loop {
+        let started = Instant::now();
+        tokio::task::yield_now().await;
+        let waited = started.elapsed();
+        match delay.upgrade() {
+            Some(delay) => delay.record(waited),
+            None => return,
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+/// When a call under `deadline`, started at `started`, timed out: the runtime's overload if the
+/// deadline's timer fired late, or the runtime recently kept ready tasks waiting half the
+/// deadline or more (the answer may have waited unread), with that delay; `None` otherwise
+/// (the store's lateness).
+pub(crate) fn saturated_runtime(
+    started: Instant,
+    deadline: Duration,
+    scheduling: &SchedulingDelay,
+) -> Option<Duration> {
+    let late = started.elapsed().saturating_sub(deadline);
+    let waited = scheduling.recent();
+    let limit = SATURATED.min(deadline / 2);
+    (late >= limit || waited >= limit).then_some(late.max(waited))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{SchedulingDelay, saturated_runtime};
+
+    #[test]
+    fn a_deadline_that_fired_late_is_the_runtimes() {
+        let deadline = Duration::from_millis(10);
+        let idle = super::SchedulingDelay::start();
+        let on_time = Instant::now() - deadline;
+        assert_eq!(saturated_runtime(on_time, deadline, &idle), None);
+        let late = Instant::now() - Duration::from_millis(60);
+        let by = saturated_runtime(late, deadline, &idle).expect("50 ms late");
+        assert!(by >= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_busy_runtime_is_seen_by_its_scheduling_delay() {
+        let delay = SchedulingDelay::start();
+        delay.record(Duration::from_millis(8));
+        let deadline = Duration::from_millis(10);
+        let on_time = Instant::now() - deadline;
+        assert_eq!(
+            saturated_runtime(on_time, deadline, &delay),
+            Some(Duration::from_millis(8)),
+            "ready tasks waited 8 ms: an answer may have waited unread"
+        );
+    }
+}
