@@ -18,6 +18,9 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The container image: built with buildah, served from with podman (scripts/image-smoke.sh).
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> installing ${missing[*]}"
@@ -83,11 +86,18 @@ smoke=skipped
 if [ "$status" = 0 ]; then
   if ./scripts/readme-smoke.sh; then smoke=passed; else smoke=failed; fi
 fi
+# The container image, built and served from (counted as one test).
+image=skipped
+if [ "$status" = 0 ]; then
+  echo "==> container image"
+  if ./scripts/image-smoke.sh; then image=passed; else image=failed; fi
+fi
 # One closing line for the whole run (cargo prints one per test binary, the last being the
 # doc tests, which has none).
-awk -v smoke="$smoke" -v fuzz="$fuzz" '/^test result:/ {p += $4; f += $6}
-  END {p += (smoke == "passed") + (fuzz == "passed"); f += (smoke == "failed") + (fuzz == "failed");
+awk -v smoke="$smoke" -v fuzz="$fuzz" -v image="$image" '/^test result:/ {p += $4; f += $6}
+  END {p += (smoke == "passed") + (fuzz == "passed") + (image == "passed");
+       f += (smoke == "failed") + (fuzz == "failed") + (image == "failed");
        printf "all tests: %d passed, %d failed\n", p, f}' "$log"
 rm -f "$log"
-[ "$smoke" = failed ] || [ "$fuzz" = failed ] && exit 1
+[ "$smoke" = failed ] || [ "$fuzz" = failed ] || [ "$image" = failed ] && exit 1
 exit "$status"

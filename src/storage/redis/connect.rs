@@ -32,10 +32,10 @@ pub(super) enum Conn {
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Retries of one cluster request (MOVED, ASK, TRYAGAIN, a connection lost), and the bounds
-/// of the wait before each (ms).
-const CLUSTER_RETRIES: u32 = 8;
-const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (5, 100);
+/// Retries of one cluster request (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a connection lost), and
+/// the bounds of the wait before each retry that waits (ms; redirections do not wait).
+const CLUSTER_RETRIES: u32 = 16;
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (5, 50);
 
 /// The current connection, or when the next attempt may be made.
 pub(super) struct Connector {
@@ -277,9 +277,10 @@ impl Connector {
                     .iter()
                     .map(|n| tcp(n).and_then(|a| a.into_connection_info()))
                     .collect::<RedisResult<Vec<_>>>()?;
-                // A few quick retries (redirections during a slot migration need them), not
-                // redis-rs's default of 16 with waits growing to seconds: a dead master or a
-                // cluster that declared itself down (CLUSTERDOWN) is answered at once instead of
+                // redis-rs's 16 retries (MOVED and ASK are retried at once, and a slot migration
+                // can bounce a call between two nodes a few times), but short waits between the
+                // others (redis-rs's grow to seconds): a dead master or a cluster that declared
+                // itself down (CLUSTERDOWN) is answered within about half a second instead of
                 // holding calls until REDIS_TIMEOUT.
                 let mut builder = ClusterClientBuilder::new(nodes)
                     .connection_timeout(o.timeout)
