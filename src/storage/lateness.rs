@@ -11,7 +11,7 @@
 //! it), error messages beyond the one this module builds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A timer later than this (or than half the deadline, if shorter) shows a saturated runtime:
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const SATURATED: Duration = Duration::from_millis(5);
 
 /// How often the sampler measures, and how long a measurement counts as recent.
-const SAMPLE_EVERY: Duration = Duration::from_millis(2);
+const SAMPLE_EVERY: Duration = Duration::from_millis(5);
 const RECENT: Duration = Duration::from_millis(200);
 
 /// The runtime's recent scheduling delay: a task that yields measures how long it waits to be
@@ -31,21 +31,50 @@ pub(crate) struct SchedulingDelay {
     /// `epoch`).
     worst_us: AtomicU64,
     since_ms: AtomicU64,
+    /// When the sampler last measured (ms since `epoch`; 0: never).
+    sampled_ms: AtomicU64,
 }
 
+/// The process's one measure (every store reads it).
+static SHARED: OnceLock<Arc<SchedulingDelay>> = OnceLock::new();
+
+/// A sampler that has not measured for this long is taken as gone (its runtime ended).
+const SAMPLER_GONE_MS: u64 = 100;
+
 impl SchedulingDelay {
-    /// A measure sampled on the current tokio runtime for as long as it is held (no sampling
-    /// outside a runtime: it then reads zero).
-    pub(crate) fn start() -> Arc<SchedulingDelay> {
-        let delay = Arc::new(SchedulingDelay {
+    fn new() -> SchedulingDelay {
+        SchedulingDelay {
             epoch: Instant::now(),
             worst_us: AtomicU64::new(0),
             since_ms: AtomicU64::new(0),
-        });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(sample(Arc::downgrade(&delay)));
+            sampled_ms: AtomicU64::new(0),
         }
+    }
+
+    /// The process's measure, sampled by one task on the current tokio runtime (started when
+    /// no sampler has measured lately: one for the process, not one per store; none outside a
+    /// runtime, and then it reads zero).
+    pub(crate) fn shared() -> Arc<SchedulingDelay> {
+        let delay = Arc::clone(SHARED.get_or_init(|| Arc::new(SchedulingDelay::new())));
+        delay.ensure_sampled();
         delay
+    }
+
+    /// Starts a sampler on the current runtime unless one measured lately.
+    fn ensure_sampled(self: &Arc<Self>) {
+        let now = self.now_ms().max(1);
+        let last = self.sampled_ms.load(Ordering::Acquire);
+        if last != 0 && now.saturating_sub(last) < SAMPLER_GONE_MS {
+            return;
+        }
+        // One caller claims the start.
+        let claimed = self
+            .sampled_ms
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if let (true, Ok(runtime)) = (claimed, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(sample(Arc::clone(self)));
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -78,16 +107,15 @@ impl SchedulingDelay {
     }
 }
 
-/// Measures until the measure is dropped.
-async fn sample(delay: Weak<SchedulingDelay>) {
+/// Measures for as long as its runtime runs.
+async fn sample(delay: Arc<SchedulingDelay>) {
     loop {
         let started = Instant::now();
         tokio::task::yield_now().await;
-        let waited = started.elapsed();
-        match delay.upgrade() {
-            Some(delay) => delay.record(waited),
-            None => return,
-        }
+        delay.record(started.elapsed());
+        delay
+            .sampled_ms
+            .store(delay.now_ms().max(1), Ordering::Release);
         tokio::time::sleep(SAMPLE_EVERY).await;
     }
 }
@@ -99,8 +127,10 @@ async fn sample(delay: Weak<SchedulingDelay>) {
 pub(crate) fn saturated_runtime(
     started: Instant,
     deadline: Duration,
-    scheduling: &SchedulingDelay,
+    scheduling: &Arc<SchedulingDelay>,
 ) -> Option<Duration> {
+    // A store made on a runtime that has since ended starts a sampler on this one.
+    scheduling.ensure_sampled();
     let late = started.elapsed().saturating_sub(deadline);
     let waited = scheduling.recent();
     let limit = SATURATED.min(deadline / 2);
@@ -116,7 +146,7 @@ mod tests {
     #[test]
     fn a_deadline_that_fired_late_is_the_runtimes() {
         let deadline = Duration::from_millis(10);
-        let idle = super::SchedulingDelay::start();
+        let idle = std::sync::Arc::new(SchedulingDelay::new());
         let on_time = Instant::now() - deadline;
         assert_eq!(saturated_runtime(on_time, deadline, &idle), None);
         let late = Instant::now() - Duration::from_millis(60);
@@ -126,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_busy_runtime_is_seen_by_its_scheduling_delay() {
-        let delay = SchedulingDelay::start();
+        let delay = std::sync::Arc::new(SchedulingDelay::new());
         delay.record(Duration::from_millis(8));
         let deadline = Duration::from_millis(10);
         let on_time = Instant::now() - deadline;

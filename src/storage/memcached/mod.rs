@@ -128,7 +128,7 @@ impl MemcachedStore {
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
                 clock,
-                scheduling: crate::storage::lateness::SchedulingDelay::start(),
+                scheduling: crate::storage::lateness::SchedulingDelay::shared(),
             }),
         };
         store.set_servers(options.servers);

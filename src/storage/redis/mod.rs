@@ -67,7 +67,7 @@ impl RedisStore {
                 scripts: Scripts::default(),
                 clock,
                 name,
-                scheduling: crate::storage::lateness::SchedulingDelay::start(),
+                scheduling: crate::storage::lateness::SchedulingDelay::shared(),
             }),
         }
     }

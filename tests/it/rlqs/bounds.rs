@@ -81,16 +81,6 @@ impl Stream {
     }
 }
 
-fn server_with(rlqs: RlqsSettings) -> Options {
-    Options {
-        server: turnstile::server::ServerOptions {
-            rlqs,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_bucket_id_is_refused_naming_the_bound() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
@@ -111,7 +101,7 @@ async fn a_long_bucket_id_is_refused_naming_the_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bucket_ids_of_all_streams_together_are_bounded() {
-    let options = server_with(RlqsSettings {
+    let options = super::stream::with_rlqs(RlqsSettings {
         max_bucket_bytes: 10_000,
         ..RlqsSettings::default()
     });
@@ -146,18 +136,7 @@ async fn a_report_over_the_size_limit_is_refused_with_resource_exhausted() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
     let (_stream, answer) = Stream::open(&s, report(&"x".repeat(5 << 20))).await;
     let status = answer.expect_err("5 MiB is over 4 MiB");
-    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert!(
-        status.message().contains("too large"),
-        "{}",
-        status.message()
-    );
-    until(Duration::from_secs(5), "the refusal is counted", || {
-        s.metrics
-            .render(&[])
-            .contains("turnstile_rlqs_refused_total{} 1")
-    })
-    .await;
+    refused_with(&s, &status, Code::ResourceExhausted, "too large").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,12 +165,13 @@ async fn bytes_that_do_not_decode_are_refused_with_invalid_argument() {
             .await
             .expect_err("garbage is refused"),
     };
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(
-        status.message().starts_with("report does not decode"),
-        "{}",
-        status.message()
-    );
+    refused_with(&s, &status, Code::InvalidArgument, "report does not decode").await;
+}
+
+/// `status` has `code` and says `reason`, and the server counted it (its first refusal).
+async fn refused_with(s: &TestServer, status: &Status, code: Code, reason: &str) {
+    assert_eq!(status.code(), code, "{status:?}");
+    assert!(status.message().contains(reason), "{}", status.message());
     until(Duration::from_secs(5), "the refusal is counted", || {
         s.metrics
             .render(&[])

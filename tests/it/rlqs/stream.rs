@@ -119,7 +119,7 @@ fn kind(response: &RateLimitQuotaResponse, i: usize) -> String {
 }
 
 /// Server options with these RLQS settings.
-fn with_rlqs(rlqs: RlqsSettings) -> Options {
+pub(super) fn with_rlqs(rlqs: RlqsSettings) -> Options {
     Options {
         server: turnstile::server::ServerOptions {
             rlqs,
