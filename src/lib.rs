@@ -3,20 +3,30 @@
 //! # Data flow
 //!
 //! ```text
-//! gRPC ShouldRateLimit (protobuf)
-//!   │ grpc::convert     pb → limiter::Request; validation → INVALID_ARGUMENT
+//! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
+//!   │ grpc::convert  pb → Request,            │ rlqs::convert  reports → Usage; bounds and
+//!   │ INVALID_ARGUMENT naming the field       │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
+//!   ▼                                         ▼
+//! limiter::Limiter::check                   quota::QuotaStream::on_report (fair share)
+//!   │ rules          entries → matched Limit (exact > wildcard > key-only)
+//!   │ limiter        windows, algorithms, keys → store operations
+//!   └──────────────┬──────────────────────────┘
+//!                  ▼
+//!   Limiter: the one port to the stores (nothing else calls a store; a test checks it)
+//!   │ routing        REDIS_PERSECOND: a SECOND limit's operations → the per-second store
+//!   │ metrics::Instrumented   latency and errors per store call
 //!   ▼
-//! grpc ── reload::RulesHandle::load() ──► Arc<RuleSet>   (one atomic load, no lock)
-//!   │
+//! storage: memory (sharded, expiry index) │ memcached (ring, pipelined meta commands)
+//!          │ redis (single, cluster, sentinel; Lua scripts)
+//!   ONE batched call per store: [Hit{key, op, expires_at}] → [count after], bucket steps
+//!   → answers; a late answer on a busy runtime is overload (storage::lateness)
 //!   ▼
-//! limiter::Limiter::check(&RuleSet, &Request)
-//!   │ rules (matcher)   entries → matched Limit (exact > wildcard > key-only)
-//!   │ limiter::window   Limit + now → window start, end, time to reset
-//!   │ limiter::key      domain + entries + period + window → bounded, safe key
-//!   │ storage           ONE batched call: [Hit{key, op, expires_at}] → [count after]
-//!   ▼
-//! limiter::Verdict → grpc::response → protobuf response (StorageError → UNAVAILABLE)
+//! limiter::Verdict → grpc::response (StorageError → UNAVAILABLE / RESOURCE_EXHAUSTED)
+//!                  → quota assignments → rlqs::convert → responses on the stream
 //! ```
+//!
+//! Rules come from `reload` (files watched, one atomic swap, the old rules kept on error);
+//! `app` wires the stores, the limiter, the servers and the listeners from `settings`.
 //!
 //! # Layers
 //!
@@ -34,8 +44,8 @@
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached` | `clock` |
-//! | `limiter` | the decision: windows, keys, verdicts | `clock`, `rules`, `storage` |
+//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis` | `clock` |
+//! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `metrics` | counters in hits, Prometheus text, statsd sink, the instrumented store | `limiter`, `rules`, `storage` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |

@@ -1,6 +1,8 @@
 //! Counters: the [`CounterStore`] trait and its implementations, the in-process [`memory`]
-//! store (the embedded default) and [`memcached`]. A store knows keys, deltas and expiry times;
-//! it knows nothing about rules, limits or protobuf.
+//! store (the embedded default), [`memcached`] and [`redis`]; `expiry` (when a shard's keys fall
+//! due) and `lateness` (a late answer on a busy runtime is overload) serve them. A store knows
+//! keys, deltas and expiry times; it knows nothing about rules, limits or protobuf, and only the
+//! limiter calls it.
 //!
 //! The trait is batch-shaped: one call per request carries every descriptor's hit, so a remote
 //! store can spend one round trip per server per request. The answer is the count *after* each
