@@ -1,0 +1,94 @@
+//! Heap allocations per decision, counted by a counting global allocator (which is why this is
+//! a test binary of its own, not part of `tests/it`): the common case — one to five
+//! fixed-window descriptors on the memory store, the request already converted — decided and
+//! turned into its protobuf response. The bounds are today's counts (10 and 29: about 5 more
+//! for each descriptor), so that the hot path can only get leaner: lower them when a change
+//! removes allocations (issue 20 asks for a small constant whatever the descriptors; that is not
+//! reached yet).
+
+use std::alloc::System;
+use std::sync::Arc;
+
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use turnstile::clock::ManualClock;
+use turnstile::config::{LoadOptions, parse_files};
+use turnstile::grpc::{ResponseSettings, request_from_pb, response_to_pb};
+use turnstile::limiter::Limiter;
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::storage::memory::MemoryStore;
+
+/// The system allocator, counting (stats_alloc: no allocator code of our own).
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn request(descriptors: usize) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "rl".into(),
+        descriptors: (0..descriptors)
+            .map(|i| RateLimitDescriptor {
+                entries: vec![
+                    Entry {
+                        key: "foo".into(),
+                        value: format!("user-{i}"),
+                    },
+                    Entry {
+                        key: "baz".into(),
+                        value: "not-so-shady".into(),
+                    },
+                ],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// Allocations per decision and response, averaged over many calls after the counters exist.
+fn allocations_per_call(descriptors: usize) -> u64 {
+    let text = include_str!("../config/example.yaml").to_owned();
+    let rules = parse_files(&[("example.yaml".into(), text)], LoadOptions::default())
+        .expect("rules")
+        .rules;
+    let clock = ManualClock::new(1_796_000_000);
+    let store = MemoryStore::new(1_000, Arc::new(clock.clone()));
+    let limiter = Limiter::new(store, Arc::new(clock), Default::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let req = request_from_pb(request(descriptors)).expect("valid");
+    let settings = ResponseSettings::default();
+    let decide = || {
+        let verdict = runtime
+            .block_on(limiter.check(&rules, &req))
+            .expect("decided");
+        response_to_pb(&verdict, &req, &settings).statuses.len()
+    };
+    assert_eq!(decide(), descriptors, "one status per descriptor");
+    const CALLS: usize = 1_000;
+    let region = Region::new(ALLOCATOR);
+    for _ in 0..CALLS {
+        decide();
+    }
+    let change = region.change();
+    u64::try_from((change.allocations + change.reallocations) / CALLS).unwrap_or(u64::MAX)
+}
+
+#[test]
+fn allocations_per_decision_stay_within_todays_counts() {
+    // One test, so that no other test's allocations are counted in between.
+    let one = allocations_per_call(1);
+    let five = allocations_per_call(5);
+    eprintln!("allocations per decision and response: 1 descriptor {one}, 5 descriptors {five}");
+    assert!(one <= ONE_DESCRIPTOR, "1 descriptor: {one} allocations");
+    assert!(
+        five <= FIVE_DESCRIPTORS,
+        "5 descriptors: {five} allocations"
+    );
+}
+
+/// Today's counts (2026-12-01): lower them as allocations go, never raise them.
+const ONE_DESCRIPTOR: u64 = 10;
+const FIVE_DESCRIPTORS: u64 = 29;
