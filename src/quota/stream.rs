@@ -151,22 +151,7 @@ impl QuotaStream {
     ) -> Result<Vec<Decided>, QuotaError> {
         let domain = self.check_domain(domain)?;
         let usages = merged(usages);
-        let (new, new_bytes) = usages
-            .iter()
-            .filter(|u| !self.buckets.contains_key(&u.bucket))
-            .fold((0, 0), |(n, bytes), u| (n + 1, bytes + u.bucket.bytes()));
-        if self.buckets.len() + new > self.settings.max_buckets_per_stream {
-            return Err(QuotaError::TooManyBuckets {
-                max: self.settings.max_buckets_per_stream,
-            });
-        }
-        if !self.held.try_take(new_bytes) {
-            return Err(QuotaError::TooManyBucketBytes {
-                max: self.held.max(),
-                used: self.held.used(),
-            });
-        }
-        self.held_here += new_bytes;
+        let new_bytes = self.take_new(&usages)?;
         let resolved: Vec<Resolution<'_>> = usages
             .iter()
             .map(|u| resolve(rules, &domain, &u.bucket))
@@ -180,25 +165,14 @@ impl QuotaStream {
             })
             .collect();
         let (hits, second) = plan(&domain, &resolved, &placed, limiter);
-        let counts = if hits.is_empty() {
-            Vec::new()
-        } else {
-            let answer = limiter.hit_routed(hits, &second).await.and_then(|counts| {
-                let placed_count = placed.iter().flatten().count();
-                if counts.len() == 3 * placed_count {
-                    Ok(counts)
-                } else {
-                    Err(StorageError::Protocol("fewer counts than hits".into()))
-                }
-            });
-            match answer {
-                Ok(counts) => counts,
-                Err(err) => {
-                    // The new buckets are not kept: their bytes go back.
-                    self.held.give_back(new_bytes);
-                    self.held_here -= new_bytes;
-                    return Err(err.into());
-                }
+        let expected = 3 * placed.iter().flatten().count();
+        let counts = match store_counts(limiter, hits, &second, expected).await {
+            Ok(counts) => counts,
+            Err(err) => {
+                // The new buckets are not kept: their bytes go back.
+                self.held.give_back(new_bytes);
+                self.held_here -= new_bytes;
+                return Err(err.into());
             }
         };
         let shadow = limiter.settings().shadow_mode;
@@ -229,6 +203,28 @@ impl QuotaStream {
             });
         }
         Ok(out)
+    }
+
+    /// Checks the buckets of `usages` this stream does not hold yet against both bounds and
+    /// takes their bytes; returns how many bytes were taken.
+    fn take_new(&mut self, usages: &[Usage]) -> Result<usize, QuotaError> {
+        let (new, new_bytes) = usages
+            .iter()
+            .filter(|u| !self.buckets.contains_key(&u.bucket))
+            .fold((0, 0), |(n, bytes), u| (n + 1, bytes + u.bucket.bytes()));
+        if self.buckets.len() + new > self.settings.max_buckets_per_stream {
+            return Err(QuotaError::TooManyBuckets {
+                max: self.settings.max_buckets_per_stream,
+            });
+        }
+        if !self.held.try_take(new_bytes) {
+            return Err(QuotaError::TooManyBucketBytes {
+                max: self.held.max(),
+                used: self.held.used(),
+            });
+        }
+        self.held_here += new_bytes;
+        Ok(new_bytes)
     }
 
     /// When the next counted bucket's window ends (ms since the epoch): the moment
@@ -299,5 +295,24 @@ impl QuotaStream {
 impl Drop for QuotaStream {
     fn drop(&mut self) {
         self.held.give_back(self.held_here);
+    }
+}
+
+/// The counts after a report's `hits`, each on its store (`second`), checked to be `expected`
+/// in number; none when there are no hits.
+async fn store_counts<S: CounterStore>(
+    limiter: &Limiter<S>,
+    hits: Vec<crate::storage::Hit>,
+    second: &[bool],
+    expected: usize,
+) -> Result<Vec<u64>, StorageError> {
+    if hits.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts = limiter.hit_routed(hits, second).await?;
+    if counts.len() == expected {
+        Ok(counts)
+    } else {
+        Err(StorageError::Protocol("fewer counts than hits".into()))
     }
 }

@@ -230,6 +230,34 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     }))
 }
 
+/// `LOG_FORMAT`: `text` (false) or `json` (true).
+fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
+    match r.string("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
+        "text" => Ok(false),
+        "json" => Ok(true),
+        other => Err(err("LOG_FORMAT", other, "expected text or json")),
+    }
+}
+
+/// `STATS_FLUSH_INTERVAL`: from 10 ms.
+const STATS_FLUSH: Span = Span::within(Duration::from_millis(10), LONGEST);
+
+/// `GRPC_MAX_CONNECTION_AGE` (from 100 ms) and `GRPC_MAX_CONNECTION_AGE_GRACE` (from 0).
+fn connection_age(r: &Reader<'_>) -> Result<ConnectionAge, SettingsError> {
+    Ok(ConnectionAge {
+        age: r.duration(
+            "GRPC_MAX_CONNECTION_AGE",
+            Duration::from_secs(24 * 3600),
+            Span::within(Duration::from_millis(100), LONGEST),
+        )?,
+        grace: r.duration(
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            Duration::from_secs(3600),
+            Span::within(Duration::ZERO, LONGEST),
+        )?,
+    })
+}
+
 impl Settings {
     /// Reads settings from `env`; `config_dir` (from `--config-dir`) wins over `RUNTIME_*`.
     pub fn from_env(
@@ -247,10 +275,6 @@ impl Settings {
         let key_prefix = r.string("CACHE_KEY_PREFIX", "");
         if key_prefix.len() > 64 {
             return Err(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
-        }
-        let log_format = r.string("LOG_FORMAT", "text").to_ascii_lowercase();
-        if log_format != "text" && log_format != "json" {
-            return Err(err("LOG_FORMAT", &log_format, "expected text or json"));
         }
         // Accepted for compatibility: Turnstile always watches the directory and its two
         // parents, which covers what the reference's flag chooses between.
@@ -278,7 +302,7 @@ impl Settings {
             },
             fail_open: r.bool("BACKEND_FAIL_OPEN", false)?,
             log_level: r.string("LOG_LEVEL", "WARN"),
-            log_json: log_format == "json",
+            log_json: log_json(&r)?,
             http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
             debug_addr: listen_address(
                 &r.string("DEBUG_HOST", "0.0.0.0"),
@@ -300,7 +324,7 @@ impl Settings {
             stats_flush: r.duration(
                 "STATS_FLUSH_INTERVAL",
                 Duration::from_secs(10),
-                Span::within(Duration::from_millis(10), LONGEST),
+                STATS_FLUSH,
             )?,
             extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
             near_limit_ratio: near_limit_ratio(&r)?,
@@ -308,18 +332,7 @@ impl Settings {
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40)?,
             drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)?),
-            max_connection_age: ConnectionAge {
-                age: r.duration(
-                    "GRPC_MAX_CONNECTION_AGE",
-                    Duration::from_secs(24 * 3600),
-                    Span::within(Duration::from_millis(100), LONGEST),
-                )?,
-                grace: r.duration(
-                    "GRPC_MAX_CONNECTION_AGE_GRACE",
-                    Duration::from_secs(3600),
-                    Span::within(Duration::ZERO, LONGEST),
-                )?,
-            },
+            max_connection_age: connection_age(&r)?,
             grpc_limits: grpc::grpc_limits(&r)?,
             rlqs: rlqs::rlqs(&r)?,
             tls: tls(&r)?,
