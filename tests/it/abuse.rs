@@ -354,13 +354,7 @@ async fn call_with_bytes(
     use turnstile::pb::turnstile::wire::v1::{
         LenientDescriptor, LenientRequest, lenient_descriptor,
     };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.expect("ready");
+    let mut grpc = crate::support::raw_grpc(([127, 0, 0, 1], port).into()).await;
     let request = LenientRequest {
         domain: domain.to_vec(),
         descriptors: vec![LenientDescriptor {

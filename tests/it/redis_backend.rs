@@ -441,19 +441,12 @@ fn per_second_limits_count_in_the_second_redis() {
         "domain: split\ndescriptors:\n  - key: burst\n    rate_limit: { unit: second, requests_per_unit: 100 }\n  - key: daily\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n",
     );
     let (main_url, second_url) = (main.addr(), second.addr());
-    let p = Process::start(
-        &root,
-        &[
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", main_url.as_str()),
-            ("REDIS_TIMEOUT", "300ms"),
-            ("REDIS_PERSECOND", "true"),
-            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
-            ("REDIS_PERSECOND_URL", second_url.as_str()),
-            ("REDIS_PERSECOND_TIMEOUT", "300ms"),
-        ],
-    );
+    let mut env = crate::redis_support::per_second_env(&main_url, &second_url);
+    env.extend([
+        ("REDIS_TIMEOUT", "300ms"),
+        ("REDIS_PERSECOND_TIMEOUT", "300ms"),
+    ]);
+    let p = Process::start(&root, &env);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -451,3 +451,15 @@ pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
     };
     RedisStore::new(options, Arc::new(clock.clone()))
 }
+
+/// The settings of a Redis backend on `main` with `REDIS_PERSECOND` on `second` (both TCP).
+pub fn per_second_env<'a>(main: &'a str, second: &'a str) -> Vec<(&'static str, &'a str)> {
+    vec![
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", main),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_URL", second),
+    ]
+}

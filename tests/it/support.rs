@@ -388,3 +388,15 @@ pub fn openssl_installed() -> bool {
     }
     found
 }
+
+/// A raw gRPC client on `addr` (any codec: for bytes no generated client would send).
+pub async fn raw_grpc(addr: SocketAddr) -> tonic::client::Grpc<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    grpc
+}

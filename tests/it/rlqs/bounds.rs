@@ -142,13 +142,7 @@ async fn a_report_over_the_size_limit_is_refused_with_resource_exhausted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_that_do_not_decode_are_refused_with_invalid_argument() {
     let s = start_memory(&[("rlqs.yaml", RULES)], Options::default()).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.addr))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.expect("ready");
+    let mut grpc = crate::support::raw_grpc(s.addr).await;
     // Field 1 with wire type 7, which does not exist.
     let garbage = futures_util::stream::iter([vec![0x0f_u8, 0xff, 0xff]]);
     let path = http::uri::PathAndQuery::from_static(

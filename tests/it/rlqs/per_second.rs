@@ -9,7 +9,7 @@ use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
 use crate::process::{Process, rules_root};
-use crate::redis_support::{RedisProcess, cli};
+use crate::redis_support::{RedisProcess, cli, per_second_env};
 use crate::support::{desc, missing, req, unique};
 
 /// A SECOND limit (over an hour, so that a report and a call share one window) and a MINUTE one.
@@ -29,17 +29,7 @@ async fn rls_and_rlqs_count_a_second_limit_in_one_counter_of_the_per_second_redi
     };
     let root = rules_root(RULES);
     let (main_url, second_url) = (main.addr(), second.addr());
-    let p = Process::start(
-        &root,
-        &[
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", main_url.as_str()),
-            ("REDIS_PERSECOND", "true"),
-            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
-            ("REDIS_PERSECOND_URL", second_url.as_str()),
-        ],
-    );
+    let p = Process::start(&root, &per_second_env(&main_url, &second_url));
     let value = unique("v");
     // RLQS: one report of 3 allowed requests in each bucket.
     let mut quotas = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
