@@ -1,5 +1,5 @@
 //! Compiles `proto/` with protox (pure Rust, no `protoc` needed) into prost/tonic code, and
-//! writes the encoded descriptor set that the reflection service serves.
+//! writes the encoded descriptor set that the reflection service serves (the served protos only).
 
 use std::path::PathBuf;
 
@@ -10,6 +10,13 @@ const PROTOS: &[&str] = &[
     "envoy/config/core/v3/base.proto",
     "envoy/service/rate_limit_quota/v3/rlqs.proto",
     "turnstile/wire/v1/lenient.proto",
+];
+
+/// Protos Turnstile speaks as a client (rules over xDS): compiled, but not in the descriptor set
+/// that reflection serves, since Turnstile does not serve them.
+const CLIENT_PROTOS: &[&str] = &[
+    "envoy/service/discovery/v3/ads.proto",
+    "ratelimit/config/ratelimit/v3/rls_conf.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("turnstile_descriptor.bin"),
         compiler.encode_file_descriptor_set(),
     )?;
+    compiler.open_files(CLIENT_PROTOS)?;
 
     tonic_prost_build::configure()
         .build_client(true)

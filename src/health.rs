@@ -16,6 +16,8 @@ pub struct Health {
     shutting_down: AtomicBool,
     /// The loaded configuration has no rules (healthy, but worth saying).
     rules_empty: AtomicBool,
+    /// Rules come over xDS and none have arrived yet (`FORCE_START_WITHOUT_INITIAL_CONFIG`).
+    awaiting_rules: AtomicBool,
     changed: watch::Sender<bool>,
 }
 
@@ -28,6 +30,7 @@ impl Health {
             needs_config,
             shutting_down: AtomicBool::new(false),
             rules_empty: AtomicBool::new(false),
+            awaiting_rules: AtomicBool::new(false),
             changed: watch::Sender::new(false),
         };
         health.publish();
@@ -64,8 +67,14 @@ impl Health {
         self.publish();
     }
 
+    /// Records that rules are expected from the xDS server and none have arrived yet.
+    pub fn set_awaiting_rules(&self) {
+        self.awaiting_rules.store(true, Ordering::Release);
+    }
+
     /// Records that a configuration is loaded.
     pub fn set_config_loaded(&self) {
+        self.awaiting_rules.store(false, Ordering::Release);
         self.config_loaded.store(true, Ordering::Release);
         self.publish();
     }
@@ -80,7 +89,12 @@ impl Health {
     pub fn warnings(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.rules_empty.load(Ordering::Acquire) {
-            out.push("no rate limit rules are loaded (the config directory has no rule files)");
+            out.push(
+                "no rate limit rules are loaded (no rule files, or an xDS push without resources)",
+            );
+        }
+        if self.awaiting_rules.load(Ordering::Acquire) {
+            out.push("no rate limit configuration has arrived from the xDS server yet");
         }
         out
     }

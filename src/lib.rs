@@ -25,7 +25,8 @@
 //!                  → quota assignments → rlqs::convert → responses on the stream
 //! ```
 //!
-//! Rules come from `reload` (files watched, one atomic swap, the old rules kept on error);
+//! Rules come from `reload` (files watched, one atomic swap, the old rules kept on error) or
+//! from `xds` (an ADS stream; a push that does not compile is NACKed and the old rules kept);
 //! `app` wires the stores, the limiter, the servers and the listeners from `settings`.
 //!
 //! # Layers
@@ -52,6 +53,7 @@
 //! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage` |
+//! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics` | `grpc`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
@@ -74,3 +76,4 @@ pub mod settings;
 pub mod storage;
 pub mod telemetry;
 pub mod tls;
+pub mod xds;

@@ -13,13 +13,14 @@ mod error;
 mod listeners;
 mod options;
 mod signals;
+mod source;
 mod store;
 
 pub use check::{check_config, check_config_cli};
 pub use error::AppError;
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
-use options::{initial_load, limiter_settings, load_options, server_options};
+use options::{initial_load, limiter_settings, server_options};
 
 pub use store::Store;
 
@@ -31,12 +32,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config;
 use crate::grpc::{ResponseSettings, ServiceState};
 use crate::health::Health;
 use crate::limiter::Limiter;
 use crate::metrics::{Instrumented, Metrics};
-use crate::reload::{Reloader, RulesHandle};
+use crate::reload::RulesHandle;
 use crate::server::ServerOptions;
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
@@ -114,18 +114,8 @@ impl App {
             },
             health: Arc::clone(&health),
         });
+        source::start(&settings, rules, metrics, health, &mut tasks).await;
         let (listeners, addresses) = bind_all(&settings).await?;
-        let reloader = Reloader {
-            handle: rules,
-            load: {
-                let (dir, options) = (settings.config_dir.clone(), load_options(&settings));
-                Box::new(move || config::load_dir(&dir, options))
-            },
-            dir: settings.config_dir.clone(),
-            metrics,
-            health,
-        };
-        tasks.spawn(reloader.run());
         let tls = match &settings.tls {
             None => None,
             Some(files) => {

@@ -10,7 +10,7 @@ use crate::config::{self, LoadOptions, StoreBounds};
 use crate::limiter::LimiterSettings;
 use crate::metrics::Metrics;
 use crate::server::{ConnectionLimits, ServerOptions};
-use crate::settings::{Backend, KeyLayout, Settings};
+use crate::settings::{Backend, ConfigSource, KeyLayout, Settings};
 
 pub(super) fn load_options(settings: &Settings) -> LoadOptions {
     LoadOptions {
@@ -38,6 +38,10 @@ pub(super) fn initial_load(
     settings: &Settings,
     metrics: &Metrics,
 ) -> Result<Option<config::Loaded>, AppError> {
+    if matches!(settings.config_source, ConfigSource::Xds(_)) {
+        // Rules arrive over the stream; files are not read.
+        return Ok(None);
+    }
     match config::load_dir(&settings.config_dir, load_options(settings)) {
         Ok(loaded) => {
             metrics.config_loaded(true);

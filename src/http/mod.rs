@@ -142,7 +142,13 @@ async fn rlconfig<S: CounterStore>(
         })
         .collect();
     lines.sort();
-    let mut body = lines.join("\n");
+    let mut body = String::new();
+    // Rules over xDS: which version is in force comes first (file rules print exactly as the
+    // reference prints them).
+    if let Some(version) = state.metrics.source.version().filter(|_| !rlqs) {
+        body.push_str(&format!("# xDS version in force: {version}\n"));
+    }
+    body.push_str(&lines.join("\n"));
     body.push('\n');
     (StatusCode::OK, body).into_response()
 }

@@ -20,6 +20,7 @@ mod label;
 mod record;
 mod render;
 mod rlqs;
+mod source;
 mod split;
 mod stats_key;
 pub mod statsd;
@@ -28,6 +29,7 @@ mod table;
 pub use connections::OpenConnections;
 pub use instrumented::Instrumented;
 pub use rlqs::RlqsMetrics;
+pub use source::SourceStatus;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +82,8 @@ pub struct Metrics {
     pub(crate) backend_time: Histogram,
     /// Rate Limit Quota Service streams, reports and assignments.
     pub rlqs: RlqsMetrics,
+    /// The state of the rules' source (xDS).
+    pub source: SourceStatus,
 }
 
 impl Metrics {
@@ -114,6 +118,7 @@ impl Metrics {
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
             rlqs: RlqsMetrics::default(),
+            source: SourceStatus::default(),
         }
     }
 

@@ -131,6 +131,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     }
 
     m.rlqs.render(&mut out, extra);
+    m.source.render(&mut out, extra);
 
     let mut samples: Vec<GaugeSample> = Vec::new();
     for gauge in gauges {

@@ -10,11 +10,13 @@ mod grpc;
 mod reader;
 mod redis;
 mod rlqs;
+mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
 pub use grpc::{ConnectionAge, GrpcLimits};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 pub use rlqs::{RlqsSettings, Unmatched};
+pub use xds::{ConfigSource, DEFAULT_MAX_MESSAGE_BYTES, XdsBackoff, XdsSettings, XdsTls};
 
 pub use reader::parse_duration;
 use reader::{LONGEST, Reader, Span, err};
@@ -76,11 +78,14 @@ pub struct Settings {
     /// The directory of rule files: `--config-dir`, or
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
     pub config_dir: PathBuf,
+    /// `CONFIG_TYPE`: rule files (`FILE`) or rules over xDS (`GRPC_XDS_SOTW`).
+    pub config_source: ConfigSource,
     /// `RUNTIME_IGNOREDOTFILES`.
     pub ignore_dotfiles: bool,
     /// `MERGE_DOMAIN_CONFIG`.
     pub merge_domains: bool,
-    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: start even when the first load fails.
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: start even when the first load fails (files), or
+    /// serve before the first rules arrive (xDS).
     pub force_start_without_config: bool,
     /// `BACKEND_TYPE` and its backend's settings.
     pub backend: Backend,
@@ -286,6 +291,7 @@ impl Settings {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from),
             config_dir,
+            config_source: xds::config_source(&r)?,
             ignore_dotfiles: r.bool("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false)?,
             force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,

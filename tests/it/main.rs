@@ -33,3 +33,4 @@ mod srv;
 mod storage_contract;
 mod support;
 mod tls;
+mod xds;

@@ -1,0 +1,141 @@
+//! The gRPC channel to the ADS server: plain HTTP/2, or TLS (rustls, ring; ALPN `h2`) with an
+//! optional client certificate. Every TLS file is read again for every connection, so
+//! certificates that Kubernetes rotates on disk are presented from the next connection on
+//! without a restart.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::crypto::ring::default_provider;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::settings::{XdsSettings, XdsTls};
+
+/// How long one connection attempt (TCP, TLS and HTTP/2) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 pings on an idle stream, so a control plane that vanished without closing the
+/// connection is noticed and the client reconnects.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why no channel could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A TLS file could not be read or used.
+    #[error("TLS towards the xDS server: {0}")]
+    Tls(String),
+    /// The server did not answer, or the handshake failed.
+    #[error("connecting to the xDS server {server}: {source}")]
+    Transport {
+        /// `CONFIG_GRPC_XDS_SERVER_URL`.
+        server: String,
+        /// What failed.
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// Connects to the ADS server of `settings`.
+pub async fn channel(settings: &XdsSettings) -> Result<Channel, ConnectError> {
+    let transport = |source| ConnectError::Transport {
+        server: settings.server.clone(),
+        source,
+    };
+    let endpoint = Endpoint::from_shared(format!("http://{}", settings.server))
+        .map_err(transport)?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
+    let Some(tls) = &settings.tls else {
+        return endpoint.connect().await.map_err(transport);
+    };
+    let config = Arc::new(client_config(tls)?);
+    let (host, port) = host_and_port(&settings.server)?;
+    let name = tls.san.clone().unwrap_or_else(|| host.clone());
+    let name = ServerName::try_from(name.clone())
+        .map_err(|e| ConnectError::Tls(format!("server name {name:?}: {e}")))?;
+    let connector = tower::service_fn(move |_uri| {
+        let (config, name, host) = (Arc::clone(&config), name.clone(), host.clone());
+        async move {
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let tls = TlsConnector::from(config).connect(name, tcp).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(tls))
+        }
+    });
+    endpoint
+        .connect_with_connector(connector)
+        .await
+        .map_err(transport)
+}
+
+/// `host` and `port` of `host:port` or `[v6]:port`.
+fn host_and_port(server: &str) -> Result<(String, u16), ConnectError> {
+    let bad = || ConnectError::Tls(format!("{server:?} is not host:port"));
+    let (host, port) = server.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok((host.to_owned(), port.parse().map_err(|_| bad())?))
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConnectError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ConnectError::Tls(format!("reading {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(ConnectError::Tls(format!(
+            "{} holds no certificate",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// The TLS client configuration, from the files as they are now.
+fn client_config(tls: &XdsTls) -> Result<ClientConfig, ConnectError> {
+    let mut roots = RootCertStore::empty();
+    match &tls.ca {
+        Some(ca) => {
+            for cert in certificates(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| ConnectError::Tls(format!("{}: {e}", ca.display())))?;
+            }
+        }
+        None => {
+            let system = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(system.certs);
+            if roots.is_empty() {
+                return Err(ConnectError::Tls(
+                    "no CA: set CONFIG_GRPC_XDS_SERVER_TLS_CACERT (the system has no CA roots)"
+                        .into(),
+                ));
+            }
+        }
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConnectError::Tls(e.to_string()))?
+        .with_root_certificates(roots);
+    let mut config = match &tls.client_cert {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = certificates(cert)?;
+            let key_der = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| ConnectError::Tls(format!("reading {}: {e}", key.display())))?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|e| ConnectError::Tls(format!("{}: {e}", cert.display())))?
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
