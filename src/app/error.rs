@@ -22,6 +22,9 @@ pub enum AppError {
     /// The TLS files cannot be used (exit 1).
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The statsd mapping file (`PROMETHEUS_MAPPER_YAML`) cannot be used (exit 78).
+    #[error("invalid statsd mapping file: {0}")]
+    Mapper(#[from] crate::metrics::mapper::MapperError),
     /// A setting names something this build does not support (exit 64).
     #[error("{0}")]
     Unsupported(String),
@@ -34,7 +37,7 @@ impl AppError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            AppError::Config(_) => 78,
+            AppError::Config(_) | AppError::Mapper(_) => 78,
             AppError::Unsupported(_) => 64,
             _ => 1,
         }

@@ -67,11 +67,15 @@ impl App {
     /// called inside a Tokio runtime; nothing is served until [`App::run_until`].
     pub async fn build(settings: Settings) -> Result<App, AppError> {
         let mut tasks = JoinSet::new();
-        let metrics = Arc::new(Metrics::new(
+        let mut metrics = Metrics::new(
             settings.stats_max_keys,
             settings.near_limit_ratio,
             &settings.extra_tags,
-        ));
+        );
+        if let Some(path) = &settings.prometheus_mapper {
+            metrics = metrics.with_mapper(crate::metrics::mapper::Mapper::load(path)?);
+        }
+        let metrics = Arc::new(metrics);
         let initial = initial_load(&settings, &metrics)?;
         if let Some(addr) = &settings.statsd {
             let sink =

@@ -17,6 +17,7 @@ mod connections;
 mod histogram;
 mod instrumented;
 mod label;
+pub mod mapper;
 mod record;
 mod render;
 mod rlqs;
@@ -84,6 +85,9 @@ pub struct Metrics {
     pub rlqs: RlqsMetrics,
     /// The state of the rules' source (xDS).
     pub source: SourceStatus,
+    /// `PROMETHEUS_MAPPER_YAML`: how the reference's statsd series are named in Prometheus
+    /// (the built-in names when unset).
+    mapper: Option<mapper::Mapper>,
 }
 
 impl Metrics {
@@ -119,7 +123,14 @@ impl Metrics {
             backend_time: Histogram::default(),
             rlqs: RlqsMetrics::default(),
             source: SourceStatus::default(),
+            mapper: None,
         }
+    }
+
+    /// Names the reference's series in Prometheus as `mapper` says (`PROMETHEUS_MAPPER_YAML`).
+    pub fn with_mapper(mut self, mapper: mapper::Mapper) -> Self {
+        self.mapper = Some(mapper);
+        self
     }
 
     /// Records an RLQS-served rule's global usage (bounded by `STATS_MAX_KEYS` rules).

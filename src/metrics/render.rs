@@ -7,11 +7,15 @@
 //! anything is stored, and the text format is the few lines below. A client crate's label
 //! families would add a hash lookup with owned label sets to every recorded hit.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::Metrics;
 use super::histogram::{BOUNDS, Histogram};
-use super::table::{COUNTERS, DOMAIN_NOT_FOUND, GaugeSample, LIMIT_STATS, gauge_samples};
+use super::mapper::{Mapped, Mapper, MetricType};
+use super::table::{
+    COUNTERS, CounterRow, DOMAIN_NOT_FOUND, GaugeSample, LIMIT_STATS, gauge_samples,
+};
 use crate::storage::Gauge;
 
 /// Escapes a label value.
@@ -69,32 +73,9 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     let mut out = String::with_capacity(4096);
     let extra = m.extra_labels.trim_start_matches(',');
 
-    let limits = m.limits_sorted();
-    for row in LIMIT_STATS {
-        let name = format!("ratelimit_service_rate_limit_{}", row.stat);
-        header(&mut out, &name, row.help, "counter");
-        for (segments, stats) in &limits {
-            let series = labels(&stats_key_labels(segments), extra);
-            let _ = writeln!(out, "{name}{{{series}}} {}", (row.read)(stats));
-        }
-    }
-
-    let (stat, help) = DOMAIN_NOT_FOUND;
-    let name = format!("ratelimit_service_rate_limit_{stat}");
-    header(&mut out, &name, help, "counter");
-    for (domain, n) in m.domains_not_found_sorted() {
-        let series = labels(&format!("domain=\"{}\"", escape(&domain)), extra);
-        let _ = writeln!(out, "{name}{{{series}}} {n}");
-    }
-
-    let mut previous = "";
-    for row in COUNTERS {
-        if row.prometheus != previous {
-            header(&mut out, row.prometheus, row.help, "counter");
-            previous = row.prometheus;
-        }
-        let series = labels(row.labels, extra);
-        let _ = writeln!(out, "{}{{{series}}} {}", row.prometheus, (row.read)(m));
+    match &m.mapper {
+        None => builtin_names(&mut out, m, extra),
+        Some(mapper) => mapped_names(&mut out, m, mapper, extra),
     }
 
     histogram(
@@ -148,4 +129,72 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         let _ = writeln!(out, "{name}{{{}}} {value}", labels(&own, extra));
     }
     out
+}
+
+/// The reference's series under its built-in Prometheus names, and Turnstile's counters.
+fn builtin_names(out: &mut String, m: &Metrics, extra: &str) {
+    let limits = m.limits_sorted();
+    for row in LIMIT_STATS {
+        let name = format!("ratelimit_service_rate_limit_{}", row.stat);
+        header(out, &name, row.help, "counter");
+        for (segments, stats) in &limits {
+            let series = labels(&stats_key_labels(segments), extra);
+            let _ = writeln!(out, "{name}{{{series}}} {}", (row.read)(stats));
+        }
+    }
+
+    let (stat, help) = DOMAIN_NOT_FOUND;
+    let name = format!("ratelimit_service_rate_limit_{stat}");
+    header(out, &name, help, "counter");
+    for (domain, n) in m.domains_not_found_sorted() {
+        let series = labels(&format!("domain=\"{}\"", escape(&domain)), extra);
+        let _ = writeln!(out, "{name}{{{series}}} {n}");
+    }
+
+    counter_rows(out, m, extra, |_| true);
+}
+
+/// The reference's statsd series named by a statsd_exporter mapping (summed where two map to
+/// one series, as statsd_exporter adds them up), then Turnstile's own counters.
+fn mapped_names(out: &mut String, m: &Metrics, mapper: &Mapper, extra: &str) {
+    let mut families: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (statsd, value) in m.statsd_counters() {
+        if let Mapped::Series {
+            name,
+            labels: pairs,
+        } = mapper.map(&statsd, MetricType::Counter)
+        {
+            let own: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let series = families.entry(name).or_default();
+            *series.entry(labels(&own.join(","), extra)).or_default() += value;
+        }
+    }
+    for (name, series) in &families {
+        header(
+            out,
+            name,
+            "statsd series named by PROMETHEUS_MAPPER_YAML",
+            "counter",
+        );
+        for (labels, value) in series {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
+    counter_rows(out, m, extra, |row| row.statsd.is_none());
+}
+
+/// The rows of [`COUNTERS`] that `keep` keeps, under their Prometheus names.
+fn counter_rows(out: &mut String, m: &Metrics, extra: &str, keep: fn(&CounterRow) -> bool) {
+    let mut previous = "";
+    for row in COUNTERS.iter().filter(|row| keep(row)) {
+        if row.prometheus != previous {
+            header(out, row.prometheus, row.help, "counter");
+            previous = row.prometheus;
+        }
+        let series = labels(row.labels, extra);
+        let _ = writeln!(out, "{}{{{series}}} {}", row.prometheus, (row.read)(m));
+    }
 }

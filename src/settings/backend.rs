@@ -64,8 +64,20 @@ pub enum MemcachedTransport {
     Classic,
 }
 
+/// `BACKEND_TYPE`. Unset, it is `memory`, unless `REDIS_URL` is set: the reference's default
+/// is `redis`, and deployments written for it (Envoy Gateway's, the reference's compose files)
+/// name only `REDIS_URL`; counting those in process would split every limit per replica.
 pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
-    let kind = r.string("BACKEND_TYPE", "memory").to_ascii_lowercase();
+    let unset = r.string("BACKEND_TYPE", "").trim().is_empty();
+    let default = if unset && !r.string("REDIS_URL", "").trim().is_empty() {
+        "redis"
+    } else {
+        "memory"
+    };
+    let kind = match r.string("BACKEND_TYPE", "").trim() {
+        "" => default.to_owned(),
+        set => set.to_ascii_lowercase(),
+    };
     match kind.as_str() {
         "" | "memory" => Ok(Backend::Memory {
             max_keys: r.number("MEMORY_MAX_KEYS", 1_000_000usize, 1, 1_000_000_000)?,

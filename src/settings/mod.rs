@@ -113,6 +113,8 @@ pub struct Settings {
     pub debug_addr: String,
     /// `USE_PROMETHEUS`: serve `PROMETHEUS_PATH` on `PROMETHEUS_ADDR`.
     pub prometheus: Option<Prometheus>,
+    /// `PROMETHEUS_MAPPER_YAML`: a statsd_exporter mapping file naming the reference's series.
+    pub prometheus_mapper: Option<PathBuf>,
     /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` (UDP).
     pub statsd: Option<String>,
     /// `STATS_FLUSH_INTERVAL`: how often statsd counters are pushed.
@@ -318,6 +320,9 @@ impl Settings {
                 addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
                 path: r.string("PROMETHEUS_PATH", "/metrics"),
             }),
+            prometheus_mapper: Some(r.string("PROMETHEUS_MAPPER_YAML", ""))
+                .filter(|p| !p.trim().is_empty())
+                .map(PathBuf::from),
             statsd: if r.bool("USE_STATSD", false)? {
                 Some(format!(
                     "{}:{}",

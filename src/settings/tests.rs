@@ -222,3 +222,98 @@ fn the_per_second_redis_mirrors_the_settings() {
     .to_string();
     assert!(err.contains("REDIS_PERSECOND_TYPE"), "{err}");
 }
+
+/// Exactly what Envoy Gateway's rate-limit Deployment sets (its Redis and TLS file paths):
+/// nothing refused, rules over xDS with mutual TLS, counting in Redis although `BACKEND_TYPE`
+/// is unset (the reference's default is Redis).
+#[test]
+fn the_envoy_gateway_environment_is_taken_as_it_is() {
+    let s = with(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+        ("TRACING_ENABLED", "false"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector:4318"),
+    ])
+    .expect("Envoy Gateway's environment");
+    let ConfigSource::Xds(xds) = &s.config_source else {
+        panic!("rules over xDS expected");
+    };
+    assert_eq!(xds.server, "envoy-gateway:18001");
+    assert_eq!(xds.node_id, "envoy-ratelimit");
+    let tls = xds.tls.as_ref().expect("TLS to the control plane");
+    assert_eq!(
+        tls.client_cert,
+        Some((
+            PathBuf::from("/certs/tls.crt"),
+            PathBuf::from("/certs/tls.key")
+        ))
+    );
+    assert!(s.force_start_without_config);
+    assert!(s.tls.is_some(), "gRPC server TLS");
+    assert!(matches!(s.backend, Backend::Redis(_)), "{:?}", s.backend);
+    assert_eq!(
+        s.prometheus.as_ref().map(|p| p.addr.as_str()),
+        Some("0.0.0.0:19001")
+    );
+}
+
+#[test]
+fn xds_settings_have_the_references_defaults_and_name_bad_values() {
+    let s = with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).expect("defaults");
+    let ConfigSource::Xds(xds) = s.config_source else {
+        panic!("xDS expected");
+    };
+    assert_eq!(
+        (xds.server.as_str(), xds.node_id.as_str()),
+        ("localhost:18000", "default")
+    );
+    assert_eq!(xds.backoff.initial, Duration::from_secs(10));
+    assert_eq!(xds.backoff.max, Duration::from_secs(60));
+    assert_eq!(xds.backoff.stream_retry, Duration::from_secs(3));
+    assert!(xds.backoff.jitter && xds.backoff.random_factor == 0.5);
+    assert_eq!(xds.max_message_bytes, 4 << 20);
+    assert!(xds.tls.is_none());
+    assert!(
+        matches!(s.backend, Backend::Memory { .. }),
+        "no REDIS_URL: memory"
+    );
+    for (name, value) in [
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "no-port"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "zone"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "Bad Name:v"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s"),
+    ] {
+        let e = with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (name, value)]).expect_err(name);
+        assert_eq!(e.name, name, "{e}");
+    }
+    let e = with(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c.pem"),
+    ])
+    .expect_err("a certificate without its key");
+    assert_eq!(e.name, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY");
+}

@@ -30,6 +30,7 @@ mod robustness;
 mod semantics;
 mod settings_bounds;
 mod srv;
+mod statsd_mapping;
 mod storage_contract;
 mod support;
 mod tls;
