@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("check-config") => match turnstile::app::check_config_cli(
             &args[1..],
-            std::env::var("BACKEND_TYPE").ok().as_deref(),
+            Some(turnstile::settings::backend_type(&|name| std::env::var(name).ok()).as_str()),
         ) {
             Some(code) => ExitCode::from(code),
             None => usage(),

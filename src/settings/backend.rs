@@ -64,20 +64,21 @@ pub enum MemcachedTransport {
     Classic,
 }
 
-/// `BACKEND_TYPE`. Unset, it is `memory`, unless `REDIS_URL` is set: the reference's default
-/// is `redis`, and deployments written for it (Envoy Gateway's, the reference's compose files)
-/// name only `REDIS_URL`; counting those in process would split every limit per replica.
+/// `BACKEND_TYPE`, lower-cased. Unset, it is `memory`, unless `REDIS_URL` is set: the
+/// reference's default is `redis`, and deployments written for it (Envoy Gateway's, the
+/// reference's compose files) name only `REDIS_URL`; counting those in process would split
+/// every limit per replica.
+pub fn backend_type(env: &dyn Fn(&str) -> Option<String>) -> String {
+    let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    match (set("BACKEND_TYPE"), set("REDIS_URL")) {
+        (Some(kind), _) => kind.trim().to_ascii_lowercase(),
+        (None, Some(_)) => "redis".into(),
+        (None, None) => "memory".into(),
+    }
+}
+
 pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
-    let unset = r.string("BACKEND_TYPE", "").trim().is_empty();
-    let default = if unset && !r.string("REDIS_URL", "").trim().is_empty() {
-        "redis"
-    } else {
-        "memory"
-    };
-    let kind = match r.string("BACKEND_TYPE", "").trim() {
-        "" => default.to_owned(),
-        set => set.to_ascii_lowercase(),
-    };
+    let kind = backend_type(r.env);
     match kind.as_str() {
         "" | "memory" => Ok(Backend::Memory {
             max_keys: r.number("MEMORY_MAX_KEYS", 1_000_000usize, 1, 1_000_000_000)?,

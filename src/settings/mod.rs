@@ -12,7 +12,7 @@ mod redis;
 mod rlqs;
 mod xds;
 
-pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport};
+pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
 pub use grpc::{ConnectionAge, GrpcLimits};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 pub use rlqs::{RlqsSettings, Unmatched};

@@ -14,7 +14,7 @@ use crate::deploy::envoy;
 use crate::process::{Process, http_get, rules_root, temp_dir};
 use crate::support::{Memcached, free_port};
 
-pub(crate) struct Envoy(Child);
+pub(crate) struct Envoy(pub(crate) Child);
 
 impl Drop for Envoy {
     fn drop(&mut self) {

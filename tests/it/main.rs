@@ -10,6 +10,7 @@ mod config_files;
 mod counting_edges;
 mod deploy;
 mod envoy_e2e;
+mod envoy_gateway;
 mod faults;
 mod ipv6;
 pub mod lifecycle;

@@ -53,6 +53,11 @@ pub(crate) fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
     } else {
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
     };
+    leaf_with(dir, ca_name, leaf, ext);
+}
+
+/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca`, with the X.509 extensions `ext`.
+pub(crate) fn leaf_with(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
     std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
     openssl(
         dir,
