@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::settings::{
-    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, RedisAddress, RedisSettings,
-    RedisTls, RedisTopology,
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, PgMigrate, PgSslMode,
+    PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
 };
 use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
+use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
+use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 use crate::storage::redis::{RedisOptions, RedisStore, RedisTarget, RedisTlsOptions};
 use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
@@ -34,6 +36,8 @@ pub enum Store {
     Memcached(MemcachedStore),
     /// Redis or Valkey.
     Redis(RedisStore),
+    /// PostgreSQL.
+    Postgres(PostgresStore),
 }
 
 impl CounterStore for Store {
@@ -42,6 +46,7 @@ impl CounterStore for Store {
             Store::Memory(s) => s.hit(hits).await,
             Store::Memcached(s) => s.hit(hits).await,
             Store::Redis(s) => s.hit(hits).await,
+            Store::Postgres(s) => s.hit(hits).await,
         }
     }
 
@@ -50,6 +55,7 @@ impl CounterStore for Store {
             Store::Memory(s) => s.bucket(steps).await,
             Store::Memcached(s) => s.bucket(steps).await,
             Store::Redis(s) => s.bucket(steps).await,
+            Store::Postgres(s) => s.bucket(steps).await,
         }
     }
 
@@ -58,6 +64,7 @@ impl CounterStore for Store {
             Store::Memory(s) => s.ready().await,
             Store::Memcached(s) => s.ready().await,
             Store::Redis(s) => s.ready().await,
+            Store::Postgres(s) => s.ready().await,
         }
     }
 
@@ -66,6 +73,7 @@ impl CounterStore for Store {
             Store::Memory(s) => s.gauges(),
             Store::Memcached(s) => s.gauges(),
             Store::Redis(s) => s.gauges(),
+            Store::Postgres(s) => s.gauges(),
         }
     }
 }
@@ -86,7 +94,56 @@ pub(super) async fn build(
             Store::Redis(RedisStore::new(redis_options(settings)?, Arc::clone(clock))),
             Vec::new(),
         )),
+        Backend::Postgres(settings) => postgres_store(settings, clock),
     }
+}
+
+/// How often expired PostgreSQL rows are swept.
+const POSTGRES_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// A PostgreSQL store and its sweeper.
+pub(super) fn postgres_store(
+    s: &PostgresSettings,
+    clock: &Arc<dyn Clock>,
+) -> Result<(Store, Vec<Task>), StorageError> {
+    let store = PostgresStore::new(postgres_options(s)?, Arc::clone(clock))?;
+    let sweeper: Task = Box::pin(store.clone().sweep_every(POSTGRES_SWEEP_EVERY));
+    Ok((Store::Postgres(store), vec![sweeper]))
+}
+
+/// The storage options of the settings (TLS files read now: a missing one stops start-up).
+pub(super) fn postgres_options(s: &PostgresSettings) -> Result<PostgresOptions, StorageError> {
+    let verify = match s.ssl_mode {
+        PgSslMode::Disable => None,
+        PgSslMode::Require => Some(Verify::Nothing),
+        PgSslMode::VerifyCa => Some(Verify::Chain),
+        PgSslMode::VerifyFull => Some(Verify::Full),
+    };
+    let tls = match verify {
+        None => None,
+        Some(verify) => {
+            let files = PgTlsFiles {
+                root: s.ssl_root_cert.clone(),
+                client: s.ssl_client.clone(),
+            };
+            Some(
+                PgTls::new(verify, &files)
+                    .map_err(|e| StorageError::Unavailable(format!("POSTGRES_URL TLS: {e}")))?,
+            )
+        }
+    };
+    Ok(PostgresOptions {
+        config: s.config.clone(),
+        tls,
+        pool_size: s.pool_size,
+        timeout: s.timeout,
+        schema: s.schema.clone(),
+        migrate: match s.migrate {
+            PgMigrate::Auto => MigrateMode::Auto,
+            PgMigrate::Check => MigrateMode::Check,
+            PgMigrate::Off => MigrateMode::Off,
+        },
+    })
 }
 
 /// The per-second Redis store (`REDIS_PERSECOND`), when configured.

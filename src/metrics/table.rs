@@ -199,5 +199,19 @@ pub(crate) fn gauge_samples(gauge: &Gauge, out: &mut Vec<GaugeSample>) {
                 ),
             ]);
         }
+        Gauge::PostgresPool { connections, idle } => out.extend([
+            (
+                "turnstile_postgres_connections",
+                "connections open to PostgreSQL",
+                String::new(),
+                *connections,
+            ),
+            (
+                "turnstile_postgres_idle_connections",
+                "connections to PostgreSQL open and idle",
+                String::new(),
+                *idle,
+            ),
+        ]),
     }
 }

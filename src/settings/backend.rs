@@ -18,6 +18,8 @@ pub enum Backend {
     Memcached(MemcachedSettings),
     /// Redis or Valkey (`redis`).
     Redis(super::redis::RedisSettings),
+    /// PostgreSQL (`postgres`): every limit durable.
+    Postgres(Box<super::postgres::PostgresSettings>),
 }
 
 /// The memcached backend's settings.
@@ -85,10 +87,11 @@ pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
         }),
         "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
         "redis" => Ok(Backend::Redis(super::redis::redis(r)?)),
+        "postgres" | "postgresql" => Ok(Backend::Postgres(Box::new(super::postgres::postgres(r)?))),
         other => Err(err(
             "BACKEND_TYPE",
             other,
-            "expected memory, memcache or redis",
+            "expected memory, memcache, redis or postgres",
         )),
     }
 }

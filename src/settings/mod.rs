@@ -7,6 +7,7 @@
 mod address;
 mod backend;
 mod grpc;
+mod postgres;
 mod reader;
 mod redis;
 mod rlqs;
@@ -14,6 +15,7 @@ mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
 pub use grpc::{ConnectionAge, GrpcLimits};
+pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 pub use rlqs::{RlqsSettings, Unmatched};
 pub use xds::{ConfigSource, DEFAULT_MAX_MESSAGE_BYTES, XdsBackoff, XdsSettings, XdsTls};
@@ -89,6 +91,9 @@ pub struct Settings {
     pub force_start_without_config: bool,
     /// `BACKEND_TYPE` and its backend's settings.
     pub backend: Backend,
+    /// `POSTGRES_URL` with `POSTGRES_FROM_UNIT` beside another backend: long windows counted
+    /// in PostgreSQL.
+    pub postgres_route: Option<PostgresRoute>,
     /// `CACHE_KEY_PREFIX`.
     pub key_prefix: String,
     /// `SHADOW_MODE`.
@@ -294,6 +299,7 @@ impl Settings {
                 .map(PathBuf::from),
             config_dir,
             config_source: xds::config_source(&r)?,
+            postgres_route: postgres::route(&r, &backend)?,
             ignore_dotfiles: r.bool("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false)?,
             force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,

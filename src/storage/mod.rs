@@ -1,5 +1,5 @@
 //! Counters: the [`CounterStore`] trait and its implementations, the in-process [`memory`]
-//! store (the embedded default), [`memcached`] and [`redis`]; `expiry` (when a shard's keys fall
+//! store (the embedded default), [`memcached`], [`redis`] and [`postgres`] (durable); `expiry` (when a shard's keys fall
 //! due) and `lateness` (a late answer on a busy runtime is overload) serve them. A store knows
 //! keys, deltas and expiry times; it knows nothing about rules, limits or protobuf, and only the
 //! limiter calls it.
@@ -14,6 +14,7 @@ pub(crate) mod expiry;
 mod lateness;
 pub mod memcached;
 pub mod memory;
+pub mod postgres;
 pub mod redis;
 
 pub use bucket::{BucketAnswer, BucketStep, Take};
@@ -116,6 +117,13 @@ pub enum Gauge {
         connections: u64,
         /// Connections open and idle (pooled transports; pipelined connections are shared).
         idle_connections: u64,
+    },
+    /// The PostgreSQL connection pool.
+    PostgresPool {
+        /// Connections open.
+        connections: u64,
+        /// Connections open and idle.
+        idle: u64,
     },
 }
 

@@ -5,6 +5,7 @@
 mod edges;
 mod memcached;
 mod memory;
+mod postgres;
 mod redis;
 
 use turnstile::clock::{Clock, ManualClock};

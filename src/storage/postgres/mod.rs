@@ -1,0 +1,374 @@
+//! PostgreSQL (`BACKEND_TYPE=postgres`, or long windows routed here with `POSTGRES_FROM_UNIT`):
+//! durable counters. Every counter operation of a request is one call of the schema's `hit`
+//! function, every token-bucket step of it one call of `bucket` (arrays in, answers out; one
+//! round trip and one transaction each), so an admitted hit is committed (with the operator's
+//! `synchronous_commit`) before the answer leaves, and nothing is counted twice or lost when
+//! Turnstile or PostgreSQL restarts.
+//!
+//! Turnstile's clock decides (as on memcached and Redis): the time of a request is passed in,
+//! so replicas and the other stores agree on windows, and the database's clock never matters.
+//!
+//! Connections come from a deadpool-postgres pool (tokio-postgres underneath): chosen over
+//! bb8-postgres because a pooled connection can be taken out of the pool for good
+//! (`Object::take`), which is how a connection to a demoted primary is dropped on its first
+//! read-only error, and because it keeps a per-connection cache of prepared statements. The
+//! pool connects on demand: the service starts without PostgreSQL, reports not ready, and
+//! counts as soon as the database accepts connections.
+//!
+//! Must not touch: rules, limits, protobuf, the settings' environment names.
+
+mod schema;
+mod sweep;
+pub mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio::sync::OnceCell;
+use tokio_postgres::error::SqlState;
+
+use crate::clock::Clock;
+use crate::storage::{
+    BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError, Take,
+};
+
+pub use schema::{MigrateMode, SchemaError, SchemaState};
+
+/// How to reach PostgreSQL and keep the schema.
+#[derive(Clone)]
+pub struct PostgresOptions {
+    /// Where and as whom (hosts, port, database, user, password, `target_session_attrs`).
+    pub config: tokio_postgres::Config,
+    /// TLS, when the connection string asks for it.
+    pub tls: Option<tls::PgTls>,
+    /// Connections kept at most.
+    pub pool_size: usize,
+    /// Deadline of one request's call, waiting for a connection included.
+    pub timeout: Duration,
+    /// The schema Turnstile's tables and functions live in.
+    pub schema: String,
+    /// When the schema is brought up to date.
+    pub migrate: MigrateMode,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The configuration holds the password: only where, never it.
+        f.debug_struct("PostgresOptions")
+            .field("hosts", &self.config.get_hosts())
+            .field("dbname", &self.config.get_dbname())
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters and buckets in PostgreSQL.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    options: PostgresOptions,
+    quoted: String,
+    hit_sql: String,
+    bucket_sql: String,
+    schema: OnceCell<()>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// A store that connects on demand.
+    pub fn new(options: PostgresOptions, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &options.tls {
+            None => Manager::from_config(
+                options.config.clone(),
+                tokio_postgres::NoTls,
+                manager_config,
+            ),
+            Some(tls) => {
+                Manager::from_config(options.config.clone(), tls.connector(), manager_config)
+            }
+        };
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(options.timeout))
+            .build()
+            .map_err(|e| StorageError::Unavailable(format!("PostgreSQL pool: {e}")))?;
+        let quoted = format!("\"{}\"", options.schema);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                hit_sql: format!("SELECT counts FROM {quoted}.hit($1, $2, $3, $4, $5, $6)"),
+                bucket_sql: format!(
+                    "SELECT admitted, tats FROM {quoted}.bucket($1, $2::text[]::numeric[], \
+                     $3::text[]::numeric[], $4::text[]::numeric[], $5, $6, $7::text[]::numeric[], $8)"
+                ),
+                quoted,
+                options,
+                schema: OnceCell::new(),
+                clock,
+            }),
+        })
+    }
+
+    /// Where the store counts, for messages (hosts and database; never the password).
+    fn place(&self) -> String {
+        let c = &self.inner.options.config;
+        let hosts: Vec<String> = c
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        format!(
+            "PostgreSQL {} database {}",
+            hosts.join(","),
+            c.get_dbname().unwrap_or("(default)")
+        )
+    }
+
+    /// A connection with the schema in the state `POSTGRES_MIGRATE` asks for.
+    async fn connection(&self) -> Result<Object, StorageError> {
+        let mut client = self.inner.pool.get().await.map_err(|e| {
+            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+        })?;
+        if !self.inner.schema.initialized() {
+            let inner = &self.inner;
+            inner
+                .schema
+                .get_or_try_init(|| schema::prepare(&mut client, &inner.options, &inner.quoted))
+                .await
+                .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))?;
+        }
+        Ok(client)
+    }
+
+    /// Runs `call` on a connection within the deadline, mapping failures to store errors.
+    async fn within<T, F, Fut>(&self, call: F) -> Result<T, StorageError>
+    where
+        F: FnOnce(Object) -> Fut,
+        Fut: std::future::Future<Output = (Object, Result<T, tokio_postgres::Error>)>,
+    {
+        let attempt = async {
+            let client = self.connection().await?;
+            let (client, result) = call(client).await;
+            result.map_err(|e| self.failed(client, &e))
+        };
+        match tokio::time::timeout(self.inner.options.timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Timeout(format!(
+                "{} did not answer within {:?} (POSTGRES_TIMEOUT)",
+                self.place(),
+                self.inner.options.timeout
+            ))),
+        }
+    }
+
+    /// The store error for `e`; a connection that can no longer write (a demoted primary) or
+    /// that broke is taken out of the pool for good, so the next call connects afresh (with
+    /// `target_session_attrs=read-write`, to the new primary).
+    fn failed(&self, client: Object, e: &tokio_postgres::Error) -> StorageError {
+        let code = e.code();
+        if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) || e.is_closed() {
+            drop(Object::take(client));
+            return StorageError::Unavailable(format!(
+                "{}: {e} (connection dropped; the next call reconnects)",
+                self.place()
+            ));
+        }
+        match code {
+            Some(code) => StorageError::Protocol(format!(
+                "{} refused the call ({}): {e}",
+                self.place(),
+                code.code()
+            )),
+            None => StorageError::Unavailable(format!("{}: {e}", self.place())),
+        }
+    }
+
+    /// Deletes expired rows in small batches, every `every`, until the task is dropped.
+    pub async fn sweep_every(self, every: Duration) {
+        sweep::run(self, every).await;
+    }
+
+    /// The schema's state (`turnstile migrate --check`).
+    pub async fn schema_state(&self) -> Result<SchemaState, StorageError> {
+        let client = self.inner.pool.get().await.map_err(|e| {
+            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+        })?;
+        schema::state(&client, &self.inner.quoted)
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))
+    }
+
+    /// Brings the schema up to date (`turnstile migrate`); the versions applied.
+    pub async fn migrate(&self) -> Result<Vec<i32>, StorageError> {
+        let mut client = self.inner.pool.get().await.map_err(|e| {
+            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+        })?;
+        schema::migrate(&mut client, &self.inner.options.schema, &self.inner.quoted)
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))
+    }
+}
+
+fn op_code(op: Op) -> (i16, u64) {
+    match op {
+        Op::Add(n) => (0, n),
+        Op::Sub(n) => (1, n),
+        Op::Lease(n) => (2, n),
+        Op::Release(n) => (3, n),
+    }
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl CounterStore for PostgresStore {
+    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
+        let (mut ops, mut amounts, mut expires) = (Vec::new(), Vec::new(), Vec::new());
+        for h in hits {
+            let (op, n) = op_code(h.op.bounded());
+            ops.push(op);
+            amounts.push(signed(n));
+            expires.push(signed(h.expires_at));
+        }
+        let now = signed(self.inner.clock.now());
+        let ceiling = signed(COUNT_CEILING);
+        let sql = &self.inner.hit_sql;
+        let row = self
+            .within(|client| async move {
+                let result = async {
+                    let statement = client.prepare_cached(sql).await?;
+                    client
+                        .query_one(
+                            &statement,
+                            &[&keys, &ops, &amounts, &expires, &now, &ceiling],
+                        )
+                        .await
+                }
+                .await;
+                (client, result)
+            })
+            .await?;
+        let counts: Vec<i64> = row
+            .try_get(0)
+            .map_err(|e| StorageError::Protocol(format!("{}: {e}", self.place())))?;
+        if counts.len() != hits.len() {
+            return Err(StorageError::Protocol(format!(
+                "{} answered {} counts for {} operations",
+                self.place(),
+                counts.len(),
+                hits.len()
+            )));
+        }
+        Ok(counts
+            .into_iter()
+            .map(|c| u64::try_from(c).unwrap_or(0))
+            .collect())
+    }
+
+    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = steps.iter().map(|s| s.key.as_str()).collect();
+        let text = |f: fn(&BucketStep) -> u128| -> Vec<String> {
+            steps.iter().map(|s| f(s).to_string()).collect()
+        };
+        let (nows, intervals, capacities) = (
+            text(|s| s.now),
+            text(|s| s.interval.max(1)),
+            text(|s| s.capacity),
+        );
+        let ticks = text(|s| s.ticks_per_milli.max(1));
+        let (mut amounts, mut refunds) = (Vec::new(), Vec::new());
+        for s in steps {
+            let (n, refund) = match s.take {
+                Take::Take(n) => (n, false),
+                Take::Refund(n) => (n, true),
+            };
+            amounts.push(signed(n.min(crate::storage::MAX_DELTA)));
+            refunds.push(refund);
+        }
+        let now = signed(self.inner.clock.now());
+        let sql = &self.inner.bucket_sql;
+        let row = self
+            .within(|client| async move {
+                let result = async {
+                    let statement = client.prepare_cached(sql).await?;
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                        &keys,
+                        &nows,
+                        &intervals,
+                        &capacities,
+                        &amounts,
+                        &refunds,
+                        &ticks,
+                        &now,
+                    ];
+                    client.query_one(&statement, &params).await
+                }
+                .await;
+                (client, result)
+            })
+            .await?;
+        let protocol = |e: String| StorageError::Protocol(format!("{}: {e}", self.place()));
+        let admitted: Vec<bool> = row.try_get(0).map_err(|e| protocol(e.to_string()))?;
+        let tats: Vec<String> = row.try_get(1).map_err(|e| protocol(e.to_string()))?;
+        if admitted.len() != steps.len() || tats.len() != steps.len() {
+            return Err(protocol("answers do not match the steps".into()));
+        }
+        admitted
+            .into_iter()
+            .zip(tats)
+            .map(|(admitted, tat)| {
+                let tat = tat
+                    .parse::<u128>()
+                    .map_err(|e| protocol(format!("bucket state {tat:?}: {e}")))?;
+                Ok(BucketAnswer { admitted, tat })
+            })
+            .collect()
+    }
+
+    async fn ready(&self) -> Result<(), StorageError> {
+        self.within(|client| async move {
+            let result = client.simple_query("SELECT 1").await.map(|_| ());
+            (client, result)
+        })
+        .await
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let status = self.inner.pool.status();
+        vec![Gauge::PostgresPool {
+            connections: status.size as u64,
+            idle: status.available as u64,
+        }]
+    }
+}

@@ -1,0 +1,56 @@
+//! The sweeper: expired rows deleted in small batches (at most `BATCH` rows a statement,
+//! skipping rows a request holds), so the tables and their indexes stay the size of the live
+//! counters without a long-running DELETE or leaving the work to VACUUM. Rows a request finds
+//! expired before the sweeper does are reused by it in place.
+//!
+//! Must not touch: the request path.
+
+use std::time::Duration;
+
+use super::PostgresStore;
+
+/// Rows one statement deletes at most.
+const BATCH: i64 = 1_000;
+/// Statements one round runs at most (a backlog is worked off over several rounds).
+const ROUNDS: usize = 100;
+
+pub(super) async fn run(store: PostgresStore, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let mut deleted = 0u64;
+        for table in ["counters", "buckets"] {
+            match sweep(&store, table).await {
+                Ok(n) => deleted += n,
+                Err(e) => tracing::debug!(error = %e, table, "PostgreSQL sweep skipped"),
+            }
+        }
+        if deleted > 0 {
+            tracing::debug!(deleted, "expired PostgreSQL rows deleted");
+        }
+    }
+}
+
+/// Deletes `table`'s expired rows, a batch at a time; how many.
+async fn sweep(store: &PostgresStore, table: &str) -> Result<u64, crate::storage::StorageError> {
+    let sql = format!(
+        "DELETE FROM {q}.{table} WHERE key IN (SELECT key FROM {q}.{table} \
+         WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        q = store.inner.quoted
+    );
+    let mut total = 0;
+    for _ in 0..ROUNDS {
+        let now = super::signed(store.inner.clock.now());
+        let sql = &sql;
+        let n = store
+            .within(|client| async move {
+                let result = client.execute(sql.as_str(), &[&now, &BATCH]).await;
+                (client, result)
+            })
+            .await?;
+        total += n;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,201 @@
+//! A real PostgreSQL server for a test (Debian's packages): `initdb` into a temporary
+//! directory and `pg_ctl start` on a free port, as the `postgres` user when the tests run as
+//! root (initdb refuses root), stopped and removed on drop. Each test may also use its own
+//! schema (`POSTGRES_SCHEMA`) on a server.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use turnstile::clock::Clock;
+use turnstile::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
+
+use crate::process::temp_dir;
+use crate::support::{free_port, missing, unique};
+
+/// The directory of `initdb`, `pg_ctl` and `psql` (the newest installed major version).
+fn bin_dir() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|p| p.join("pg_ctl").exists())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// A PostgreSQL server, stopped on drop.
+pub struct Postgres {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl Postgres {
+    /// Starts a server; `None` (a visible skip, or a failure when peers are required) when
+    /// PostgreSQL is not installed.
+    pub fn start() -> Option<Postgres> {
+        let Some(bin) = bin_dir() else {
+            missing("PostgreSQL (initdb and pg_ctl, Debian's postgresql package)");
+            return None;
+        };
+        let dir = temp_dir("pg");
+        if running_as_root() {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(status.success(), "chown the data directory");
+        }
+        let pg = Postgres {
+            port: free_port(),
+            dir,
+            bin,
+        };
+        let data = pg.dir.join("data");
+        let data = data.to_str().expect("path");
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        pg.ctl(&["start", "-w", "-t", "30"]);
+        Some(pg)
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> String {
+        let binary = self.bin.join(tool);
+        let mut cmd = if running_as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&binary);
+            c
+        } else {
+            Command::new(&binary)
+        };
+        let out = cmd.args(args).current_dir(&self.dir).output().expect(tool);
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `pg_ctl` on this server's data directory, port and socket directory.
+    pub fn ctl(&self, args: &[&str]) {
+        let data = self.dir.join("data");
+        let log = self.dir.join("log");
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let mut all = vec![
+            "-D",
+            data.to_str().expect("path"),
+            "-l",
+            log.to_str().expect("path"),
+        ];
+        all.extend_from_slice(args);
+        if args
+            .first()
+            .is_some_and(|a| *a == "start" || *a == "restart")
+        {
+            all.extend_from_slice(&["-o", &options]);
+            return drop(self.run("pg_ctl", &all));
+        }
+        self.run("pg_ctl", &all);
+    }
+
+    /// The connection URI (user postgres, no password: the server trusts loopback).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// One SQL statement through `psql`, its unaligned output.
+    pub fn psql(&self, sql: &str) -> String {
+        let port = self.port.to_string();
+        self.run(
+            "psql",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-At",
+                "-c",
+                sql,
+            ],
+        )
+        .trim()
+        .to_owned()
+    }
+
+    /// A store on this server in a schema of its own (migrated at its first call).
+    pub fn store(&self, clock: &Arc<dyn Clock>) -> (PostgresStore, String) {
+        let schema = unique("t").replace('-', "_");
+        let store = PostgresStore::new(self.options(&schema), Arc::clone(clock)).expect("store");
+        (store, schema)
+    }
+
+    /// Options for `schema` on this server.
+    pub fn options(&self, schema: &str) -> PostgresOptions {
+        PostgresOptions {
+            config: self.url().parse().expect("config"),
+            tls: None,
+            pool_size: 16,
+            timeout: std::time::Duration::from_secs(5),
+            schema: schema.to_owned(),
+            migrate: MigrateMode::Auto,
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = Command::new(if running_as_root() { "runuser" } else { "true" })
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args([
+                "-D",
+                data.to_str().unwrap_or_default(),
+                "stop",
+                "-m",
+                "immediate",
+            ])
+            .output();
+        if !running_as_root() {
+            let _ = Command::new(self.bin.join("pg_ctl"))
+                .args([
+                    "-D",
+                    data.to_str().unwrap_or_default(),
+                    "stop",
+                    "-m",
+                    "immediate",
+                ])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

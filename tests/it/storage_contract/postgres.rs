@@ -1,0 +1,104 @@
+//! The suite on PostgreSQL (two stores on one schema, as two replicas), plus what only it
+//! does: expired rows reused in place and swept in batches, and the schema migrated once by
+//! replicas starting together.
+
+use std::sync::Arc;
+
+use turnstile::clock::{Clock, ManualClock};
+use turnstile::storage::{CounterStore, Op};
+
+use super::{buckets, contract, hit, leases};
+use crate::postgres_support::Postgres;
+use crate::support::unique;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store() {
+    let Some(pg) = Postgres::start() else { return };
+    let clock = ManualClock::new(crate::support::T0);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let (store, schema) = pg.store(&shared);
+    contract(store.clone(), &clock).await;
+    leases(&store, &clock).await;
+    let replica = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), shared)
+        .expect("second store");
+    buckets(&[store.clone(), replica], &clock).await;
+    super::edges::saturation(&store, &clock, true).await;
+    super::edges::past_2038(&store, &clock, true).await;
+
+    // An expired row is reused in place by the next hit, with the new window's expiry.
+    let key = unique("reuse");
+    let end = clock.now() + 2;
+    store.hit(&[hit(&key, Op::Add(5), end)]).await.expect("hit");
+    clock.advance(3);
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Add(0), end)])
+            .await
+            .expect("read"),
+        vec![0],
+        "an expired row reads as missing"
+    );
+    assert_eq!(
+        store
+            .hit(&[hit(&key, Op::Add(1), clock.now() + 60)])
+            .await
+            .expect("hit"),
+        vec![1],
+        "and is reused from zero"
+    );
+    let rows = pg.psql(&format!(
+        "SELECT count(*) || ':' || max(expires_at) FROM {schema}.counters WHERE key = '{key}'"
+    ));
+    assert_eq!(rows, format!("1:{}", clock.now() + 60));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_migrate_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(crate::support::T0));
+    let schema = unique("m").replace('-', "_");
+    let stores: Vec<_> = (0..4)
+        .map(|_| {
+            turnstile::storage::postgres::PostgresStore::new(
+                pg.options(&schema),
+                Arc::clone(&clock),
+            )
+            .expect("store")
+        })
+        .collect();
+    let mut calls = Vec::new();
+    for store in &stores {
+        let store = store.clone();
+        calls.push(tokio::spawn(async move { store.ready().await }));
+    }
+    for call in calls {
+        call.await.expect("joined").expect("ready after migrating");
+    }
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT string_agg(version::text, ',') FROM {schema}.schema_version"
+        )),
+        "1",
+        "each migration applied once"
+    );
+    // A schema newer than this build is refused in words and never written to.
+    pg.psql(&format!(
+        "INSERT INTO {schema}.schema_version (version) VALUES (99)"
+    ));
+    let fresh = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), clock)
+        .expect("store");
+    let error = fresh
+        .hit(&[hit("k", Op::Add(1), crate::support::T0 + 60)])
+        .await
+        .expect_err("newer schema");
+    assert!(
+        error
+            .to_string()
+            .contains("schema version 99 is newer than this Turnstile knows (1)"),
+        "{error}"
+    );
+    assert_eq!(
+        pg.psql(&format!("SELECT count(*) FROM {schema}.counters")),
+        "0"
+    );
+}
