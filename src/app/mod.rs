@@ -106,6 +106,13 @@ impl App {
             limiter =
                 limiter.with_per_second_store(Instrumented::new(second, Arc::clone(&metrics)));
         }
+        if let Some((durable, durable_tasks, from)) =
+            store::durable(settings.postgres_route.as_ref(), &clock)?
+        {
+            tasks.extend(durable_tasks);
+            limiter =
+                limiter.with_durable_store(Instrumented::new(durable, Arc::clone(&metrics)), from);
+        }
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
             limiter,

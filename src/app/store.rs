@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::settings::{
     Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, PgMigrate, PgSslMode,
-    PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
+    PostgresRoute, PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
 };
 use crate::storage::memcached::srv::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
@@ -96,6 +96,24 @@ pub(super) async fn build(
         )),
         Backend::Postgres(settings) => postgres_store(settings, clock),
     }
+}
+
+/// The PostgreSQL store of long windows (`POSTGRES_FROM_UNIT`), its tasks, and the shortest
+/// period (seconds) it counts.
+pub(super) fn durable(
+    route: Option<&PostgresRoute>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<(Store, Vec<Task>, u64)>, StorageError> {
+    let Some(route) = route else {
+        return Ok(None);
+    };
+    let from = crate::rules::Unit::parse(&route.from_unit)
+        .map(crate::rules::Unit::seconds)
+        .ok_or_else(|| {
+            StorageError::Unavailable(format!("POSTGRES_FROM_UNIT={}", route.from_unit))
+        })?;
+    let (store, tasks) = postgres_store(&route.settings, clock)?;
+    Ok(Some((store, tasks, from)))
 }
 
 /// How often expired PostgreSQL rows are swept.

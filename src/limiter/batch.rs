@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use futures_util::future::try_join;
+use futures_util::future::{try_join, try_join3};
 
 use super::algorithm::{self, Hits, Plan};
 use crate::rules::PerUnit;
@@ -32,17 +32,41 @@ pub(crate) struct Batch {
     pub(crate) planned: Vec<Planned>,
     pub(crate) counts: Vec<u64>,
     pub(crate) answers: Vec<BucketAnswer>,
-    /// Per hit and per step: it goes to the per-second store (`REDIS_PERSECOND`).
-    pub(crate) hits_second: Vec<bool>,
-    pub(crate) steps_second: Vec<bool>,
+    /// Per hit and per step: the store it goes to (kept only once one goes elsewhere than
+    /// the main store; a missing entry means the main store).
+    pub(crate) hits_to: Vec<Destination>,
+    pub(crate) steps_to: Vec<Destination>,
 }
 
-/// The stores a batch is sent to: the main one, and the per-second one (SECOND limits) when
+/// The store an operation goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Destination {
+    /// `BACKEND_TYPE`'s store.
+    #[default]
+    Main,
+    /// `REDIS_PERSECOND`: the counters of SECOND limits.
+    PerSecond,
+    /// `POSTGRES_FROM_UNIT`: the counters of long windows, in PostgreSQL.
+    Durable,
+}
+
+/// The stores a batch is sent to: the main one, and the per-second and durable ones when
 /// configured.
 #[derive(Debug)]
 pub(crate) struct Stores<'s, S> {
     pub(crate) main: &'s S,
     pub(crate) per_second: Option<&'s S>,
+    pub(crate) durable: Option<&'s S>,
+}
+
+impl<S> Stores<'_, S> {
+    fn at(&self, to: Destination) -> &S {
+        match to {
+            Destination::Main => self.main,
+            Destination::PerSecond => self.per_second.unwrap_or(self.main),
+            Destination::Durable => self.durable.unwrap_or(self.main),
+        }
+    }
 }
 
 impl Batch {
@@ -54,20 +78,25 @@ impl Batch {
         }
     }
 
-    /// Adds a descriptor's operations (to the per-second store when `second`); returns its
-    /// plan and the index of its first hit.
-    pub(crate) fn plan(&mut self, planned: &algorithm::Planned<'_>, second: bool) -> (Plan, usize) {
+    /// Adds a descriptor's operations, bound for `to`; returns its plan and the index of its
+    /// first hit.
+    pub(crate) fn plan(
+        &mut self,
+        planned: &algorithm::Planned<'_>,
+        to: Destination,
+    ) -> (Plan, usize) {
         let (first, first_step) = (self.hits.len(), self.steps.len());
         let plan = algorithm::plan(planned, &mut self.hits, &mut self.steps);
-        // The flags are kept only once some operation goes to the per-second store (no
-        // allocation otherwise); a missing flag means the main store.
-        if second || !self.hits_second.is_empty() {
-            self.hits_second.resize(first, false);
-            self.hits_second.resize(self.hits.len(), second);
+        // Destinations are kept only once some operation goes elsewhere than the main store
+        // (no allocation otherwise); a missing entry means the main store.
+        let elsewhere = to != Destination::Main;
+        if elsewhere || !self.hits_to.is_empty() {
+            self.hits_to.resize(first, Destination::Main);
+            self.hits_to.resize(self.hits.len(), to);
         }
-        if second || !self.steps_second.is_empty() {
-            self.steps_second.resize(first_step, false);
-            self.steps_second.resize(self.steps.len(), second);
+        if elsewhere || !self.steps_to.is_empty() {
+            self.steps_to.resize(first_step, Destination::Main);
+            self.steps_to.resize(self.steps.len(), to);
         }
         (plan, first)
     }
@@ -79,8 +108,8 @@ impl Batch {
             Plan::Sliding { current, .. } => self.hits.truncate(current),
             Plan::Bucket { step, .. } => self.steps.truncate(step),
         }
-        self.hits_second.truncate(self.hits.len());
-        self.steps_second.truncate(self.steps.len());
+        self.hits_to.truncate(self.hits.len());
+        self.steps_to.truncate(self.steps.len());
     }
 
     /// The request indexes of the counted descriptors.
@@ -121,11 +150,11 @@ impl Batch {
                     ..self.hits[hit].clone()
                 })
                 .collect();
-            let flags: Vec<bool> = fixed
+            let to: Vec<Destination> = fixed
                 .iter()
-                .map(|&(hit, _, _)| self.hits_second.get(hit).copied().unwrap_or(false))
+                .map(|&(hit, _, _)| self.hits_to.get(hit).copied().unwrap_or_default())
                 .collect();
-            let before = routed_hits(stores, reads, &flags).await?;
+            let before = routed_hits(stores, reads, &to).await?;
             let over: Vec<bool> = fixed
                 .iter()
                 .zip(&before)
@@ -144,13 +173,13 @@ impl Batch {
         Ok(())
     }
 
-    /// Sends the operations: counters and buckets at the same time (and to both stores at the
-    /// same time when there is a per-second store).
+    /// Sends the operations: counters and buckets at the same time (and to every store they
+    /// go to at the same time).
     pub(crate) async fn run<S: CounterStore>(
         &mut self,
         stores: &Stores<'_, S>,
     ) -> Result<(), StorageError> {
-        let (counts, answers) = if self.hits_second.is_empty() && self.steps_second.is_empty() {
+        let (counts, answers) = if self.hits_to.is_empty() && self.steps_to.is_empty() {
             // Everything on the main store: the request path without routing.
             let store = stores.main;
             let counters = async {
@@ -168,8 +197,8 @@ impl Batch {
             try_join(counters, buckets).await?
         } else {
             // Boxed, so that the routing's futures do not grow every request's future.
-            let counters = routed_hits(stores, self.hits.clone(), &self.hits_second);
-            let buckets = routed_steps(stores, self.steps.clone(), &self.steps_second);
+            let counters = routed_hits(stores, self.hits.clone(), &self.hits_to);
+            let buckets = routed_steps(stores, self.steps.clone(), &self.steps_to);
             Box::pin(try_join(counters, buckets)).await?
         };
         self.counts = counts;
@@ -178,12 +207,12 @@ impl Batch {
     }
 }
 
-/// `ops` applied by `apply` on their stores (`second[i]`: the per-second one; a missing flag
-/// means the main store), answers in order; both stores at the same time.
+/// `ops` applied by `apply` on their stores (`to[i]`; a missing entry means the main store),
+/// answers in order; every store at the same time.
 async fn routed<'a, S, T, A, F, Fut>(
-    stores: &Stores<'a, S>,
+    stores: &'a Stores<'a, S>,
     ops: Vec<T>,
-    second: &[bool],
+    to: &[Destination],
     apply: F,
 ) -> Result<Vec<A>, StorageError>
 where
@@ -193,28 +222,36 @@ where
     if ops.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(per_second) = stores.per_second.filter(|_| second.contains(&true)) else {
+    if to.iter().all(|d| *d == Destination::Main) {
         return apply(stores.main, ops).await;
-    };
+    }
     let len = ops.len();
-    let (main, to_second) = split(ops, second);
-    let on_main = async {
-        match main.is_empty() {
-            true => Ok(Vec::new()),
-            false => apply(stores.main, main).await,
+    let [main, second, durable] = split(ops, to);
+    let on = |store: &'a S, ops: Vec<T>| {
+        let call = (!ops.is_empty()).then(|| apply(store, ops));
+        async move {
+            match call {
+                Some(call) => call.await,
+                None => Ok(Vec::new()),
+            }
         }
     };
-    let (a, b) = try_join(on_main, apply(per_second, to_second)).await?;
-    Ok(merge(len, second, a, b))
+    let (a, b, c) = try_join3(
+        on(stores.main, main),
+        on(stores.at(Destination::PerSecond), second),
+        on(stores.at(Destination::Durable), durable),
+    )
+    .await?;
+    Ok(merge(len, to, [a, b, c]))
 }
 
 /// Counter hits on their stores (see [`routed`]).
 pub(crate) async fn routed_hits<S: CounterStore>(
     stores: &Stores<'_, S>,
     hits: Vec<Hit>,
-    second: &[bool],
+    to: &[Destination],
 ) -> Result<Vec<u64>, StorageError> {
-    routed(stores, hits, second, |store, ops| async move {
+    routed(stores, hits, to, |store, ops| async move {
         store.hit(&ops).await
     })
     .await
@@ -224,35 +261,36 @@ pub(crate) async fn routed_hits<S: CounterStore>(
 async fn routed_steps<S: CounterStore>(
     stores: &Stores<'_, S>,
     steps: Vec<BucketStep>,
-    second: &[bool],
+    to: &[Destination],
 ) -> Result<Vec<BucketAnswer>, StorageError> {
-    routed(stores, steps, second, |store, ops| async move {
+    routed(stores, steps, to, |store, ops| async move {
         store.bucket(&ops).await
     })
     .await
 }
 
-/// The operations for the main store and those for the per-second store (`second[i]`; a
-/// missing flag means the main store).
-fn split<T>(ops: Vec<T>, second: &[bool]) -> (Vec<T>, Vec<T>) {
-    let (mut main, mut routed) = (Vec::new(), Vec::new());
-    for (i, op) in ops.into_iter().enumerate() {
-        match second.get(i).copied().unwrap_or(false) {
-            true => routed.push(op),
-            false => main.push(op),
-        }
+fn slot(to: Destination) -> usize {
+    match to {
+        Destination::Main => 0,
+        Destination::PerSecond => 1,
+        Destination::Durable => 2,
     }
-    (main, routed)
 }
 
-/// The `len` answers in the operations' order, from the main store's (`a`) and the
-/// per-second store's (`b`).
-fn merge<T>(len: usize, second: &[bool], a: Vec<T>, b: Vec<T>) -> Vec<T> {
-    let (mut a, mut b) = (a.into_iter(), b.into_iter());
+/// The operations for the main, per-second and durable stores (`to[i]`; a missing entry
+/// means the main store).
+fn split<T>(ops: Vec<T>, to: &[Destination]) -> [Vec<T>; 3] {
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    for (i, op) in ops.into_iter().enumerate() {
+        out[slot(to.get(i).copied().unwrap_or_default())].push(op);
+    }
+    out
+}
+
+/// The `len` answers in the operations' order, from each store's answers.
+fn merge<T>(len: usize, to: &[Destination], answers: [Vec<T>; 3]) -> Vec<T> {
+    let mut answers = answers.map(Vec::into_iter);
     (0..len)
-        .filter_map(|i| match second.get(i).copied().unwrap_or(false) {
-            true => b.next(),
-            false => a.next(),
-        })
+        .filter_map(|i| answers[slot(to.get(i).copied().unwrap_or_default())].next())
         .collect()
 }

@@ -28,6 +28,7 @@ use crate::rules::{Rate, RuleSet};
 use crate::storage::{CounterStore, Hit, StorageError};
 use algorithm::Hits;
 use batch::Batch;
+pub use batch::Destination;
 
 /// Process-wide limiter settings.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +57,9 @@ pub struct Limiter<S> {
     store: S,
     /// `REDIS_PERSECOND`: where the counters of SECOND limits are kept instead.
     per_second: Option<S>,
+    /// `POSTGRES_FROM_UNIT`: where the counters of limits at least this many seconds long are
+    /// kept instead.
+    durable: Option<(S, u64)>,
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
     local_cache: Option<local_cache::OverLimitCache>,
@@ -68,6 +72,7 @@ impl<S: CounterStore> Limiter<S> {
         Self {
             store,
             per_second: None,
+            durable: None,
             clock,
             settings,
             local_cache,
@@ -81,6 +86,9 @@ impl<S: CounterStore> Limiter<S> {
         if let Some(second) = &self.per_second {
             gauges.extend(second.gauges());
         }
+        if let Some((durable, _)) = &self.durable {
+            gauges.extend(durable.gauges());
+        }
         gauges
     }
 
@@ -90,27 +98,44 @@ impl<S: CounterStore> Limiter<S> {
         self
     }
 
-    /// Whether `rate`'s operations go to the per-second store (`REDIS_PERSECOND`: every
-    /// operation of a SECOND limit). RLS and RLQS route by this one rule.
-    pub fn routes_to_per_second(&self, rate: &crate::rules::PerUnit) -> bool {
-        self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second
+    /// Keeps the counters of limits at least `from_seconds` long in `store` instead
+    /// (`POSTGRES_FROM_UNIT`).
+    pub fn with_durable_store(mut self, store: S, from_seconds: u64) -> Self {
+        self.durable = Some((store, from_seconds));
+        self
     }
 
-    /// Applies counter hits, each on its store (`second[i]`: hit `i` goes to the per-second
-    /// store; see [`Limiter::routes_to_per_second`]), both stores at once; the counts in order.
+    /// Where `rate`'s operations go: the durable store for a period at least as long as
+    /// `POSTGRES_FROM_UNIT`, else the per-second store for a SECOND limit (`REDIS_PERSECOND`),
+    /// else the main store. RLS and RLQS route by this one rule.
+    pub fn destination(&self, rate: &crate::rules::PerUnit) -> Destination {
+        match &self.durable {
+            Some((_, from)) if rate.period.seconds() >= *from => Destination::Durable,
+            _ if self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second => {
+                Destination::PerSecond
+            }
+            _ => Destination::Main,
+        }
+    }
+
+    /// Applies counter hits, each on its store (`to[i]`; see [`Limiter::destination`]), every
+    /// store at once; the counts in order.
     pub async fn hit_routed(
         &self,
         hits: Vec<Hit>,
-        second: &[bool],
+        to: &[Destination],
     ) -> Result<Vec<u64>, StorageError> {
-        batch::routed_hits(&self.stores(), hits, second).await
+        batch::routed_hits(&self.stores(), hits, to).await
     }
 
     /// Whether every store can serve (readiness); if not, why.
     pub async fn ready(&self) -> Result<(), StorageError> {
         self.store.ready().await?;
-        match &self.per_second {
-            Some(second) => second.ready().await,
+        if let Some(second) = &self.per_second {
+            second.ready().await?;
+        }
+        match &self.durable {
+            Some((durable, _)) => durable.ready().await,
             None => Ok(()),
         }
     }
@@ -119,6 +144,7 @@ impl<S: CounterStore> Limiter<S> {
         batch::Stores {
             main: &self.store,
             per_second: self.per_second.as_ref(),
+            durable: self.durable.as_ref().map(|(store, _)| store),
         }
     }
 
@@ -272,7 +298,7 @@ impl<S: CounterStore> Limiter<S> {
         };
         let base = self.key_base(domain, descriptor, limit);
         let key = |tail| base.tail(tail);
-        let second = self.routes_to_per_second(&rate);
+        let to = self.destination(&rate);
         let (plan, hit_at) = batch.plan(
             &algorithm::Planned {
                 rate,
@@ -280,7 +306,7 @@ impl<S: CounterStore> Limiter<S> {
                 now_ms,
                 key: &key,
             },
-            second,
+            to,
         );
         if let (Some(cache), algorithm::Plan::Fixed { window, .. }) = (&self.local_cache, plan) {
             let key = &batch.hits[hit_at].key;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use super::share::{FILL_INTERVAL_SECONDS, ShareInput};
 use super::stream::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
+use crate::limiter::Destination;
 use crate::limiter::{Limiter, Window};
 use crate::rules::Rate;
 use crate::settings::{RlqsSettings, Unmatched};
@@ -168,20 +169,21 @@ pub(super) fn plan<S: CounterStore>(
     resolved: &[Resolution<'_>],
     placed: &[Option<Placed>],
     limiter: &Limiter<S>,
-) -> (Vec<Hit>, Vec<bool>) {
+) -> (Vec<Hit>, Vec<Destination>) {
     let mut hits = Vec::new();
-    let mut second = Vec::new();
+    let mut to = Vec::new();
     for (r, p) in resolved.iter().zip(placed) {
         let (Resolution::Counted { limit, entries, .. }, Some(Placed { window, split })) = (r, p)
         else {
             continue;
         };
-        // The bucket's counters live where RLS counts the limit (`REDIS_PERSECOND`).
-        let to_second = match limit.rate {
-            Rate::Limited(rate) => limiter.routes_to_per_second(&rate),
-            Rate::Unlimited { .. } => false,
+        // The bucket's counters live where RLS counts the limit (`REDIS_PERSECOND`,
+        // `POSTGRES_FROM_UNIT`).
+        let destination = match limit.rate {
+            Rate::Limited(rate) => limiter.destination(&rate),
+            Rate::Unlimited { .. } => Destination::Main,
         };
-        second.extend([to_second; 3]);
+        to.extend([destination; 3]);
         let (period, start, end) = (window.period, window.start, window.end());
         let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
         hits.push(Hit {
@@ -200,7 +202,7 @@ pub(super) fn plan<S: CounterStore>(
             expires_at: end,
         });
     }
-    (hits, second)
+    (hits, to)
 }
 
 /// One bucket's assignment; `counts` are there for a counted bucket.

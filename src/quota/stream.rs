@@ -298,18 +298,18 @@ impl Drop for QuotaStream {
     }
 }
 
-/// The counts after a report's `hits`, each on its store (`second`), checked to be `expected`
+/// The counts after a report's `hits`, each on its store (`to`), checked to be `expected`
 /// in number; none when there are no hits.
 async fn store_counts<S: CounterStore>(
     limiter: &Limiter<S>,
     hits: Vec<crate::storage::Hit>,
-    second: &[bool],
+    to: &[crate::limiter::Destination],
     expected: usize,
 ) -> Result<Vec<u64>, StorageError> {
     if hits.is_empty() {
         return Ok(Vec::new());
     }
-    let counts = limiter.hit_routed(hits, second).await?;
+    let counts = limiter.hit_routed(hits, to).await?;
     if counts.len() == expected {
         Ok(counts)
     } else {

@@ -42,12 +42,28 @@ fn port_after(line: &str, name: &str) -> Option<u16> {
 
 impl Binary {
     pub fn start(env: &[(&str, &str)]) -> Binary {
-        Self::start_under(None, env)
+        Self::start_under(None, RULES, env)
+    }
+
+    /// Starts the binary with `rules` as its rule file.
+    pub fn start_with(rules: &str, env: &[(&str, &str)]) -> Binary {
+        Self::start_under(None, rules, env)
+    }
+
+    /// The gRPC port.
+    pub fn grpc(&self) -> u16 {
+        self.grpc
+    }
+
+    /// Ends the process with SIGKILL (no drain, nothing flushed) and waits for it.
+    pub fn kill(mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
     }
 
     /// Starts the binary, under `prlimit --nofile=SOFT:HARD` when `nofile` is given.
-    fn start_under(nofile: Option<&str>, env: &[(&str, &str)]) -> Binary {
-        let root = rules_root(RULES);
+    fn start_under(nofile: Option<&str>, rules: &str, env: &[(&str, &str)]) -> Binary {
+        let root = rules_root(rules);
         let mut all = loopback_env(&root);
         all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
         let mut cmd = command(&all);
@@ -366,7 +382,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[test]
 fn the_open_files_limit_is_raised_and_running_out_does_not_spin() {
     // Soft 256, hard 4096: the service raises the soft limit to the hard one at start.
-    let p = Binary::start_under(Some("256:4096"), &[]);
+    let p = Binary::start_under(Some("256:4096"), RULES, &[]);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.child.id())).expect("limits");
     let line = limits
         .lines()
@@ -377,7 +393,7 @@ fn the_open_files_limit_is_raised_and_running_out_does_not_spin() {
     drop(p);
 
     // Hard 64: connections exhaust the descriptors; the accept loop pauses instead of spinning.
-    let p = Binary::start_under(Some("64:64"), &[]);
+    let p = Binary::start_under(Some("64:64"), RULES, &[]);
     let pid = p.child.id();
     let mut held = Vec::new();
     for _ in 0..100 {

@@ -19,6 +19,7 @@ mod model;
 mod modes;
 mod overload;
 mod peers;
+mod postgres;
 mod postgres_support;
 mod process;
 mod readiness_reasons;

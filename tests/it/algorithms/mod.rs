@@ -264,3 +264,28 @@ fn every_algorithm_matches_its_model_through_sentinel() {
     };
     models_on_redis(target, 20);
 }
+
+/// The same comparison on PostgreSQL. Turnstile's clock decides there (expiry included), so
+/// the test clock starts where the memory store's does and leases expire on it.
+#[test]
+fn every_algorithm_matches_its_model_on_postgres() {
+    let Some(pg) = crate::postgres_support::Postgres::start() else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(40));
+    let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
+        let clock = ManualClock::new(1_000_000);
+        let shared: Arc<dyn turnstile::clock::Clock> = Arc::new(clock.clone());
+        let (store, _schema) = pg.store(&shared);
+        let limiter = Limiter::new(store, shared, Default::default());
+        run(&runtime, &limiter, &clock, 5_000, steps)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
