@@ -1,6 +1,6 @@
 //! Runs one scenario on every counter store: the memory store, a real memcached process (meta
-//! protocol), one redis-server (with the reference's key layout), a master behind a Sentinel, and a
-//! 3-master Redis Cluster. `on_every_backend!` stamps one test per backend.
+//! protocol), one redis-server (with the reference's key layout), a master behind a Sentinel, a
+//! 3-master Redis Cluster, and PostgreSQL. `on_every_backend!` stamps one test per backend.
 
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ pub enum Backend {
     RedisCluster,
     /// A master with a replica behind a Sentinel.
     RedisSentinel,
+    /// A PostgreSQL server of the test's own (Turnstile's clock decides there, so the test
+    /// clock need not stand at the present).
+    Postgres,
 }
 
 /// A server plus whatever it needs kept alive.
@@ -102,6 +105,17 @@ impl Backend {
                     _redis: Some(Box::new(cluster)),
                 })
             }
+            Backend::Postgres => {
+                let pg = crate::postgres_support::Postgres::start()?;
+                let clock = ManualClock::new(crate::support::T0);
+                let shared: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clock.clone());
+                let (store, _schema) = pg.store(&shared);
+                Some(Harness {
+                    server: start_with(store, clock, files, options).await,
+                    _memcached: None,
+                    _redis: Some(Box::new(pg)),
+                })
+            }
         }
     }
 }
@@ -123,6 +137,9 @@ macro_rules! on_every_backend {
         }
         mod redis_cluster_backend {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::RedisCluster).await })*
+        }
+        mod postgres_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $scenario() { super::$scenario($crate::backends::Backend::Postgres).await })*
         }
     };
 }

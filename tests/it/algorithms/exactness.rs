@@ -1,6 +1,6 @@
 //! Exactness under concurrency for every algorithm: 64 concurrent callers over two Turnstile
-//! servers (separate stores, connections and coalescers) sharing two memcached servers, or a
-//! 3-master Redis Cluster, admit
+//! servers (separate stores, connections and coalescers) sharing two memcached servers, a
+//! 3-master Redis Cluster, or one PostgreSQL, admit
 //! exactly what the model admits. The clock is frozen (and moved by hand) so the expected
 //! numbers are exact: a token bucket gives its capacity at once and then the refill; a sliding
 //! window gives the limit, then what the previous window's weight leaves; a concurrency limit
@@ -42,6 +42,8 @@ pub(crate) enum Shared {
     Memcached,
     /// A 3-master Redis Cluster.
     RedisCluster,
+    /// One PostgreSQL (both replicas in one schema).
+    Postgres,
 }
 
 type Replicas = (
@@ -75,6 +77,16 @@ async fn replicas(shared: Shared) -> Option<Replicas> {
             let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
             let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
             Some((a, b, clock, Box::new(cluster)))
+        }
+        Shared::Postgres => {
+            let pg = crate::postgres_support::Postgres::start()?;
+            let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+            let (store_a, schema) = pg.store(&shared);
+            let store_b = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), shared)
+                .expect("second replica's store");
+            let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
+            let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
+            Some((a, b, clock, Box::new(pg)))
         }
     }
 }
@@ -289,6 +301,10 @@ macro_rules! on_shared_stores {
         mod over_a_redis_cluster {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() { super::$scenario(super::Shared::RedisCluster).await })*
+        }
+        mod over_postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Shared::Postgres).await })*
         }
     };
 }
