@@ -1,6 +1,7 @@
 //! The `turnstile` binary: settings → telemetry → serve → exit code. All logic is in the library.
 //!
-//! Usage: `turnstile [--config-dir DIR]` or `turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]`.
+//! Usage: `turnstile [--config-dir DIR]`, `turnstile check-config DIR [--merge-domain-config]
+//! [--reference] [--rlqs]` or `turnstile migrate [--check]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,11 @@ fn main() -> ExitCode {
             Some(code) => ExitCode::from(code),
             None => usage(),
         },
+        Some("migrate") => match args.get(1).map(String::as_str) {
+            None => migrate(false),
+            Some("--check") if args.len() == 2 => migrate(true),
+            _ => usage(),
+        },
         Some("--config-dir") => match args.get(1) {
             Some(dir) if args.len() == 2 => serve(Some(PathBuf::from(dir))),
             _ => usage(),
@@ -33,9 +39,34 @@ fn main() -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]"
+        "usage: turnstile [--config-dir DIR] | turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs] | turnstile migrate [--check]"
     );
     ExitCode::from(64)
+}
+
+/// `turnstile migrate [--check]`: PostgreSQL's schema, by hand.
+fn migrate(check: bool) -> ExitCode {
+    let settings = match Settings::from_env(&|name| std::env::var(name).ok(), None) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("turnstile: {err}");
+            return ExitCode::from(64);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("turnstile: starting the runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let (report, code) = runtime.block_on(turnstile::app::migrate_cli(&settings, check));
+    if code == 0 {
+        println!("{report}");
+    } else {
+        eprintln!("turnstile: {report}");
+    }
+    ExitCode::from(code)
 }
 
 fn serve(config_dir: Option<PathBuf>) -> ExitCode {

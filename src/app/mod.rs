@@ -11,6 +11,7 @@
 mod check;
 mod error;
 mod listeners;
+mod migrate;
 mod options;
 mod signals;
 mod source;
@@ -20,6 +21,7 @@ pub use check::{check_config, check_config_cli};
 pub use error::AppError;
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
+pub use migrate::migrate_cli;
 use options::{initial_load, limiter_settings, server_options};
 
 pub use store::Store;

@@ -125,6 +125,23 @@ impl Postgres {
         self.run("pg_ctl", &all);
     }
 
+    /// Freezes (`STOP`) or thaws (`CONT`) the server and its backends: connections stay open
+    /// and nothing answers, as a hung database does.
+    pub fn signal_all(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.dir.join("data/postmaster.pid")).expect("pid file");
+        let pid = pid.lines().next().expect("pid").trim().to_owned();
+        let children = Command::new("pkill")
+            .args([&format!("-{signal}"), "-P", &pid])
+            .status()
+            .expect("pkill");
+        assert!(children.success(), "signal the backends");
+        let main = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(main.success(), "signal the postmaster");
+    }
+
     /// The connection URI (user postgres, no password: the server trusts loopback).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)

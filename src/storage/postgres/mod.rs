@@ -149,8 +149,9 @@ impl PostgresStore {
 
     /// A connection with the schema in the state `POSTGRES_MIGRATE` asks for.
     async fn connection(&self) -> Result<Object, StorageError> {
-        let mut client = self.inner.pool.get().await.map_err(|e| {
-            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+        let mut client = self.inner.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Timeout(_) => self.late(),
+            e => StorageError::Unavailable(format!("{}: no connection: {e}", self.place())),
         })?;
         if !self.inner.schema.initialized() {
             let inner = &self.inner;
@@ -176,12 +177,17 @@ impl PostgresStore {
         };
         match tokio::time::timeout(self.inner.options.timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(StorageError::Timeout(format!(
-                "{} did not answer within {:?} (POSTGRES_TIMEOUT)",
-                self.place(),
-                self.inner.options.timeout
-            ))),
+            Err(_) => Err(self.late()),
         }
+    }
+
+    /// The deadline passed (connecting, waiting for a pooled connection, or the call).
+    fn late(&self) -> StorageError {
+        StorageError::Timeout(format!(
+            "{} did not answer within {:?} (POSTGRES_TIMEOUT)",
+            self.place(),
+            self.inner.options.timeout
+        ))
     }
 
     /// The store error for `e`; a connection that can no longer write (a demoted primary) or

@@ -82,8 +82,9 @@ async fn replicas(shared: Shared) -> Option<Replicas> {
             let pg = crate::postgres_support::Postgres::start()?;
             let shared: Arc<dyn Clock> = Arc::new(clock.clone());
             let (store_a, schema) = pg.store(&shared);
-            let store_b = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), shared)
-                .expect("second replica's store");
+            let store_b =
+                turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), shared)
+                    .expect("second replica's store");
             let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
             let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
             Some((a, b, clock, Box::new(pg)))

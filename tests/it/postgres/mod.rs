@@ -3,4 +3,6 @@
 //! immediate restart of PostgreSQL, exactness over two replicas, and faults.
 
 mod durability;
+mod faults;
 mod routing;
+mod schema;

@@ -1,0 +1,138 @@
+//! PostgreSQL stopped under load: every call is answered within `POSTGRES_TIMEOUT` (plus
+//! scheduling) with `UNAVAILABLE` naming PostgreSQL, the service keeps running and reports not
+//! ready; once PostgreSQL accepts connections again, counting resumes within a second, with the
+//! counts from before the outage.
+
+use std::time::{Duration, Instant};
+
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::postgres_support::Postgres;
+use crate::process::{Process, http_get, rules_root};
+use crate::support::{req1, unique, until};
+
+const RULES: &str = "\
+domain: plans
+descriptors:
+  - key: api_key
+    rate_limit: { unit: month, requests_per_unit: 100 }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stopped_under_load_then_back() {
+    let Some(pg) = Postgres::start() else { return };
+    let schema = unique("fault").replace('-', "_");
+    let url = pg.url();
+    let p = Process::start(
+        &rules_root(RULES),
+        &[
+            ("BACKEND_TYPE", "postgres"),
+            ("POSTGRES_URL", &url),
+            ("POSTGRES_SCHEMA", &schema),
+            ("POSTGRES_TIMEOUT", "250ms"),
+        ],
+    );
+    let client = p.client().await;
+    let key = unique("k");
+    let call = || {
+        let mut client = client.clone();
+        let key = key.clone();
+        async move {
+            let started = Instant::now();
+            let answer = client
+                .should_rate_limit(req1("plans", &[("api_key", &key)]))
+                .await;
+            (
+                answer.map(|a| a.into_inner().statuses[0].limit_remaining),
+                started.elapsed(),
+            )
+        }
+    };
+    for expected in [99, 98, 97] {
+        assert_eq!(call().await.0.expect("counted"), expected);
+    }
+
+    pg.ctl(&["stop", "-m", "fast", "-w"]);
+    // 16 callers at once, 5 calls each.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let answers = futures_util::future::join_all((0..16).map(|_| call())).await;
+        for (answer, took) in answers {
+            let status = answer.expect_err("PostgreSQL is down");
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(status.message().contains("PostgreSQL"), "{status:?}");
+            slowest = slowest.max(took);
+        }
+    }
+    eprintln!(
+        "PostgreSQL down: 80 calls from 16 callers, slowest answer {slowest:?} (POSTGRES_TIMEOUT=250ms)"
+    );
+    assert!(
+        slowest < Duration::from_millis(1250),
+        "answers are bounded: {slowest:?}"
+    );
+    until(
+        Duration::from_secs(5),
+        "not ready while PostgreSQL is down",
+        || http_get(p.http, "/healthcheck").is_some_and(|r| r.0 == 500),
+    )
+    .await;
+
+    pg.ctl(&["start", "-w", "-t", "30"]);
+    let back = Instant::now();
+    let mut remaining = None;
+    while remaining.is_none() {
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "counting again within 1 s"
+        );
+        remaining = call().await.0.ok();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("PostgreSQL back: counting again after {:?}", back.elapsed());
+    assert_eq!(
+        remaining,
+        Some(96),
+        "the counts from before the outage are there"
+    );
+    assert_eq!(
+        call().await.0.map(|r| (Code::Ok, r)).expect("counted"),
+        (Code::Ok, 95)
+    );
+
+    // A hung database (every process stopped, connections open): the deadline answers.
+    pg.signal_all("STOP");
+    let answers = futures_util::future::join_all((0..8).map(|_| call())).await;
+    pg.signal_all("CONT");
+    let mut slowest = Duration::ZERO;
+    for (answer, took) in answers {
+        let status = answer.expect_err("PostgreSQL is hung");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("did not answer within 250ms (POSTGRES_TIMEOUT)"),
+            "{status:?}"
+        );
+        slowest = slowest.max(took);
+    }
+    eprintln!("PostgreSQL hung: 8 calls, slowest answer {slowest:?} (POSTGRES_TIMEOUT=250ms)");
+    assert!(
+        slowest < Duration::from_millis(1250),
+        "answers are bounded: {slowest:?}"
+    );
+    let mut remaining = None;
+    let thawed = Instant::now();
+    while remaining.is_none() {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "counting again after the hang"
+        );
+        remaining = call().await.0.ok();
+    }
+    eprintln!(
+        "PostgreSQL thawed: counting again after {:?}",
+        thawed.elapsed()
+    );
+    assert!(remaining.is_some_and(|r| r <= 94), "{remaining:?}");
+}

@@ -1,0 +1,118 @@
+//! Migrations by hand (`POSTGRES_MIGRATE=check` with `turnstile migrate [--check]`): the service
+//! refuses to count on an old schema, saying why; `migrate --check` reports and exits 1 until
+//! `migrate` has applied the schema; then the service counts.
+
+use std::time::Duration;
+
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::postgres_support::Postgres;
+use crate::process::{Process, command, http_get, rules_root};
+use crate::support::{req1, unique, until};
+
+const RULES: &str = "\
+domain: plans
+descriptors:
+  - key: api_key
+    rate_limit: { unit: month, requests_per_unit: 2 }
+";
+
+fn migrate(env: &[(&str, String)], check: bool) -> (Option<i32>, String) {
+    let mut cmd = command(env);
+    cmd.arg("migrate");
+    if check {
+        cmd.arg("--check");
+    }
+    let out = cmd.output().expect("turnstile migrate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_migrate_check_the_service_waits_for_turnstile_migrate() {
+    let Some(pg) = Postgres::start() else { return };
+    let schema = unique("hand").replace('-', "_");
+    let env: Vec<(&str, String)> = vec![
+        ("BACKEND_TYPE", "postgres".into()),
+        ("POSTGRES_URL", pg.url()),
+        ("POSTGRES_SCHEMA", schema.clone()),
+        ("POSTGRES_MIGRATE", "check".into()),
+    ];
+    let (code, text) = migrate(&env, true);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("schema version 0, this Turnstile needs 1: run `turnstile migrate`"),
+        "{text}"
+    );
+
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = Process::spawn(&rules_root(RULES), &pairs);
+    let mut client = p.client().await;
+    let key = unique("k");
+    let refused = client
+        .should_rate_limit(req1("plans", &[("api_key", &key)]))
+        .await
+        .expect_err("no schema yet");
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(
+        refused.message().contains("run `turnstile migrate`"),
+        "{refused:?}"
+    );
+    until(
+        Duration::from_secs(5),
+        "not ready while the schema is behind",
+        || http_get(p.http, "/healthcheck").is_some_and(|r| r.0 == 500 && r.1.contains("backend")),
+    )
+    .await;
+
+    let (code, text) = migrate(&env, false);
+    assert_eq!(
+        (code, text.trim()),
+        (
+            Some(0),
+            format!("schema {schema:?}: applied versions [1]").as_str()
+        )
+    );
+    let (code, text) = migrate(&env, false);
+    assert_eq!(
+        (code, text.trim()),
+        (
+            Some(0),
+            format!("schema {schema:?}: already up to date").as_str()
+        )
+    );
+    let (code, text) = migrate(&env, true);
+    assert_eq!(
+        (code, text.trim()),
+        (
+            Some(0),
+            format!("schema {schema:?}: schema version 1 (up to date)").as_str()
+        )
+    );
+
+    // The service checks again at its next call and counts.
+    let codes: Vec<Code> = {
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let answer = client
+                .should_rate_limit(req1("plans", &[("api_key", &key)]))
+                .await
+                .expect("answered")
+                .into_inner();
+            out.push(answer.overall_code());
+        }
+        out
+    };
+    assert_eq!(codes, vec![Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+#[test]
+fn migrate_without_postgres_configured_says_so() {
+    let (code, text) = migrate(&[], false);
+    assert_eq!(code, Some(64), "{text}");
+    assert!(text.contains("no PostgreSQL is configured"), "{text}");
+}
