@@ -76,6 +76,10 @@ impl CounterStore for Store {
             Store::Postgres(s) => s.gauges(),
         }
     }
+
+    fn durable(&self) -> bool {
+        matches!(self, Store::Postgres(_))
+    }
 }
 
 /// Builds the store of `backend` and the background tasks it needs.

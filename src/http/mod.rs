@@ -132,7 +132,13 @@ async fn rlconfig<S: CounterStore>(
                 return crate::quota::describe(l);
             }
             let (unit, requests_per_unit, extensions) = match l.rate {
-                Rate::Limited(p) => (p.unit().name(), p.requests_per_unit, extensions(&p)),
+                Rate::Limited(p) => {
+                    let mut more = extensions(&p);
+                    if state.limiter.is_durable(&p) {
+                        more.push_str(" store=postgres");
+                    }
+                    (p.unit().name(), p.requests_per_unit, more)
+                }
                 Rate::Unlimited { written } => ("UNKNOWN", written, String::new()),
             };
             format!(

@@ -59,6 +59,13 @@ pub(crate) struct Stores<'s, S> {
     pub(crate) durable: Option<&'s S>,
 }
 
+impl<S: CounterStore> Stores<'_, S> {
+    /// Whether the store at `to` is durable.
+    pub(crate) fn durable_at(&self, to: Destination) -> bool {
+        self.at(to).durable()
+    }
+}
+
 impl<S> Stores<'_, S> {
     fn at(&self, to: Destination) -> &S {
         match to {

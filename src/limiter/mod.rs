@@ -118,6 +118,11 @@ impl<S: CounterStore> Limiter<S> {
         }
     }
 
+    /// Whether `rate` is counted in a durable store (PostgreSQL).
+    pub fn is_durable(&self, rate: &crate::rules::PerUnit) -> bool {
+        self.stores().durable_at(self.destination(rate))
+    }
+
     /// Applies counter hits, each on its store (`to[i]`; see [`Limiter::destination`]), every
     /// store at once; the counts in order.
     pub async fn hit_routed(

@@ -50,4 +50,8 @@ impl<S: CounterStore> CounterStore for Instrumented<S> {
     fn gauges(&self) -> Vec<Gauge> {
         self.inner.gauges()
     }
+
+    fn durable(&self) -> bool {
+        self.inner.durable()
+    }
 }

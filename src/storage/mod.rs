@@ -150,6 +150,12 @@ pub trait CounterStore: Send + Sync + 'static {
     fn gauges(&self) -> Vec<Gauge> {
         Vec::new()
     }
+
+    /// Whether an answered operation is on disk, surviving a restart of the store and of
+    /// Turnstile (PostgreSQL); said per limit in `/rlconfig`.
+    fn durable(&self) -> bool {
+        false
+    }
 }
 
 impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
@@ -170,5 +176,9 @@ impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
 
     fn gauges(&self) -> Vec<Gauge> {
         (**self).gauges()
+    }
+
+    fn durable(&self) -> bool {
+        (**self).durable()
     }
 }

@@ -217,6 +217,11 @@ impl PostgresStore {
         sweep::run(self, every).await;
     }
 
+    /// One sweep now; how many expired rows it deleted.
+    pub async fn sweep_once(&self) -> Result<u64, StorageError> {
+        sweep::once(self).await
+    }
+
     /// The schema's state (`turnstile migrate --check`).
     pub async fn schema_state(&self) -> Result<SchemaState, StorageError> {
         let client = self.inner.pool.get().await.map_err(|e| {
@@ -368,6 +373,10 @@ impl CounterStore for PostgresStore {
             (client, result)
         })
         .await
+    }
+
+    fn durable(&self) -> bool {
+        true
     }
 
     fn gauges(&self) -> Vec<Gauge> {

@@ -17,17 +17,21 @@ const ROUNDS: usize = 100;
 pub(super) async fn run(store: PostgresStore, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
-        let mut deleted = 0u64;
-        for table in ["counters", "buckets"] {
-            match sweep(&store, table).await {
-                Ok(n) => deleted += n,
-                Err(e) => tracing::debug!(error = %e, table, "PostgreSQL sweep skipped"),
-            }
-        }
-        if deleted > 0 {
-            tracing::debug!(deleted, "expired PostgreSQL rows deleted");
+        match once(&store).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(deleted, "expired PostgreSQL rows deleted"),
+            Err(e) => tracing::debug!(error = %e, "PostgreSQL sweep skipped"),
         }
     }
+}
+
+/// One round over both tables; how many rows it deleted.
+pub(super) async fn once(store: &PostgresStore) -> Result<u64, crate::storage::StorageError> {
+    let mut deleted = 0;
+    for table in ["counters", "buckets"] {
+        deleted += sweep(store, table).await?;
+    }
+    Ok(deleted)
 }
 
 /// Deletes `table`'s expired rows, a batch at a time; how many.

@@ -85,6 +85,20 @@ async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
     )
     .await;
     let rows = || pg.psql(&format!("SELECT count(*) FROM {schema}.counters"));
+    // /rlconfig says which limits are durable.
+    let (_, dump) = crate::process::http_get(p.debug, "/rlconfig").expect("rlconfig");
+    let line = |key: &str| {
+        dump.lines()
+            .find(|l| l.starts_with(&format!("plans.{key}:")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        line("api_key"),
+        "plans.api_key: unit=DAY requests_per_unit=3 store=postgres, shadow_mode: false, quota_mode: false"
+    );
+    assert!(line("daily").contains(" store=postgres"), "{dump}");
+    assert!(!line("user").contains("store="), "{dump}");
     let client = p.client().await;
     let codes = |descriptors: Vec<_>| {
         let call = req("plans", descriptors);

@@ -53,6 +53,45 @@ async fn postgres_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
+    let Some(pg) = Postgres::start() else { return };
+    let clock = ManualClock::new(crate::support::T0);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let (store, schema) = pg.store(&shared);
+    let end = clock.now() + 5;
+    let ended: Vec<_> = (0..2_500)
+        .map(|i| hit(&format!("old-{i}"), Op::Add(1), end))
+        .collect();
+    for chunk in ended.chunks(500) {
+        store.hit(chunk).await.expect("hits");
+    }
+    let live: Vec<_> = (0..10)
+        .map(|i| hit(&format!("live-{i}"), Op::Add(1), end + 3_600))
+        .collect();
+    store.hit(&live).await.expect("hits");
+    assert_eq!(
+        store.sweep_once().await.expect("sweep"),
+        0,
+        "nothing has ended yet"
+    );
+    clock.advance(5);
+    assert_eq!(
+        store.sweep_once().await.expect("sweep"),
+        2_500,
+        "three batches of at most 1000"
+    );
+    assert_eq!(
+        pg.psql(&format!("SELECT count(*) FROM {schema}.counters")),
+        "10"
+    );
+    assert_eq!(
+        store.hit(&live[..1]).await.expect("live"),
+        vec![2],
+        "live rows untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_starting_together_migrate_once() {
     let Some(pg) = Postgres::start() else { return };
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(crate::support::T0));
