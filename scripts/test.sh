@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of Turnstile on a fresh machine: installs what the tests need when it
-# is missing (memcached and redis-server from Debian's packages; a Python virtualenv with Envoy's generated code,
+# is missing (memcached, redis-server and PostgreSQL from Debian's packages; a Python virtualenv with Envoy's generated code,
 # grpcio and grpcurl), then formatting, clippy and the whole test suite. The tests start their
-# own memcached and redis-server processes on free loopback ports.
+# own memcached, redis-server and PostgreSQL processes on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,10 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
+# PostgreSQL tests: initdb and pg_ctl (run as the postgres user; servers of the tests' own),
+# and pkill to freeze a server.
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
+command -v pkill >/dev/null 2>&1 || missing+=(procps)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # The container image: built with buildah, served from with podman (scripts/image-smoke.sh).
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
