@@ -13,11 +13,13 @@
 //!   └──────────────┬──────────────────────────┘
 //!                  ▼
 //!   Limiter: the one port to the stores (nothing else calls a store; a test checks it)
-//!   │ routing        REDIS_PERSECOND: a SECOND limit's operations → the per-second store
+//!   │ routing        each operation has a Destination: main, per-second (REDIS_PERSECOND: SECOND
+//!   │                limits), durable (POSTGRES_FROM_UNIT: long windows → PostgreSQL)
 //!   │ metrics::Instrumented   latency and errors per store call
 //!   ▼
 //! storage: memory (sharded, expiry index) │ memcached (ring, pipelined meta commands)
 //!          │ redis (single, cluster, sentinel; Lua scripts)
+//!          │ postgres (durable; one server-side function call per request, owned schema)
 //!   ONE batched call per store: [Hit{key, op, expires_at}] → [count after], bucket steps
 //!   → answers; a late answer on a busy runtime is overload (storage::lateness)
 //!   ▼
@@ -45,7 +47,7 @@
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis` | `clock` |
+//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis`, `postgres` | `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `metrics` | counters in hits, Prometheus text, statsd sink, the instrumented store | `limiter`, `rules`, `storage` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |

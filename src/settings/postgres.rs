@@ -128,10 +128,8 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
             .or_else(|| (r.env)("PGPASSFILE").map(PathBuf::from));
         if let Some(password) = (r.env)("PGPASSWORD").filter(|p| !p.is_empty()) {
             config.password(password);
-        } else if let Some(file) = from_file {
-            if let Some(password) = passfile_password(&file, &config) {
-                config.password(password);
-            }
+        } else if let Some(password) = from_file.and_then(|f| passfile_password(&f, &config)) {
+            config.password(password);
         }
     }
     let ssl_client = match (get("sslcert"), get("sslkey")) {
@@ -298,11 +296,9 @@ fn redact(url: &str) -> String {
     }
     key_values(url)
         .into_iter()
-        .map(|(k, v, raw)| {
+        .map(|(k, _, raw)| {
             if k == "password" {
                 "password=****".to_owned()
-            } else if v.is_empty() {
-                raw
             } else {
                 raw
             }
@@ -384,3 +380,6 @@ pub(super) fn route(
         from_unit: unit,
     }))
 }
+
+#[cfg(test)]
+mod tests;

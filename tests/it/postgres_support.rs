@@ -37,12 +37,24 @@ pub struct Postgres {
     pub port: u16,
     dir: PathBuf,
     bin: PathBuf,
+    /// Extra server options (`-c name=value …`), e.g. TLS.
+    options: String,
 }
 
 impl Postgres {
     /// Starts a server; `None` (a visible skip, or a failure when peers are required) when
     /// PostgreSQL is not installed.
     pub fn start() -> Option<Postgres> {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that also speaks TLS with `cert` and `key` (PEM), copied into its data
+    /// directory with the permissions PostgreSQL requires.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Option<Postgres> {
+        Self::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&std::path::Path, &std::path::Path)>) -> Option<Postgres> {
         let Some(bin) = bin_dir() else {
             missing("PostgreSQL (initdb and pg_ctl, Debian's postgresql package)");
             return None;
@@ -56,13 +68,14 @@ impl Postgres {
                 .expect("chown");
             assert!(status.success(), "chown the data directory");
         }
-        let pg = Postgres {
+        let mut pg = Postgres {
             port: free_port(),
             dir,
             bin,
+            options: String::new(),
         };
-        let data = pg.dir.join("data");
-        let data = data.to_str().expect("path");
+        let data_dir = pg.dir.join("data");
+        let data = data_dir.to_str().expect("path");
         pg.run(
             "initdb",
             &[
@@ -76,6 +89,22 @@ impl Postgres {
                 "--no-sync",
             ],
         );
+        if let Some((cert, key)) = tls {
+            std::fs::copy(cert, data_dir.join("server.crt")).expect("copy cert");
+            std::fs::copy(key, data_dir.join("server.key")).expect("copy key");
+            if running_as_root() {
+                let status = Command::new("chown")
+                    .args(["postgres:postgres", "server.crt", "server.key"])
+                    .current_dir(&data_dir)
+                    .status()
+                    .expect("chown");
+                assert!(status.success());
+            }
+            use std::os::unix::fs::PermissionsExt;
+            let private = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(data_dir.join("server.key"), private).expect("chmod");
+            pg.options = " -c ssl=on".into();
+        }
         pg.ctl(&["start", "-w", "-t", "30"]);
         Some(pg)
     }
@@ -104,9 +133,10 @@ impl Postgres {
         let data = self.dir.join("data");
         let log = self.dir.join("log");
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            "-p {} -k {} -c listen_addresses=127.0.0.1{}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.options
         );
         let mut all = vec![
             "-D",

@@ -17,6 +17,8 @@
 //!
 //! Must not touch: rules, limits, protobuf, the settings' environment names.
 
+mod buckets;
+mod counters;
 mod schema;
 mod sweep;
 pub mod tls;
@@ -29,9 +31,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 
 use crate::clock::Clock;
-use crate::storage::{
-    BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError, Take,
-};
+use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 pub use schema::{MigrateMode, SchemaError, SchemaState};
 
@@ -75,7 +75,7 @@ struct Inner {
     pool: Pool,
     options: PostgresOptions,
     quoted: String,
-    hit_sql: String,
+    sql: counters::Statements,
     bucket_sql: String,
     schema: OnceCell<()>,
     clock: Arc<dyn Clock>,
@@ -116,7 +116,7 @@ impl PostgresStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                hit_sql: format!("SELECT counts FROM {quoted}.hit($1, $2, $3, $4, $5, $6)"),
+                sql: counters::Statements::new(&quoted),
                 bucket_sql: format!(
                     "SELECT admitted, tats FROM {quoted}.bucket($1, $2::text[]::numeric[], \
                      $3::text[]::numeric[], $4::text[]::numeric[], $5, $6, $7::text[]::numeric[], $8)"
@@ -243,128 +243,17 @@ impl PostgresStore {
     }
 }
 
-fn op_code(op: Op) -> (i16, u64) {
-    match op {
-        Op::Add(n) => (0, n),
-        Op::Sub(n) => (1, n),
-        Op::Lease(n) => (2, n),
-        Op::Release(n) => (3, n),
-    }
-}
-
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl CounterStore for PostgresStore {
     async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
-        if hits.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
-        let (mut ops, mut amounts, mut expires) = (Vec::new(), Vec::new(), Vec::new());
-        for h in hits {
-            let (op, n) = op_code(h.op.bounded());
-            ops.push(op);
-            amounts.push(signed(n));
-            expires.push(signed(h.expires_at));
-        }
-        let now = signed(self.inner.clock.now());
-        let ceiling = signed(COUNT_CEILING);
-        let sql = &self.inner.hit_sql;
-        let row = self
-            .within(|client| async move {
-                let result = async {
-                    let statement = client.prepare_cached(sql).await?;
-                    client
-                        .query_one(
-                            &statement,
-                            &[&keys, &ops, &amounts, &expires, &now, &ceiling],
-                        )
-                        .await
-                }
-                .await;
-                (client, result)
-            })
-            .await?;
-        let counts: Vec<i64> = row
-            .try_get(0)
-            .map_err(|e| StorageError::Protocol(format!("{}: {e}", self.place())))?;
-        if counts.len() != hits.len() {
-            return Err(StorageError::Protocol(format!(
-                "{} answered {} counts for {} operations",
-                self.place(),
-                counts.len(),
-                hits.len()
-            )));
-        }
-        Ok(counts
-            .into_iter()
-            .map(|c| u64::try_from(c).unwrap_or(0))
-            .collect())
+        counters::hit(self, hits).await
     }
 
     async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
-        if steps.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<&str> = steps.iter().map(|s| s.key.as_str()).collect();
-        let text = |f: fn(&BucketStep) -> u128| -> Vec<String> {
-            steps.iter().map(|s| f(s).to_string()).collect()
-        };
-        let (nows, intervals, capacities) = (
-            text(|s| s.now),
-            text(|s| s.interval.max(1)),
-            text(|s| s.capacity),
-        );
-        let ticks = text(|s| s.ticks_per_milli.max(1));
-        let (mut amounts, mut refunds) = (Vec::new(), Vec::new());
-        for s in steps {
-            let (n, refund) = match s.take {
-                Take::Take(n) => (n, false),
-                Take::Refund(n) => (n, true),
-            };
-            amounts.push(signed(n.min(crate::storage::MAX_DELTA)));
-            refunds.push(refund);
-        }
-        let now = signed(self.inner.clock.now());
-        let sql = &self.inner.bucket_sql;
-        let row = self
-            .within(|client| async move {
-                let result = async {
-                    let statement = client.prepare_cached(sql).await?;
-                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                        &keys,
-                        &nows,
-                        &intervals,
-                        &capacities,
-                        &amounts,
-                        &refunds,
-                        &ticks,
-                        &now,
-                    ];
-                    client.query_one(&statement, &params).await
-                }
-                .await;
-                (client, result)
-            })
-            .await?;
-        let protocol = |e: String| StorageError::Protocol(format!("{}: {e}", self.place()));
-        let admitted: Vec<bool> = row.try_get(0).map_err(|e| protocol(e.to_string()))?;
-        let tats: Vec<String> = row.try_get(1).map_err(|e| protocol(e.to_string()))?;
-        if admitted.len() != steps.len() || tats.len() != steps.len() {
-            return Err(protocol("answers do not match the steps".into()));
-        }
-        admitted
-            .into_iter()
-            .zip(tats)
-            .map(|(admitted, tat)| {
-                let tat = tat
-                    .parse::<u128>()
-                    .map_err(|e| protocol(format!("bucket state {tat:?}: {e}")))?;
-                Ok(BucketAnswer { admitted, tat })
-            })
-            .collect()
+        buckets::step(self, steps).await
     }
 
     async fn ready(&self) -> Result<(), StorageError> {

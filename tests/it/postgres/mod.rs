@@ -6,3 +6,4 @@ mod durability;
 mod faults;
 mod routing;
 mod schema;
+mod tls;

@@ -1,0 +1,73 @@
+//! A request's token-bucket steps in one round trip: the schema's `bucket` function, with the
+//! ticks passed as text and computed as exact `numeric`s (no 2^53 bound as in Redis's Lua).
+//!
+//! Must not touch: connections, the schema's definition.
+
+use super::{PostgresStore, signed};
+use crate::storage::{BucketAnswer, BucketStep, StorageError, Take};
+
+pub(super) async fn step(
+    store: &PostgresStore,
+    steps: &[BucketStep],
+) -> Result<Vec<BucketAnswer>, StorageError> {
+    if steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<&str> = steps.iter().map(|s| s.key.as_str()).collect();
+    let text = |f: fn(&BucketStep) -> u128| -> Vec<String> {
+        steps.iter().map(|s| f(s).to_string()).collect()
+    };
+    let (nows, intervals, capacities) = (
+        text(|s| s.now),
+        text(|s| s.interval.max(1)),
+        text(|s| s.capacity),
+    );
+    let ticks = text(|s| s.ticks_per_milli.max(1));
+    let (mut amounts, mut refunds) = (Vec::new(), Vec::new());
+    for s in steps {
+        let (n, refund) = match s.take {
+            Take::Take(n) => (n, false),
+            Take::Refund(n) => (n, true),
+        };
+        amounts.push(signed(n.min(crate::storage::MAX_DELTA)));
+        refunds.push(refund);
+    }
+    let now = signed(store.inner.clock.now());
+    let sql = &store.inner.bucket_sql;
+    let row = store
+        .within(|client| async move {
+            let result = async {
+                let statement = client.prepare_cached(sql).await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                    &keys,
+                    &nows,
+                    &intervals,
+                    &capacities,
+                    &amounts,
+                    &refunds,
+                    &ticks,
+                    &now,
+                ];
+                client.query_one(&statement, &params).await
+            }
+            .await;
+            (client, result)
+        })
+        .await?;
+    let protocol = |e: String| StorageError::Protocol(format!("{}: {e}", store.place()));
+    let admitted: Vec<bool> = row.try_get(0).map_err(|e| protocol(e.to_string()))?;
+    let tats: Vec<String> = row.try_get(1).map_err(|e| protocol(e.to_string()))?;
+    if admitted.len() != steps.len() || tats.len() != steps.len() {
+        return Err(protocol("answers do not match the steps".into()));
+    }
+    admitted
+        .into_iter()
+        .zip(tats)
+        .map(|(admitted, tat)| {
+            let tat = tat
+                .parse::<u128>()
+                .map_err(|e| protocol(format!("bucket state {tat:?}: {e}")))?;
+            Ok(BucketAnswer { admitted, tat })
+        })
+        .collect()
+}

@@ -1,0 +1,146 @@
+//! A request's counter operations in one round trip. The common case (every operation adds
+//! to a distinct key: fixed windows, and the current window of sliding ones) is one plain
+//! `INSERT … SELECT FROM unnest(…) ORDER BY key ON CONFLICT DO UPDATE … RETURNING`: rows
+//! taken in key order, an expired row reused in place, counts saturated at the ceiling. It is
+//! measured ~1.5× as fast on the server as the general path, the schema's `hit` function (a
+//! PL/pgSQL loop that also does refunds, leases, releases, reads and repeated keys in order).
+//!
+//! Must not touch: connections, the schema's definition.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{PostgresStore, signed};
+use crate::storage::{COUNT_CEILING, Hit, Op, StorageError};
+
+/// The two statements, for one schema.
+pub(super) struct Statements {
+    adds: String,
+    general: String,
+}
+
+impl Statements {
+    pub(super) fn new(quoted: &str) -> Statements {
+        Statements {
+            adds: format!(
+                "INSERT INTO {quoted}.counters AS c (key, count, expires_at) \
+                 SELECT k, LEAST(n, $4), e FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
+                 AS u(k, n, e) ORDER BY k \
+                 ON CONFLICT (key) DO UPDATE SET \
+                 count = CASE WHEN c.expires_at <= $5 THEN EXCLUDED.count \
+                              ELSE LEAST(c.count + EXCLUDED.count, $4) END, \
+                 expires_at = CASE WHEN c.expires_at <= $5 THEN EXCLUDED.expires_at \
+                                   ELSE c.expires_at END \
+                 RETURNING c.key, c.count"
+            ),
+            general: format!("SELECT counts FROM {quoted}.hit($1, $2, $3, $4, $5, $6)"),
+        }
+    }
+}
+
+fn op_code(op: Op) -> (i16, u64) {
+    match op {
+        Op::Add(n) => (0, n),
+        Op::Sub(n) => (1, n),
+        Op::Lease(n) => (2, n),
+        Op::Release(n) => (3, n),
+    }
+}
+
+/// Every hit adds something, each to a key of its own.
+fn adds_only(hits: &[Hit]) -> bool {
+    let mut keys = HashSet::with_capacity(hits.len());
+    hits.iter()
+        .all(|h| matches!(h.op, Op::Add(n) if n > 0) && keys.insert(h.key.as_str()))
+}
+
+pub(super) async fn hit(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    if hits.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts = if adds_only(hits) {
+        adds(store, hits).await?
+    } else {
+        general(store, hits).await?
+    };
+    if counts.len() != hits.len() {
+        return Err(StorageError::Protocol(format!(
+            "{} answered {} counts for {} operations",
+            store.place(),
+            counts.len(),
+            hits.len()
+        )));
+    }
+    Ok(counts)
+}
+
+async fn adds(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
+    let amounts: Vec<i64> = hits
+        .iter()
+        .map(|h| signed(op_code(h.op.bounded()).1))
+        .collect();
+    let expires: Vec<i64> = hits.iter().map(|h| signed(h.expires_at)).collect();
+    let (ceiling, now) = (signed(COUNT_CEILING), signed(store.inner.clock.now()));
+    let sql = &store.inner.sql.adds;
+    let rows = store
+        .within(|client| async move {
+            let result = async {
+                let statement = client.prepare_cached(sql).await?;
+                client
+                    .query(&statement, &[&keys, &amounts, &expires, &ceiling, &now])
+                    .await
+            }
+            .await;
+            (client, result)
+        })
+        .await?;
+    let mut by_key = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let (key, count): (&str, i64) = (
+            row.try_get(0).map_err(|e| protocol(store, &e))?,
+            row.try_get(1).map_err(|e| protocol(store, &e))?,
+        );
+        by_key.insert(key.to_owned(), u64::try_from(count).unwrap_or(0));
+    }
+    Ok(hits
+        .iter()
+        .filter_map(|h| by_key.get(&h.key).copied())
+        .collect())
+}
+
+async fn general(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
+    let (mut ops, mut amounts, mut expires) = (Vec::new(), Vec::new(), Vec::new());
+    for h in hits {
+        let (op, n) = op_code(h.op.bounded());
+        ops.push(op);
+        amounts.push(signed(n));
+        expires.push(signed(h.expires_at));
+    }
+    let (now, ceiling) = (signed(store.inner.clock.now()), signed(COUNT_CEILING));
+    let sql = &store.inner.sql.general;
+    let row = store
+        .within(|client| async move {
+            let result = async {
+                let statement = client.prepare_cached(sql).await?;
+                client
+                    .query_one(
+                        &statement,
+                        &[&keys, &ops, &amounts, &expires, &now, &ceiling],
+                    )
+                    .await
+            }
+            .await;
+            (client, result)
+        })
+        .await?;
+    let counts: Vec<i64> = row.try_get(0).map_err(|e| protocol(store, &e))?;
+    Ok(counts
+        .into_iter()
+        .map(|c| u64::try_from(c).unwrap_or(0))
+        .collect())
+}
+
+fn protocol(store: &PostgresStore, e: &tokio_postgres::Error) -> StorageError {
+    StorageError::Protocol(format!("{}: {e}", store.place()))
+}
