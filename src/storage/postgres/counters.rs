@@ -73,13 +73,29 @@ pub(super) async fn hit(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>,
     Ok(counts)
 }
 
+/// The adds of one request, through the coalescer (which merges them with those of requests
+/// waiting at the same time).
 async fn adds(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
-    let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
-    let amounts: Vec<i64> = hits
+    let adds = hits
         .iter()
-        .map(|h| signed(op_code(h.op.bounded()).1))
+        .map(|h| (h.key.clone(), op_code(h.op.bounded()).1, h.expires_at))
         .collect();
-    let expires: Vec<i64> = hits.iter().map(|h| signed(h.expires_at)).collect();
+    let deadline = store.inner.options.timeout;
+    match tokio::time::timeout(deadline, store.coalescer().add(adds)).await {
+        Ok(counts) => counts,
+        Err(_) => Err(store.late()),
+    }
+}
+
+/// One statement adding `sum` to each distinct `key` (with its expiry); the count after each,
+/// in the order given.
+pub(super) async fn adds_statement(
+    store: &PostgresStore,
+    wanted: &[(&str, u64, u64)],
+) -> Result<Vec<u64>, StorageError> {
+    let keys: Vec<&str> = wanted.iter().map(|r| r.0).collect();
+    let amounts: Vec<i64> = wanted.iter().map(|r| signed(r.1)).collect();
+    let expires: Vec<i64> = wanted.iter().map(|r| signed(r.2)).collect();
     let (ceiling, now) = (signed(COUNT_CEILING), signed(store.inner.clock.now()));
     let sql = &store.inner.sql.adds;
     let rows = store
@@ -102,10 +118,14 @@ async fn adds(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageEr
         );
         by_key.insert(key.to_owned(), u64::try_from(count).unwrap_or(0));
     }
-    Ok(hits
+    wanted
         .iter()
-        .filter_map(|h| by_key.get(&h.key).copied())
-        .collect())
+        .map(|r| {
+            by_key.get(r.0).copied().ok_or_else(|| {
+                StorageError::Protocol(format!("{} returned no count for a key", store.place()))
+            })
+        })
+        .collect()
 }
 
 async fn general(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {

@@ -18,6 +18,7 @@
 //! Must not touch: rules, limits, protobuf, the settings' environment names.
 
 mod buckets;
+mod coalesce;
 mod counters;
 mod schema;
 mod sweep;
@@ -79,6 +80,8 @@ struct Inner {
     bucket_sql: String,
     schema: OnceCell<()>,
     clock: Arc<dyn Clock>,
+    /// Started at the first add (a runtime is needed to spawn its task).
+    coalescer: std::sync::OnceLock<coalesce::Coalescer>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -125,6 +128,7 @@ impl PostgresStore {
                 options,
                 schema: OnceCell::new(),
                 clock,
+                coalescer: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -179,6 +183,13 @@ impl PostgresStore {
             Ok(result) => result,
             Err(_) => Err(self.late()),
         }
+    }
+
+    /// The coalescer of adds, started on first use.
+    fn coalescer(&self) -> &coalesce::Coalescer {
+        self.inner.coalescer.get_or_init(|| {
+            coalesce::Coalescer::start(Arc::downgrade(&self.inner), self.inner.options.pool_size)
+        })
     }
 
     /// The deadline passed (connecting, waiting for a pooled connection, or the call).
