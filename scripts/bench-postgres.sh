@@ -5,6 +5,8 @@
 # turnstile-loadgen with 4 connections x 64 in flight. Also prints the round trips per request
 # (Turnstile's store calls, turnstile_backend_call_seconds_count, over its requests). Prints a
 # markdown table.
+# POSTGRES_POOL_SIZE is 4 for the table (statements in flight at once: fewer means more
+# requests coalesced into each); a sweep of pool sizes follows for one descriptor.
 #   ./scripts/bench-postgres.sh [SECONDS_PER_RUN]   (needs PostgreSQL's initdb and pg_ctl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +39,7 @@ start() {
   else
     env GRPC_HOST=127.0.0.1 GRPC_PORT=18191 HOST=127.0.0.1 PORT=18192 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18193 \
       SHUTDOWN_DRAIN_SECONDS=0 BACKEND_TYPE=postgres POSTGRES_URL=postgres://postgres@127.0.0.1:21541/postgres \
-      POSTGRES_POOL_SIZE=32 POSTGRES_TIMEOUT=2s \
+      POSTGRES_POOL_SIZE="${pool:-4}" POSTGRES_TIMEOUT=2s \
       taskset -c 0 "$bin/turnstile" --config-dir scripts/bench-rules 2>/dev/null & server=$!
   fi
   wait_port 18191
@@ -73,4 +75,16 @@ for sync in off on; do
         "$(echo "$rps / ${floor[$desc]}" | bc -l)"
     done
   done
+done
+echo
+echo "| POSTGRES_POOL_SIZE (synchronous_commit=off, fixed window, 1 descriptor) | requests/s | p50 µs | p99 µs | ratio to floor |"
+echo "|---|---|---|---|---|"
+pg off
+for pool in 1 2 4 10 32; do
+  export pool
+  start turnstile
+  out=$(lg --key fixed --descriptors 1)
+  stop
+  rps=$(field rps <<<"$out")
+  printf '| %s | %s | %s | %s | %.2f |\n' "$pool" "$rps" "$(field p50_us <<<"$out")" "$(field p99_us <<<"$out")" "$(echo "$rps / ${floor[1]}" | bc -l)"
 done
