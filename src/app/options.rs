@@ -92,9 +92,10 @@ pub(super) fn limiter_settings(s: &Settings) -> LimiterSettings {
             }
             _ => crate::limiter::KeyLayout::Turnstile,
         },
-        stop_increment_when_over_limit: matches!(
-            &s.backend,
-            Backend::Redis(redis) if redis.stop_increment_when_over_limit
-        ),
+        stop_increment_when_over_limit: match &s.backend {
+            Backend::Redis(redis) => redis.stop_increment_when_over_limit,
+            Backend::Postgres(postgres) => postgres.stop_increment_when_over_limit,
+            _ => false,
+        },
     }
 }

@@ -53,6 +53,8 @@ pub struct PostgresSettings {
     pub schema: String,
     /// `POSTGRES_MIGRATE`.
     pub migrate: PgMigrate,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, as on Redis (with `BACKEND_TYPE=postgres`).
+    pub stop_increment_when_over_limit: bool,
 }
 
 impl PartialEq for PostgresSettings {
@@ -175,6 +177,7 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
         timeout: r.duration("POSTGRES_TIMEOUT", Duration::from_secs(1), STORE_TIMEOUT)?,
         schema,
         migrate,
+        stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
     })
 }
 

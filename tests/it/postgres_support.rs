@@ -109,6 +109,45 @@ impl Postgres {
         Some(pg)
     }
 
+    /// A streaming-replication standby of `primary` (`pg_basebackup -R`), started.
+    pub fn standby_of(primary: &Postgres) -> Postgres {
+        let dir = temp_dir("pg-standby");
+        if running_as_root() {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+        let standby = Postgres {
+            port: free_port(),
+            dir,
+            bin: primary.bin.clone(),
+            options: String::new(),
+        };
+        let data = standby.dir.join("data");
+        let port = primary.port.to_string();
+        standby.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().expect("path"),
+                "-R",
+                "-X",
+                "stream",
+            ],
+        );
+        standby.ctl(&["start", "-w", "-t", "30"]);
+        standby
+    }
+
     fn run(&self, tool: &str, args: &[&str]) -> String {
         let binary = self.bin.join(tool);
         let mut cmd = if running_as_root() {
@@ -175,6 +214,37 @@ impl Postgres {
     /// The connection URI (user postgres, no password: the server trusts loopback).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// One SQL statement through `psql`, its output, or `None` if it failed.
+    pub fn try_psql(&self, sql: &str) -> Option<String> {
+        let port = self.port.to_string();
+        let binary = self.bin.join("psql");
+        let mut cmd = if running_as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&binary);
+            c
+        } else {
+            Command::new(&binary)
+        };
+        let out = cmd
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-At",
+                "-c",
+                sql,
+            ])
+            .current_dir(&self.dir)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
     /// One SQL statement through `psql`, its unaligned output.

@@ -116,3 +116,50 @@ fn migrate_without_postgres_configured_says_so() {
     assert_eq!(code, Some(64), "{text}");
     assert!(text.contains("no PostgreSQL is configured"), "{text}");
 }
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` with `BACKEND_TYPE=postgres`, the reference's
+/// scenario as on Redis: once `key3` (10 an hour) would go over, only it is incremented, so
+/// `key2` (20 a minute) in the same requests stays at 10 hits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
+    use crate::support::{desc, req};
+    let Some(pg) = Postgres::start() else { return };
+    let schema = unique("stop").replace('-', "_");
+    let url = pg.url();
+    let rules = "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
+    let p = Process::start(
+        &rules_root(rules),
+        &[
+            ("BACKEND_TYPE", "postgres"),
+            ("POSTGRES_URL", &url),
+            ("POSTGRES_SCHEMA", &schema),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ],
+    );
+    let mut client = p.client().await;
+    let value = unique("v");
+    let mut seen = Vec::new();
+    for _ in 0..15 {
+        let call = req(
+            "another",
+            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
+        );
+        let r = client
+            .should_rate_limit(call)
+            .await
+            .expect("answer")
+            .into_inner();
+        seen.push((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining));
+    }
+    let expected: Vec<(u32, u32)> = (0..15u32)
+        .map(|i| if i < 10 { (19 - i, 9 - i) } else { (10, 0) })
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT count FROM {schema}.counters WHERE key LIKE '%key2%' AND key LIKE '%{value}%'"
+        )),
+        "10",
+        "key2 was not incremented past the stop"
+    );
+}
