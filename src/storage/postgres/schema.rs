@@ -33,14 +33,16 @@ CREATE TABLE {s}.counters (
     key text PRIMARY KEY,
     count bigint NOT NULL,
     expires_at bigint NOT NULL
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
+        autovacuum_vacuum_insert_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX counters_expires_at ON {s}.counters (expires_at);
 
 CREATE TABLE {s}.buckets (
     key text PRIMARY KEY,
     tat numeric NOT NULL,
     expires_at bigint NOT NULL
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
+        autovacuum_vacuum_insert_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX buckets_expires_at ON {s}.buckets (expires_at);
 
 -- ops: 0 add, 1 sub (refund), 2 lease, 3 release. A row whose expires_at <= now_s is gone:

@@ -59,10 +59,10 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     let (store, schema) = pg.store(&shared);
     let end = clock.now() + 5;
-    let ended: Vec<_> = (0..2_500)
+    let ended: Vec<_> = (0..12_000)
         .map(|i| hit(&format!("old-{i}"), Op::Add(1), end))
         .collect();
-    for chunk in ended.chunks(500) {
+    for chunk in ended.chunks(1_000) {
         store.hit(chunk).await.expect("hits");
     }
     let live: Vec<_> = (0..10)
@@ -77,8 +77,8 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
     clock.advance(5);
     assert_eq!(
         store.sweep_once().await.expect("sweep"),
-        2_500,
-        "three batches of at most 1000"
+        12_000,
+        "three batches of at most 5000, until none is left"
     );
     assert_eq!(
         pg.psql(&format!("SELECT count(*) FROM {schema}.counters")),
