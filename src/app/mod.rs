@@ -54,6 +54,7 @@ pub struct App {
     server: ServerOptions,
     drain: Duration,
     tasks: JoinSet<()>,
+    admin_token: crate::http::AdminToken,
 }
 
 impl std::fmt::Debug for App {
@@ -145,6 +146,7 @@ impl App {
             server,
             drain: settings.drain,
             tasks,
+            admin_token: crate::http::AdminToken(settings.admin_token_file.clone()),
         })
     }
 
@@ -172,6 +174,7 @@ impl App {
             server,
             drain,
             mut tasks,
+            admin_token,
         } = self;
         tracing::info!(target: LIFECYCLE, ?addresses, "serving");
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -199,7 +202,7 @@ impl App {
         let mut http = JoinSet::new();
         let api = crate::http::api_router(Arc::clone(&state));
         http.spawn(crate::http::serve(listeners.http, api, stopped()));
-        let debug = crate::http::debug_router(Arc::clone(&state));
+        let debug = crate::http::debug_router(Arc::clone(&state), admin_token);
         http.spawn(crate::http::serve(listeners.debug, debug, stopped()));
         if let Some((listener, path)) = listeners.prometheus {
             let router = crate::http::prometheus_router(&path, Arc::clone(&state));

@@ -1,11 +1,14 @@
 //! The HTTP endpoints: on `PORT`, `/healthcheck` (200 `OK` or 500 naming the failing
 //! components) and `/json` (the reference's JSON API: 200 / 429 / 500, 400 for a bad request);
-//! on `DEBUG_PORT`, an index, `/rlconfig` (the loaded limits in the reference's dump format) and
-//! `/metrics`; and the Prometheus endpoint (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`).
+//! on `DEBUG_PORT`, an index, `/rlconfig` (the loaded limits in the reference's dump format),
+//! `/metrics` and `/counters` (read or reset a descriptor's counters); and the Prometheus endpoint (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`).
 //!
 //! Must not touch: memcached crates, YAML.
 
+mod counters;
 mod json;
+
+pub use counters::AdminToken;
 
 pub use json::{JsonError, request as json_request};
 
@@ -33,14 +36,21 @@ pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
         .with_state(state)
 }
 
-/// `DEBUG_PORT`: `/`, `/rlconfig`, `/metrics`.
-pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
+/// `DEBUG_PORT`: `/`, `/rlconfig`, `/metrics`, `/healthcheck`, `/counters`.
+pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>, token: AdminToken) -> Router {
+    let counters = Router::new()
+        .route(
+            "/counters",
+            get(counters::read::<S>).delete(counters::reset::<S>),
+        )
+        .with_state((Arc::clone(&state), token));
     Router::new()
-        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/rlconfig?rlqs: how RLQS serves each limit\n/metrics: Prometheus metrics\n/healthcheck: health\n" }))
+        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/rlconfig?rlqs: how RLQS serves each limit\n/metrics: Prometheus metrics\n/healthcheck: health\n/counters?domain=D&entry=key=value: read (GET) or reset (DELETE) a descriptor's counters\n" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/healthcheck", get(healthcheck::<S>))
         .with_state(state)
+        .merge(counters)
 }
 
 /// The Prometheus endpoint at `path`.
@@ -56,7 +66,9 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
+    // The caller's address is known to handlers (`/counters` logs who reset what).
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -103,12 +103,18 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
                     window,
                 };
             }
+            // A refund of everything (a reset) empties the previous window too, whose weight
+            // would otherwise still count; any other hit only reads it.
+            let previous_op = match p.hits {
+                Hits::Refund(n) if n >= crate::storage::MAX_DELTA => Op::Sub(n),
+                _ => Op::Add(0),
+            };
             hits.push(Hit {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start.saturating_sub(period),
                 }),
-                op: Op::Add(0),
+                op: previous_op,
                 expires_at: window.start,
             });
             Plan::Sliding {

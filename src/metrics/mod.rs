@@ -78,6 +78,7 @@ pub struct Metrics {
     pub(crate) overloaded: AtomicU64,
     pub(crate) stats_overflow: AtomicU64,
     pub(crate) labels_shortened: AtomicU64,
+    pub(crate) counters_reset: AtomicU64,
     pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) response_time: Histogram,
     pub(crate) backend_time: Histogram,
@@ -118,6 +119,7 @@ impl Metrics {
             overloaded: AtomicU64::new(0),
             stats_overflow: AtomicU64::new(0),
             labels_shortened: AtomicU64::new(0),
+            counters_reset: AtomicU64::new(0),
             open_connections: Arc::default(),
             response_time: Histogram::default(),
             backend_time: Histogram::default(),
@@ -181,6 +183,11 @@ impl Metrics {
     /// Counts a request answered with an error because the counter store failed.
     pub fn store_failed_request(&self) {
         self.store_failed_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a reset through `/counters`.
+    pub fn counters_reset(&self) {
+        self.counters_reset.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a request that failed for another reason than the store (no configuration).

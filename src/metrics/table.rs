@@ -67,6 +67,13 @@ pub(crate) const COUNTERS: &[CounterRow] = &[
         read: |m| load(&m.total_requests),
     },
     CounterRow {
+        prometheus: "turnstile_counters_reset_total",
+        labels: "",
+        statsd: None,
+        help: "counters reset through DELETE /counters",
+        read: |m| load(&m.counters_reset),
+    },
+    CounterRow {
         prometheus: "turnstile_backend_errors_total",
         labels: "",
         statsd: None,

@@ -118,6 +118,8 @@ pub struct Settings {
     pub debug_addr: String,
     /// `USE_PROMETHEUS`: serve `PROMETHEUS_PATH` on `PROMETHEUS_ADDR`.
     pub prometheus: Option<Prometheus>,
+    /// `ADMIN_TOKEN_FILE`: a file holding the bearer token `/counters` requires.
+    pub admin_token_file: Option<PathBuf>,
     /// `PROMETHEUS_MAPPER_YAML`: a statsd_exporter mapping file naming the reference's series.
     pub prometheus_mapper: Option<PathBuf>,
     /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` (UDP).
@@ -326,6 +328,9 @@ impl Settings {
                 addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
                 path: r.string("PROMETHEUS_PATH", "/metrics"),
             }),
+            admin_token_file: Some(r.string("ADMIN_TOKEN_FILE", ""))
+                .filter(|p| !p.trim().is_empty())
+                .map(PathBuf::from),
             prometheus_mapper: Some(r.string("PROMETHEUS_MAPPER_YAML", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),

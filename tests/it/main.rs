@@ -7,6 +7,7 @@ mod architecture;
 mod backends;
 mod bad_requests;
 mod config_files;
+mod counters_api;
 mod counting_edges;
 mod deploy;
 mod envoy_e2e;

@@ -1,0 +1,245 @@
+//! `/counters` on the debug port: read (`GET`) or reset (`DELETE`) the counters of the limit a
+//! descriptor matches, without counting a hit. Both go through the limiter, the one port to the
+//! stores, as decisions do: a read is a check of 0 hits, a reset a refund of everything (both
+//! windows of a sliding window, every token of a bucket, every request in flight), on whichever
+//! store holds the limit and in whichever key layout. Every reset is logged at WARN with the
+//! caller's address and counted. With `ADMIN_TOKEN_FILE`, both verbs need
+//! `Authorization: Bearer <token>` (the file is read at every call, so a rotated secret
+//! applies at once). The debug port must not be reachable from outside the cluster.
+//!
+//! Must not touch: storage, protobuf.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::grpc::ServiceState;
+use crate::limiter::{Code, Counting, Descriptor, Entry, Request, Status};
+use crate::rules::{Algorithm, Rate};
+use crate::storage::CounterStore;
+
+/// `ADMIN_TOKEN_FILE`, when set.
+#[derive(Debug, Clone, Default)]
+pub struct AdminToken(pub Option<PathBuf>);
+
+/// The state of the counters routes.
+pub(super) type Counters<S> = (Arc<ServiceState<S>>, AdminToken);
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn refused(status: StatusCode, why: &str) -> Response {
+    answer(status, json!({ "error": why }))
+}
+
+/// The request a query names: `domain=D&entry=k=v&entry=k2=v2`.
+fn parse(query: Option<&str>) -> Result<(String, Vec<Entry>), String> {
+    let (mut domain, mut entries) = (None, Vec::new());
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "domain" => domain = Some(value.into_owned()),
+            "entry" => {
+                let Some((key, value)) = value.split_once('=') else {
+                    return Err(format!("entry {value:?}: expected key=value"));
+                };
+                if key.is_empty() {
+                    return Err("an entry has an empty key".into());
+                }
+                entries.push(Entry {
+                    key: key.to_owned(),
+                    value: value.to_owned(),
+                });
+            }
+            other => return Err(format!("unknown parameter {other:?}: expected domain and entry")),
+        }
+    }
+    let domain = domain
+        .filter(|d| !d.is_empty())
+        .ok_or("domain is required: /counters?domain=D&entry=key=value")?;
+    if entries.is_empty() {
+        return Err("at least one entry=key=value is required".into());
+    }
+    Ok((domain, entries))
+}
+
+fn authorized(token: &AdminToken, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(path) = &token.0 else {
+        return Ok(());
+    };
+    let expected = std::fs::read_to_string(path).map_err(|e| {
+        tracing::error!(error = %e, path = %path.display(), "ADMIN_TOKEN_FILE cannot be read; refusing /counters");
+        refused(StatusCode::SERVICE_UNAVAILABLE, "the admin token cannot be read")
+    })?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if given.trim() == expected.trim() && !expected.trim().is_empty() => Ok(()),
+        _ => Err(refused(StatusCode::UNAUTHORIZED, "a bearer token is required")),
+    }
+}
+
+/// The limit's state after `status` (a check or a reset), as JSON.
+fn limit_json<S: CounterStore>(state: &ServiceState<S>, status: &Status<'_>) -> Value {
+    let Some(limited) = status.limit else {
+        return json!({ "limit": null });
+    };
+    let rate = limited.rate;
+    let capacity = match rate.algorithm {
+        Algorithm::TokenBucket { burst } => u64::from(rate.requests_per_unit) + u64::from(burst),
+        _ => u64::from(rate.requests_per_unit),
+    };
+    let remaining = u64::from(status.remaining);
+    let mut out = json!({
+        "rule": limited.applied.rule().map(|l| l.full_key.as_str()),
+        "algorithm": rate.algorithm.name(),
+        "requests_per_unit": rate.requests_per_unit,
+        "unit": rate.unit().name(),
+        "unit_multiplier": rate.period.multiplier(),
+        "remaining": remaining,
+        "reset_seconds": status.reset_in.map(|d| d.as_secs_f64()),
+        "over_limit": status.code == Code::OverLimit,
+        "store": if state.limiter.is_durable(&rate) { "postgres" } else { "main" },
+    });
+    let used = capacity.saturating_sub(remaining);
+    let (name, value) = match rate.algorithm {
+        Algorithm::TokenBucket { .. } => ("tokens", remaining),
+        Algorithm::Concurrency => ("in_flight", used),
+        _ => match status.counting {
+            Counting::Counted { after, .. } if rate.algorithm == Algorithm::FixedWindow => {
+                ("count", after)
+            }
+            _ => ("count", used),
+        },
+    };
+    out[name] = json!(value);
+    if let Algorithm::TokenBucket { burst } = rate.algorithm {
+        out["burst"] = json!(burst);
+    }
+    out
+}
+
+/// Runs `descriptor` through the limiter and answers the limit's state.
+async fn run<S: CounterStore>(
+    state: &ServiceState<S>,
+    domain: String,
+    descriptor: Descriptor,
+) -> Result<Value, Response> {
+    let Some(rules) = state.rules.load() else {
+        return Err(refused(StatusCode::SERVICE_UNAVAILABLE, "no rate limit configuration loaded"));
+    };
+    let entries: Vec<Value> = descriptor
+        .entries
+        .iter()
+        .map(|e| json!({ "key": e.key, "value": e.value }))
+        .collect();
+    let request = Request {
+        domain: domain.clone(),
+        descriptors: vec![descriptor],
+        hits_addend: 0,
+    };
+    let verdict = state.limiter.check(&rules, &request).await.map_err(|e| {
+        refused(StatusCode::SERVICE_UNAVAILABLE, &format!("counter store: {e}"))
+    })?;
+    let limits: Vec<Value> = verdict
+        .statuses
+        .iter()
+        .filter(|s| s.limit.is_some())
+        .map(|s| limit_json(state, s))
+        .collect();
+    Ok(json!({ "domain": domain, "entries": entries, "limits": limits }))
+}
+
+fn descriptor(entries: Vec<Entry>, reset: bool) -> Descriptor {
+    Descriptor {
+        entries,
+        limit_override: None,
+        // A read: 0 hits. A reset: a refund of everything there is.
+        hits: if reset { u64::MAX } else { 0 },
+        refund: reset,
+        hits_addend: None,
+    }
+}
+
+/// `GET /counters`.
+pub(super) async fn read<S: CounterStore>(
+    State((state, token)): State<Counters<S>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Err(refusal) = authorized(&token, &headers) {
+        return refusal;
+    }
+    let (domain, entries) = match parse(query.as_deref()) {
+        Ok(parsed) => parsed,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, &why),
+    };
+    match run(&state, domain, descriptor(entries, false)).await {
+        Ok(body) => answer(StatusCode::OK, body),
+        Err(refusal) => refusal,
+    }
+}
+
+/// `DELETE /counters`: resets, then answers the state after.
+pub(super) async fn reset<S: CounterStore>(
+    State((state, token)): State<Counters<S>>,
+    ConnectInfo(caller): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Err(refusal) = authorized(&token, &headers) {
+        return refusal;
+    }
+    let (domain, entries) = match parse(query.as_deref()) {
+        Ok(parsed) => parsed,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, &why),
+    };
+    if let Err(refusal) = run(&state, domain.clone(), descriptor(entries.clone(), true)).await {
+        return refusal;
+    }
+    let shown: Vec<String> = entries.iter().map(|e| format!("{}={}", e.key, e.value)).collect();
+    tracing::warn!(%caller, %domain, entries = ?shown, "counters reset through /counters");
+    state.metrics.counters_reset();
+    match run(&state, domain, descriptor(entries, false)).await {
+        Ok(mut body) => {
+            body["reset"] = json!(true);
+            answer(StatusCode::OK, body)
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn queries_name_a_domain_and_entries() {
+        let (domain, entries) =
+            parse(Some("domain=plans&entry=api_key%3Dk%201&entry=user=a=b")).expect("parsed");
+        assert_eq!(domain, "plans");
+        assert_eq!(
+            entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect::<Vec<_>>(),
+            [("api_key", "k 1"), ("user", "a=b")]
+        );
+        assert!(parse(Some("entry=a=b")).expect_err("no domain").contains("domain is required"));
+        assert!(parse(Some("domain=d")).expect_err("no entry").contains("entry=key=value"));
+        assert!(parse(Some("domain=d&entry=novalue")).expect_err("bad").contains("key=value"));
+        assert!(parse(Some("domain=d&entry=a=b&x=1")).expect_err("unknown").contains("\"x\""));
+    }
+}
