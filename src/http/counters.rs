@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::grpc::ServiceState;
 use crate::limiter::{Code, Counting, Descriptor, Entry, Request, Status};
-use crate::rules::{Algorithm, Rate};
+use crate::rules::Algorithm;
 use crate::storage::CounterStore;
 
 /// `ADMIN_TOKEN_FILE`, when set.
@@ -39,8 +39,18 @@ fn answer(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
-fn refused(status: StatusCode, why: &str) -> Response {
-    answer(status, json!({ "error": why }))
+/// A call refused: its status and why, answered as `{"error": why}`.
+#[derive(Debug)]
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        answer(self.0, json!({ "error": self.1 }))
+    }
+}
+
+fn refused(status: StatusCode, why: &str) -> Refusal {
+    Refusal(status, why.to_owned())
 }
 
 /// The request a query names: `domain=D&entry=k=v&entry=k2=v2`.
@@ -61,7 +71,11 @@ fn parse(query: Option<&str>) -> Result<(String, Vec<Entry>), String> {
                     value: value.to_owned(),
                 });
             }
-            other => return Err(format!("unknown parameter {other:?}: expected domain and entry")),
+            other => {
+                return Err(format!(
+                    "unknown parameter {other:?}: expected domain and entry"
+                ));
+            }
         }
     }
     let domain = domain
@@ -73,7 +87,7 @@ fn parse(query: Option<&str>) -> Result<(String, Vec<Entry>), String> {
     Ok((domain, entries))
 }
 
-fn authorized(token: &AdminToken, headers: &HeaderMap) -> Result<(), Response> {
+fn authorized(token: &AdminToken, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(path) = &token.0 else {
         return Ok(());
     };
@@ -87,7 +101,10 @@ fn authorized(token: &AdminToken, headers: &HeaderMap) -> Result<(), Response> {
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(given) if given.trim() == expected.trim() && !expected.trim().is_empty() => Ok(()),
-        _ => Err(refused(StatusCode::UNAUTHORIZED, "a bearer token is required")),
+        _ => Err(refused(
+            StatusCode::UNAUTHORIZED,
+            "a bearer token is required",
+        )),
     }
 }
 
@@ -136,9 +153,12 @@ async fn run<S: CounterStore>(
     state: &ServiceState<S>,
     domain: String,
     descriptor: Descriptor,
-) -> Result<Value, Response> {
+) -> Result<Value, Refusal> {
     let Some(rules) = state.rules.load() else {
-        return Err(refused(StatusCode::SERVICE_UNAVAILABLE, "no rate limit configuration loaded"));
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no rate limit configuration loaded",
+        ));
     };
     let entries: Vec<Value> = descriptor
         .entries
@@ -151,7 +171,10 @@ async fn run<S: CounterStore>(
         hits_addend: 0,
     };
     let verdict = state.limiter.check(&rules, &request).await.map_err(|e| {
-        refused(StatusCode::SERVICE_UNAVAILABLE, &format!("counter store: {e}"))
+        refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("counter store: {e}"),
+        )
     })?;
     let limits: Vec<Value> = verdict
         .statuses
@@ -180,15 +203,15 @@ pub(super) async fn read<S: CounterStore>(
     RawQuery(query): RawQuery,
 ) -> Response {
     if let Err(refusal) = authorized(&token, &headers) {
-        return refusal;
+        return refusal.into_response();
     }
     let (domain, entries) = match parse(query.as_deref()) {
         Ok(parsed) => parsed,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, &why),
+        Err(why) => return refused(StatusCode::BAD_REQUEST, &why).into_response(),
     };
     match run(&state, domain, descriptor(entries, false)).await {
         Ok(body) => answer(StatusCode::OK, body),
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -200,16 +223,19 @@ pub(super) async fn reset<S: CounterStore>(
     RawQuery(query): RawQuery,
 ) -> Response {
     if let Err(refusal) = authorized(&token, &headers) {
-        return refusal;
+        return refusal.into_response();
     }
     let (domain, entries) = match parse(query.as_deref()) {
         Ok(parsed) => parsed,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, &why),
+        Err(why) => return refused(StatusCode::BAD_REQUEST, &why).into_response(),
     };
     if let Err(refusal) = run(&state, domain.clone(), descriptor(entries.clone(), true)).await {
-        return refusal;
+        return refusal.into_response();
     }
-    let shown: Vec<String> = entries.iter().map(|e| format!("{}={}", e.key, e.value)).collect();
+    let shown: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{}={}", e.key, e.value))
+        .collect();
     tracing::warn!(%caller, %domain, entries = ?shown, "counters reset through /counters");
     state.metrics.counters_reset();
     match run(&state, domain, descriptor(entries, false)).await {
@@ -217,7 +243,7 @@ pub(super) async fn reset<S: CounterStore>(
             body["reset"] = json!(true);
             answer(StatusCode::OK, body)
         }
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -237,9 +263,25 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("api_key", "k 1"), ("user", "a=b")]
         );
-        assert!(parse(Some("entry=a=b")).expect_err("no domain").contains("domain is required"));
-        assert!(parse(Some("domain=d")).expect_err("no entry").contains("entry=key=value"));
-        assert!(parse(Some("domain=d&entry=novalue")).expect_err("bad").contains("key=value"));
-        assert!(parse(Some("domain=d&entry=a=b&x=1")).expect_err("unknown").contains("\"x\""));
+        assert!(
+            parse(Some("entry=a=b"))
+                .expect_err("no domain")
+                .contains("domain is required")
+        );
+        assert!(
+            parse(Some("domain=d"))
+                .expect_err("no entry")
+                .contains("entry=key=value")
+        );
+        assert!(
+            parse(Some("domain=d&entry=novalue"))
+                .expect_err("bad")
+                .contains("key=value")
+        );
+        assert!(
+            parse(Some("domain=d&entry=a=b&x=1"))
+                .expect_err("unknown")
+                .contains("\"x\"")
+        );
     }
 }

@@ -162,9 +162,16 @@ mod tests {
         let deadline = Duration::from_millis(200);
         let idle = std::sync::Arc::new(SchedulingDelay::new());
         let slightly = Instant::now() - deadline - Duration::from_millis(6);
-        assert_eq!(saturated_runtime(slightly, deadline, &idle), None, "6 ms of 200");
+        assert_eq!(
+            saturated_runtime(slightly, deadline, &idle),
+            None,
+            "6 ms of 200"
+        );
         let much = Instant::now() - deadline - Duration::from_millis(30);
-        assert!(saturated_runtime(much, deadline, &idle).is_some(), "30 ms of 200");
+        assert!(
+            saturated_runtime(much, deadline, &idle).is_some(),
+            "30 ms of 200"
+        );
     }
 
     #[test]

@@ -37,8 +37,15 @@ fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, 
     stream.write_all(text.as_bytes()).expect("write");
     let mut raw = String::new();
     stream.read_to_string(&mut raw).expect("read");
-    let status = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -73,34 +80,77 @@ async fn scenario(env: &[(&str, &str)]) {
     }
     let fixed = limit(&p, "GET", "api_key", &v);
     assert_eq!(
-        (fixed["algorithm"].as_str(), fixed["count"].as_u64(), fixed["remaining"].as_u64()),
+        (
+            fixed["algorithm"].as_str(),
+            fixed["count"].as_u64(),
+            fixed["remaining"].as_u64()
+        ),
         (Some("fixed_window"), Some(3), Some(2)),
         "{fixed}"
     );
     assert_eq!(fixed["rule"].as_str(), Some("plans.api_key"));
-    assert_eq!(limit(&p, "GET", "api_key", &v)["count"].as_u64(), Some(3), "a read counts nothing");
+    assert_eq!(
+        limit(&p, "GET", "api_key", &v)["count"].as_u64(),
+        Some(3),
+        "a read counts nothing"
+    );
     let sliding = limit(&p, "GET", "user", &v);
-    assert_eq!((sliding["count"].as_u64(), sliding["remaining"].as_u64()), (Some(3), Some(1)), "{sliding}");
+    assert_eq!(
+        (sliding["count"].as_u64(), sliding["remaining"].as_u64()),
+        (Some(3), Some(1)),
+        "{sliding}"
+    );
     let bucket = limit(&p, "GET", "tenant", &v);
-    assert_eq!((bucket["tokens"].as_u64(), bucket["burst"].as_u64()), (Some(9), Some(2)), "{bucket}");
+    assert_eq!(
+        (bucket["tokens"].as_u64(), bucket["burst"].as_u64()),
+        (Some(9), Some(2)),
+        "{bucket}"
+    );
     let inflight = limit(&p, "GET", "job", &v);
-    assert_eq!((inflight["in_flight"].as_u64(), inflight["remaining"].as_u64()), (Some(3), Some(0)), "{inflight}");
+    assert_eq!(
+        (
+            inflight["in_flight"].as_u64(),
+            inflight["remaining"].as_u64()
+        ),
+        (Some(3), Some(0)),
+        "{inflight}"
+    );
 
-    for (key, field, after) in [("api_key", "count", 0), ("user", "count", 0), ("tenant", "tokens", 12), ("job", "in_flight", 0)] {
-        let (status, body) = call(p.debug, "DELETE", &format!("/counters?domain=plans&entry={key}={v}"), &[]);
+    for (key, field, after) in [
+        ("api_key", "count", 0),
+        ("user", "count", 0),
+        ("tenant", "tokens", 12),
+        ("job", "in_flight", 0),
+    ] {
+        let (status, body) = call(
+            p.debug,
+            "DELETE",
+            &format!("/counters?domain=plans&entry={key}={v}"),
+            &[],
+        );
         assert_eq!(status, 200, "{body}");
         let json: Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(json["reset"], Value::Bool(true), "{json}");
-        assert_eq!(json["limits"][0][field].as_u64(), Some(after), "{key}: {json}");
+        assert_eq!(
+            json["limits"][0][field].as_u64(),
+            Some(after),
+            "{key}: {json}"
+        );
     }
-    assert_eq!(metric(&p.metrics(), "turnstile_counters_reset_total"), Some(4));
+    assert_eq!(
+        metric(&p.metrics(), "turnstile_counters_reset_total"),
+        Some(4)
+    );
     let mut client = p.client().await;
     let fresh = client
         .should_rate_limit(req1("plans", &[("api_key", &v)]))
         .await
         .expect("answered")
         .into_inner();
-    assert_eq!(fresh.statuses[0].limit_remaining, 4, "counting starts afresh");
+    assert_eq!(
+        fresh.statuses[0].limit_remaining, 4,
+        "counting starts afresh"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,16 +167,28 @@ async fn counters_on_memcached() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_on_redis_with_the_reference_key_layout() {
-    let Some(redis) = RedisProcess::start() else { return };
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
     let addr = redis.addr();
-    scenario(&[("BACKEND_TYPE", "redis"), ("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", &addr)]).await;
+    scenario(&[
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &addr),
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_on_postgres() {
     let Some(pg) = Postgres::start() else { return };
     let (url, schema) = (pg.url(), unique("cnt").replace('-', "_"));
-    scenario(&[("BACKEND_TYPE", "postgres"), ("POSTGRES_URL", &url), ("POSTGRES_SCHEMA", &schema)]).await;
+    scenario(&[
+        ("BACKEND_TYPE", "postgres"),
+        ("POSTGRES_URL", &url),
+        ("POSTGRES_SCHEMA", &schema),
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,15 +200,40 @@ async fn a_bearer_token_is_required_when_set_and_bad_queries_say_why() {
     let p = Process::start(&rules_root(RULES), &[("ADMIN_TOKEN_FILE", &path)]);
     let query = "/counters?domain=plans&entry=api_key=k";
     assert_eq!(call(p.debug, "GET", query, &[]).0, 401);
-    assert_eq!(call(p.debug, "DELETE", query, &[("Authorization", "Bearer nope")]).0, 401);
-    assert_eq!(call(p.debug, "GET", query, &[("Authorization", "Bearer s3cret")]).0, 200);
+    assert_eq!(
+        call(
+            p.debug,
+            "DELETE",
+            query,
+            &[("Authorization", "Bearer nope")]
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        call(p.debug, "GET", query, &[("Authorization", "Bearer s3cret")]).0,
+        200
+    );
     // A rotated token applies at once.
     std::fs::write(&file, "n3w").expect("rotate");
-    assert_eq!(call(p.debug, "GET", query, &[("Authorization", "Bearer s3cret")]).0, 401);
-    let (status, body) = call(p.debug, "GET", "/counters?entry=a=b", &[("Authorization", "Bearer n3w")]);
+    assert_eq!(
+        call(p.debug, "GET", query, &[("Authorization", "Bearer s3cret")]).0,
+        401
+    );
+    let (status, body) = call(
+        p.debug,
+        "GET",
+        "/counters?entry=a=b",
+        &[("Authorization", "Bearer n3w")],
+    );
     assert_eq!(status, 400);
     assert!(body.contains("domain is required"), "{body}");
-    let (status, body) = call(p.debug, "GET", "/counters?domain=plans&entry=nokey", &[("Authorization", "Bearer n3w")]);
+    let (status, body) = call(
+        p.debug,
+        "GET",
+        "/counters?domain=plans&entry=nokey",
+        &[("Authorization", "Bearer n3w")],
+    );
     assert_eq!(status, 400);
     assert!(body.contains("expected key=value"), "{body}");
 }
