@@ -21,6 +21,8 @@ command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
 # and pkill to freeze a server.
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
 command -v pkill >/dev/null 2>&1 || missing+=(procps)
+# The shipped alerting rules are checked with promtool.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # The container image: built with buildah, served from with podman (scripts/image-smoke.sh).
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)

@@ -189,7 +189,12 @@ fn extensions(rate: &PerUnit) -> String {
 }
 
 async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
-    let text = state.metrics.render(&state.limiter.gauges());
+    let mut text = state.metrics.render(&state.limiter.gauges());
+    // Readiness as a series, for alerting (what /healthcheck and gRPC health answer).
+    text.push_str(&format!(
+        "# HELP turnstile_ready 1 while the process is ready (/healthcheck 200)\n# TYPE turnstile_ready gauge\nturnstile_ready {}\n",
+        u8::from(state.health.is_healthy())
+    ));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -18,6 +18,7 @@ pub mod lifecycle;
 mod memcached_cluster;
 mod model;
 mod modes;
+mod monitoring;
 mod overload;
 mod peers;
 mod postgres;
