@@ -15,7 +15,9 @@ use crate::xds::server::{AdsServer, Shared};
 use crate::xds::{codes, limit, loopback, start};
 
 fn file(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/monitoring")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -78,10 +80,16 @@ async fn every_series_the_dashboard_and_alerts_query_is_served() {
                 PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/metrics/table.rs"),
             )
             .expect("table");
-            assert!(table.contains(&format!("\"{name}\"")), "{name} is not a gauge Turnstile serves");
+            assert!(
+                table.contains(&format!("\"{name}\"")),
+                "{name} is not a gauge Turnstile serves"
+            );
             continue;
         }
-        assert!(served.contains(name), "{name} is queried but not in /metrics:\n{text}");
+        assert!(
+            served.contains(name),
+            "{name} is queried but not in /metrics:\n{text}"
+        );
     }
     drop(ads);
 }
@@ -93,7 +101,10 @@ fn the_rules_pass_promtool_and_the_prometheus_rule_holds_the_same_groups() {
     let operator: serde_json::Value =
         serde_saphyr::from_str(&file("prometheusrule.yaml")).expect("PrometheusRule YAML");
     assert_eq!(operator["kind"], "PrometheusRule");
-    assert_eq!(operator["spec"]["groups"], plain["groups"], "the two files hold the same rules");
+    assert_eq!(
+        operator["spec"]["groups"], plain["groups"],
+        "the two files hold the same rules"
+    );
     for rule in plain["groups"][0]["rules"].as_array().expect("rules") {
         let alert = rule["alert"].as_str().expect("alert name");
         let runbook = rule["annotations"]["runbook"].as_str().expect("a runbook");
@@ -103,7 +114,10 @@ fn the_rules_pass_promtool_and_the_prometheus_rule_holds_the_same_groups() {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/runbooks.md"),
         )
         .expect("runbooks");
-        assert!(runbooks.contains(&format!("## {alert}")), "{alert} has a runbook section");
+        assert!(
+            runbooks.contains(&format!("## {alert}")),
+            "{alert} has a runbook section"
+        );
     }
     let Ok(out) = Command::new("promtool")
         .args(["check", "rules"])
