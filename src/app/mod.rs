@@ -96,26 +96,7 @@ impl App {
         let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let (store, store_tasks) = store::build(&settings.backend, &clock).await?;
-        for task in store_tasks {
-            tasks.spawn(task);
-        }
-        let mut limiter = Limiter::new(
-            Instrumented::new(store, Arc::clone(&metrics)),
-            Arc::clone(&clock),
-            limiter_settings(&settings),
-        );
-        if let Some(second) = store::per_second(&settings.backend, &clock)? {
-            limiter =
-                limiter.with_per_second_store(Instrumented::new(second, Arc::clone(&metrics)));
-        }
-        if let Some((durable, durable_tasks, from)) =
-            store::durable(settings.postgres_route.as_ref(), &clock)?
-        {
-            tasks.extend(durable_tasks);
-            limiter =
-                limiter.with_durable_store(Instrumented::new(durable, Arc::clone(&metrics)), from);
-        }
+        let limiter = limiter(&settings, &clock, &metrics, &mut tasks).await?;
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
             limiter,
@@ -218,6 +199,36 @@ impl App {
         tracing::info!(target: LIFECYCLE, "stopped");
         served.map_err(AppError::from)
     }
+}
+
+/// The limiter over every store the settings name (main, per-second, durable), each
+/// instrumented; their background tasks go to `tasks`.
+async fn limiter(
+    settings: &Settings,
+    clock: &Arc<dyn Clock>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+) -> Result<Limiter<Instrumented<Store>>, AppError> {
+    let (store, store_tasks) = store::build(&settings.backend, clock).await?;
+    for task in store_tasks {
+        tasks.spawn(task);
+    }
+    let instrumented = |store| Instrumented::new(store, Arc::clone(metrics));
+    let mut limiter = Limiter::new(
+        instrumented(store),
+        Arc::clone(clock),
+        limiter_settings(settings),
+    );
+    if let Some(second) = store::per_second(&settings.backend, clock)? {
+        limiter = limiter.with_per_second_store(instrumented(second));
+    }
+    if let Some((durable, durable_tasks, from)) =
+        store::durable(settings.postgres_route.as_ref(), clock)?
+    {
+        tasks.extend(durable_tasks);
+        limiter = limiter.with_durable_store(instrumented(durable), from);
+    }
+    Ok(limiter)
 }
 
 /// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the

@@ -71,6 +71,16 @@ pub(crate) struct Planned<'a> {
     pub(crate) key: &'a dyn Fn(Tail) -> String,
 }
 
+/// What a sliding window's request does to its previous window: a refund of everything (a
+/// reset through `/counters`) empties it too, whose weight would otherwise still count; any
+/// other request only reads it.
+fn previous_window_op(hits: Hits) -> Op {
+    match hits {
+        Hits::Refund(n) if n >= crate::storage::MAX_DELTA => Op::Sub(n),
+        _ => Op::Add(0),
+    }
+}
+
 /// Adds the descriptor's store operations to the batch and returns how to read the answers.
 pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketStep>) -> Plan {
     let period = p.rate.period.seconds();
@@ -103,18 +113,12 @@ pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketS
                     window,
                 };
             }
-            // A refund of everything (a reset) empties the previous window too, whose weight
-            // would otherwise still count; any other hit only reads it.
-            let previous_op = match p.hits {
-                Hits::Refund(n) if n >= crate::storage::MAX_DELTA => Op::Sub(n),
-                _ => Op::Add(0),
-            };
             hits.push(Hit {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start.saturating_sub(period),
                 }),
-                op: previous_op,
+                op: previous_window_op(p.hits),
                 expires_at: window.start,
             });
             Plan::Sliding {

@@ -244,6 +244,26 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     }))
 }
 
+/// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
+fn prometheus(r: &Reader<'_>) -> Result<Option<Prometheus>, SettingsError> {
+    Ok(r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
+        addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
+        path: r.string("PROMETHEUS_PATH", "/metrics"),
+    }))
+}
+
+/// `USE_STATSD` with `STATSD_HOST` and `STATSD_PORT`.
+fn statsd(r: &Reader<'_>) -> Result<Option<String>, SettingsError> {
+    if !r.bool("USE_STATSD", false)? {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{}:{}",
+        r.string("STATSD_HOST", "localhost"),
+        r.parsed("STATSD_PORT", 8125u16)?
+    )))
+}
+
 /// `LOG_FORMAT`: `text` (false) or `json` (true).
 fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     match r.string("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
@@ -324,25 +344,14 @@ impl Settings {
                 &r.string("DEBUG_HOST", "0.0.0.0"),
                 r.parsed("DEBUG_PORT", 6070u16)?,
             ),
-            prometheus: r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
-                addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
-                path: r.string("PROMETHEUS_PATH", "/metrics"),
-            }),
+            prometheus: prometheus(&r)?,
             admin_token_file: Some(r.string("ADMIN_TOKEN_FILE", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
             prometheus_mapper: Some(r.string("PROMETHEUS_MAPPER_YAML", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
-            statsd: if r.bool("USE_STATSD", false)? {
-                Some(format!(
-                    "{}:{}",
-                    r.string("STATSD_HOST", "localhost"),
-                    r.parsed("STATSD_PORT", 8125u16)?
-                ))
-            } else {
-                None
-            },
+            statsd: statsd(&r)?,
             stats_flush: r.duration(
                 "STATS_FLUSH_INTERVAL",
                 Duration::from_secs(10),

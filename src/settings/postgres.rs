@@ -115,26 +115,11 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
             .find(|(key, _)| key == k)
             .map(|(_, v)| v.clone())
     };
-    let ssl_mode = match get("sslmode").as_deref() {
-        None | Some("disable" | "allow" | "prefer") => PgSslMode::Disable,
-        Some("require") => PgSslMode::Require,
-        Some("verify-ca") => PgSslMode::VerifyCa,
-        Some("verify-full") => PgSslMode::VerifyFull,
-        Some(other) => {
-            return Err(err(
-                NAME,
-                &shown,
-                format!("sslmode={other}: expected disable, require, verify-ca or verify-full"),
-            ));
-        }
-    };
+    let ssl_mode =
+        ssl_mode(get("sslmode").as_deref()).map_err(|problem| err(NAME, &shown, problem))?;
     if config.get_password().is_none() {
-        let from_file = get("passfile")
-            .map(PathBuf::from)
-            .or_else(|| (r.env)("PGPASSFILE").map(PathBuf::from));
-        if let Some(password) = (r.env)("PGPASSWORD").filter(|p| !p.is_empty()) {
-            config.password(password);
-        } else if let Some(password) = from_file.and_then(|f| passfile_password(&f, &config)) {
+        let file = get("passfile").or_else(|| (r.env)("PGPASSFILE"));
+        if let Some(password) = password(r, file, &config) {
             config.password(password);
         }
     }
@@ -143,35 +128,7 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
         (None, None) => None,
         _ => return Err(err(NAME, &shown, "sslcert and sslkey go together")),
     };
-    let schema = r.string("POSTGRES_SCHEMA", "turnstile");
-    let valid = schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !valid {
-        return Err(err(
-            "POSTGRES_SCHEMA",
-            &schema,
-            "a lower-case identifier: letters, digits and _, at most 63 bytes",
-        ));
-    }
-    let migrate = match r
-        .string("POSTGRES_MIGRATE", "auto")
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        "auto" => PgMigrate::Auto,
-        "check" => PgMigrate::Check,
-        "off" => PgMigrate::Off,
-        other => {
-            return Err(err(
-                "POSTGRES_MIGRATE",
-                other,
-                "expected auto, check or off",
-            ));
-        }
-    };
+    let (schema, migrate) = (schema(r)?, migrate(r)?);
     Ok(PostgresSettings {
         config,
         ssl_mode,
@@ -183,6 +140,68 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
         migrate,
         stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
     })
+}
+
+/// `sslmode`, or what belongs there.
+fn ssl_mode(mode: Option<&str>) -> Result<PgSslMode, String> {
+    match mode {
+        None | Some("disable" | "allow" | "prefer") => Ok(PgSslMode::Disable),
+        Some("require") => Ok(PgSslMode::Require),
+        Some("verify-ca") => Ok(PgSslMode::VerifyCa),
+        Some("verify-full") => Ok(PgSslMode::VerifyFull),
+        Some(other) => Err(format!(
+            "sslmode={other}: expected disable, require, verify-ca or verify-full"
+        )),
+    }
+}
+
+/// The password when the connection string has none: `PGPASSWORD`, else the passfile's line
+/// for this connection.
+fn password(
+    r: &Reader<'_>,
+    file: Option<String>,
+    config: &tokio_postgres::Config,
+) -> Option<String> {
+    (r.env)("PGPASSWORD")
+        .filter(|p| !p.is_empty())
+        .or_else(|| passfile_password(&PathBuf::from(file?), config))
+}
+
+/// `POSTGRES_SCHEMA`: a lower-case identifier, so it can be quoted into statements.
+fn schema(r: &Reader<'_>) -> Result<String, SettingsError> {
+    let schema = r.string("POSTGRES_SCHEMA", "turnstile");
+    let valid = schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if valid {
+        Ok(schema)
+    } else {
+        Err(err(
+            "POSTGRES_SCHEMA",
+            &schema,
+            "a lower-case identifier: letters, digits and _, at most 63 bytes",
+        ))
+    }
+}
+
+/// `POSTGRES_MIGRATE`.
+fn migrate(r: &Reader<'_>) -> Result<PgMigrate, SettingsError> {
+    match r
+        .string("POSTGRES_MIGRATE", "auto")
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "auto" => Ok(PgMigrate::Auto),
+        "check" => Ok(PgMigrate::Check),
+        "off" => Ok(PgMigrate::Off),
+        other => Err(err(
+            "POSTGRES_MIGRATE",
+            other,
+            "expected auto, check or off",
+        )),
+    }
 }
 
 /// Long windows counted in PostgreSQL beside the main store (`POSTGRES_FROM_UNIT`).

@@ -57,10 +57,11 @@ fn memcached_activity(port: u16) -> Vec<(String, u64)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
-    let Some(pg) = Postgres::start() else { return };
-    let Some(mc) = Memcached::start() else { return };
+/// PostgreSQL and memcached, and Turnstile counting day limits in the one and the rest in the
+/// other, PostgreSQL's schema made (readiness reaches it too).
+async fn routed() -> Option<(Postgres, Memcached, Process, String)> {
+    let pg = Postgres::start()?;
+    let mc = Memcached::start()?;
     let schema = unique("route").replace('-', "_");
     let (url, mc_addr) = (pg.url(), mc.addr());
     let p = Process::start(
@@ -73,7 +74,6 @@ async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
             ("POSTGRES_SCHEMA", &schema),
         ],
     );
-    // Readiness reaches PostgreSQL too (and so migrates its schema).
     crate::support::until(
         std::time::Duration::from_secs(10),
         "the schema is made",
@@ -84,6 +84,14 @@ async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
         },
     )
     .await;
+    Some((pg, mc, p, schema))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
+    let Some((pg, mc, p, schema)) = routed().await else {
+        return;
+    };
     let rows = || pg.psql(&format!("SELECT count(*) FROM {schema}.counters"));
     // /rlconfig says which limits are durable.
     let (_, dump) = crate::process::http_get(p.debug, "/rlconfig").expect("rlconfig");
@@ -147,7 +155,26 @@ async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
         codes(vec![desc(&[("api_key", &key)]), desc(&[("user", &other)])]).await,
         vec![Code::OverLimit, Code::Ok]
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_counts_a_day_limit_in_postgres_as_rls_does() {
+    let Some((pg, mc, p, schema)) = routed().await else {
+        return;
+    };
+    let client = p.client().await;
+    let codes = |descriptors: Vec<_>| {
+        let call = req("plans", descriptors);
+        let mut client = client.clone();
+        async move {
+            let answer = client
+                .should_rate_limit(call)
+                .await
+                .expect("answered")
+                .into_inner();
+            answer.statuses.iter().map(|s| s.code()).collect::<Vec<_>>()
+        }
+    };
     // RLQS routes as RLS does: a report on the day limit lands in PostgreSQL.
     let mut quotas = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
         .await
