@@ -46,27 +46,10 @@ fn usage() -> ExitCode {
 
 /// `turnstile migrate [--check]`: PostgreSQL's schema, by hand.
 fn migrate(check: bool) -> ExitCode {
-    let settings = match Settings::from_env(&|name| std::env::var(name).ok(), None) {
-        Ok(settings) => settings,
-        Err(err) => {
-            eprintln!("turnstile: {err}");
-            return ExitCode::from(64);
-        }
-    };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("turnstile: starting the runtime: {err}");
-            return ExitCode::from(1);
-        }
-    };
-    let (report, code) = runtime.block_on(turnstile::app::migrate_cli(&settings, check));
-    if code == 0 {
-        println!("{report}");
-    } else {
-        eprintln!("turnstile: {report}");
-    }
-    ExitCode::from(code)
+    ExitCode::from(turnstile::app::migrate_main(
+        &|name| std::env::var(name).ok(),
+        check,
+    ))
 }
 
 fn serve(config_dir: Option<PathBuf>) -> ExitCode {

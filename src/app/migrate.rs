@@ -10,6 +10,33 @@ use crate::clock::SystemClock;
 use crate::settings::{Backend, Settings};
 use crate::storage::postgres::PostgresStore;
 
+/// `turnstile migrate [--check]` from the environment `env`: reads the settings, runs
+/// [`migrate_cli`] on a runtime of its own, prints the report (errors to stderr) and returns
+/// the exit code (64 for a bad setting).
+pub fn migrate_main(env: &dyn Fn(&str) -> Option<String>, check: bool) -> u8 {
+    let settings = match Settings::from_env(env, None) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("turnstile: {err}");
+            return 64;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("turnstile: starting the runtime: {err}");
+            return 1;
+        }
+    };
+    let (report, code) = runtime.block_on(migrate_cli(&settings, check));
+    if code == 0 {
+        println!("{report}");
+    } else {
+        eprintln!("turnstile: {report}");
+    }
+    code
+}
+
 /// Runs `migrate` (`check`: only report) with `settings`; the report and the exit code (0: up
 /// to date or migrated; 1: `--check` found it behind, or it cannot be used; 64: no PostgreSQL
 /// configured).

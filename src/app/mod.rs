@@ -21,7 +21,7 @@ pub use check::{check_config, check_config_cli};
 pub use error::AppError;
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
-pub use migrate::migrate_cli;
+pub use migrate::{migrate_cli, migrate_main};
 use options::{initial_load, limiter_settings, server_options};
 
 pub use store::Store;

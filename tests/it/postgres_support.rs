@@ -32,6 +32,20 @@ fn running_as_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// Makes `paths` (recursively) the `postgres` user's when the tests run as root (initdb and
+/// the server refuse to run as root, and the server reads its key only as its owner).
+fn give_to_postgres(paths: &[&std::path::Path]) {
+    if !running_as_root() {
+        return;
+    }
+    let status = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .args(paths)
+        .status()
+        .expect("chown");
+    assert!(status.success(), "chown {paths:?}");
+}
+
 /// A PostgreSQL server, stopped on drop.
 pub struct Postgres {
     pub port: u16,
@@ -60,14 +74,7 @@ impl Postgres {
             return None;
         };
         let dir = temp_dir("pg");
-        if running_as_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .expect("chown");
-            assert!(status.success(), "chown the data directory");
-        }
+        give_to_postgres(&[dir.as_path()]);
         let mut pg = Postgres {
             port: free_port(),
             dir,
@@ -92,14 +99,7 @@ impl Postgres {
         if let Some((cert, key)) = tls {
             std::fs::copy(cert, data_dir.join("server.crt")).expect("copy cert");
             std::fs::copy(key, data_dir.join("server.key")).expect("copy key");
-            if running_as_root() {
-                let status = Command::new("chown")
-                    .args(["postgres:postgres", "server.crt", "server.key"])
-                    .current_dir(&data_dir)
-                    .status()
-                    .expect("chown");
-                assert!(status.success());
-            }
+            give_to_postgres(&[&data_dir.join("server.crt"), &data_dir.join("server.key")]);
             use std::os::unix::fs::PermissionsExt;
             let private = std::fs::Permissions::from_mode(0o600);
             std::fs::set_permissions(data_dir.join("server.key"), private).expect("chmod");
@@ -112,14 +112,7 @@ impl Postgres {
     /// A streaming-replication standby of `primary` (`pg_basebackup -R`), started.
     pub fn standby_of(primary: &Postgres) -> Postgres {
         let dir = temp_dir("pg-standby");
-        if running_as_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .expect("chown");
-            assert!(status.success());
-        }
+        give_to_postgres(&[dir.as_path()]);
         let standby = Postgres {
             port: free_port(),
             dir,
@@ -148,16 +141,28 @@ impl Postgres {
         standby
     }
 
-    fn run(&self, tool: &str, args: &[&str]) -> String {
+    /// `tool` of this server's PostgreSQL, as the `postgres` user when the tests run as root.
+    fn command(&self, tool: &str) -> Command {
         let binary = self.bin.join(tool);
-        let mut cmd = if running_as_root() {
+        if running_as_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&binary);
             c
         } else {
             Command::new(&binary)
-        };
-        let out = cmd.args(args).current_dir(&self.dir).output().expect(tool);
+        }
+    }
+
+    fn output(&self, tool: &str, args: &[&str]) -> std::process::Output {
+        self.command(tool)
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect(tool)
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> String {
+        let out = self.output(tool, args);
         assert!(
             out.status.success(),
             "{tool} {args:?}: {}{}",
@@ -219,29 +224,7 @@ impl Postgres {
     /// One SQL statement through `psql`, its output, or `None` if it failed.
     pub fn try_psql(&self, sql: &str) -> Option<String> {
         let port = self.port.to_string();
-        let binary = self.bin.join("psql");
-        let mut cmd = if running_as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&binary);
-            c
-        } else {
-            Command::new(&binary)
-        };
-        let out = cmd
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-At",
-                "-c",
-                sql,
-            ])
-            .current_dir(&self.dir)
-            .output()
-            .ok()?;
+        let out = self.output("psql", &Self::psql_args(&port, sql));
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -250,22 +233,23 @@ impl Postgres {
     /// One SQL statement through `psql`, its unaligned output.
     pub fn psql(&self, sql: &str) -> String {
         let port = self.port.to_string();
-        self.run(
-            "psql",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-At",
-                "-c",
-                sql,
-            ],
-        )
-        .trim()
-        .to_owned()
+        self.run("psql", &Self::psql_args(&port, sql))
+            .trim()
+            .to_owned()
+    }
+
+    fn psql_args<'a>(port: &'a str, sql: &'a str) -> [&'a str; 9] {
+        [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-U",
+            "postgres",
+            "-At",
+            "-c",
+            sql,
+        ]
     }
 
     /// A store on this server in a schema of its own (migrated at its first call).
@@ -291,28 +275,11 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         let data = self.dir.join("data");
-        let _ = Command::new(if running_as_root() { "runuser" } else { "true" })
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .args([
-                "-D",
-                data.to_str().unwrap_or_default(),
-                "stop",
-                "-m",
-                "immediate",
-            ])
+        let data = data.to_str().unwrap_or_default();
+        let _ = self
+            .command("pg_ctl")
+            .args(["-D", data, "stop", "-m", "immediate"])
             .output();
-        if !running_as_root() {
-            let _ = Command::new(self.bin.join("pg_ctl"))
-                .args([
-                    "-D",
-                    data.to_str().unwrap_or_default(),
-                    "stop",
-                    "-m",
-                    "immediate",
-                ])
-                .output();
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

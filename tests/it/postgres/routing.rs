@@ -7,10 +7,12 @@ use std::io::{Read, Write};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use turnstile::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::postgres_support::Postgres;
 use crate::process::{Process, rules_root};
@@ -87,6 +89,20 @@ async fn routed() -> Option<(Postgres, Memcached, Process, String)> {
     Some((pg, mc, p, schema))
 }
 
+/// The codes of one request of `descriptors` in domain `plans`.
+async fn codes(
+    client: &RateLimitServiceClient<tonic::transport::Channel>,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> Vec<Code> {
+    let answer = client
+        .clone()
+        .should_rate_limit(req("plans", descriptors))
+        .await
+        .expect("answered")
+        .into_inner();
+    answer.statuses.iter().map(|s| s.code()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
     let Some((pg, mc, p, schema)) = routed().await else {
@@ -108,18 +124,7 @@ async fn long_windows_count_in_postgres_and_short_ones_in_memcached() {
     assert!(line("daily").contains(" store=postgres"), "{dump}");
     assert!(!line("user").contains("store="), "{dump}");
     let client = p.client().await;
-    let codes = |descriptors: Vec<_>| {
-        let call = req("plans", descriptors);
-        let mut client = client.clone();
-        async move {
-            let answer = client
-                .should_rate_limit(call)
-                .await
-                .expect("answered")
-                .into_inner();
-            answer.statuses.iter().map(|s| s.code()).collect::<Vec<_>>()
-        }
-    };
+    let codes = |descriptors| codes(&client, descriptors);
 
     // Minute limits: memcached only.
     let user = unique("u");
@@ -163,18 +168,7 @@ async fn rlqs_counts_a_day_limit_in_postgres_as_rls_does() {
         return;
     };
     let client = p.client().await;
-    let codes = |descriptors: Vec<_>| {
-        let call = req("plans", descriptors);
-        let mut client = client.clone();
-        async move {
-            let answer = client
-                .should_rate_limit(call)
-                .await
-                .expect("answered")
-                .into_inner();
-            answer.statuses.iter().map(|s| s.code()).collect::<Vec<_>>()
-        }
-    };
+    let codes = |descriptors| codes(&client, descriptors);
     // RLQS routes as RLS does: a report on the day limit lands in PostgreSQL.
     let mut quotas = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
         .await
