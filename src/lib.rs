@@ -15,7 +15,7 @@
 //!   Limiter: the one port to the stores (nothing else calls a store; a test checks it)
 //!   │ routing        each operation has a Destination: main, per-second (REDIS_PERSECOND: SECOND
 //!   │                limits), durable (POSTGRES_FROM_UNIT: long windows → PostgreSQL)
-//!   │ metrics::Instrumented   latency and errors per store call
+//!   │ metrics::Instrumented   latency and errors per store call (and a child span when traced)
 //!   ▼
 //! storage: memory (sharded, expiry index) │ memcached (ring, pipelined meta commands)
 //!          │ redis (single, cluster, sentinel; Lua scripts)
@@ -49,12 +49,13 @@
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
 //! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis`, `postgres` | `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
-//! | `metrics` | counters in hits, Prometheus text, statsd sink, the instrumented store | `limiter`, `rules`, `storage` |
+//! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings` |
+//! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |
-//! | `grpc` | the protocol edge (RLS): conversion, validation, responses | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage` |
+//! | `grpc` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
-//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage` |
+//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `grpc`, `limiter`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
@@ -78,4 +79,5 @@ pub mod settings;
 pub mod storage;
 pub mod telemetry;
 pub mod tls;
+pub mod traces;
 pub mod xds;

@@ -28,6 +28,9 @@ pub enum AppError {
     /// A setting names something this build does not support (exit 64).
     #[error("{0}")]
     Unsupported(String),
+    /// Tracing is on but its exporter cannot be set up (exit 78).
+    #[error("tracing: {0}")]
+    Tracing(#[from] crate::traces::TracingError),
     /// The server failed (exit 1).
     #[error(transparent)]
     Serve(#[from] crate::server::ServeError),

@@ -10,6 +10,7 @@
 
 mod check;
 mod error;
+mod label;
 mod listeners;
 mod migrate;
 mod options;
@@ -37,11 +38,13 @@ use crate::clock::{Clock, SystemClock};
 use crate::grpc::{ResponseSettings, ServiceState};
 use crate::health::Health;
 use crate::limiter::Limiter;
+use crate::metrics::mogrify::Mogrifiers;
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::RulesHandle;
 use crate::server::ServerOptions;
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
+use crate::traces::Tracer;
 
 /// The state every listener serves.
 pub type AppState = ServiceState<Instrumented<Store>>;
@@ -70,22 +73,17 @@ impl App {
     /// called inside a Tokio runtime; nothing is served until [`App::run_until`].
     pub async fn build(settings: Settings) -> Result<App, AppError> {
         let mut tasks = JoinSet::new();
-        let mut metrics = Metrics::new(
-            settings.stats_max_keys,
-            settings.near_limit_ratio,
-            &settings.extra_tags,
-        );
-        if let Some(path) = &settings.prometheus_mapper {
-            metrics = metrics.with_mapper(crate::metrics::mapper::Mapper::load(path)?);
-        }
-        let metrics = Arc::new(metrics);
+        let metrics = Arc::new(metrics(&settings)?);
         let initial = initial_load(&settings, &metrics)?;
-        if let Some(addr) = &settings.statsd {
-            let sink =
-                crate::metrics::statsd::sink(Arc::clone(&metrics), addr, settings.stats_flush)
-                    .map_err(|e| AppError::Unsupported(e.to_string()))?;
-            tasks.spawn(sink);
-        }
+        sinks(&settings, &metrics, &mut tasks)?;
+        let tracer = match &settings.tracing {
+            None => None,
+            Some(tracing) => {
+                let (tracer, export) = Tracer::start(tracing, metrics.span_counts())?;
+                tasks.spawn(export);
+                Some(Arc::new(tracer))
+            }
+        };
         let health = Arc::new(Health::new(
             settings.healthy_needs_config,
             initial.is_some(),
@@ -96,7 +94,7 @@ impl App {
         let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let limiter = limiter(&settings, &clock, &metrics, &mut tasks).await?;
+        let limiter = limiter(&settings, &clock, &metrics, tracer.as_ref(), &mut tasks).await?;
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
             limiter,
@@ -108,6 +106,7 @@ impl App {
                 dynamic_metadata: settings.dynamic_metadata,
             },
             health: Arc::clone(&health),
+            tracer,
         });
         source::start(&settings, rules, metrics, health, &mut tasks).await;
         let (listeners, addresses) = bind_all(&settings).await?;
@@ -158,6 +157,7 @@ impl App {
             admin_token,
         } = self;
         tracing::info!(target: LIFECYCLE, ?addresses, "serving");
+        let tracer = state.tracer.clone();
         let (stop_tx, stop_rx) = watch::channel(false);
         let health = Arc::clone(&state.health);
         tasks.spawn(async move {
@@ -195,10 +195,56 @@ impl App {
                 tracing::error!(error = %e, "HTTP listener failed");
             }
         }
+        if let Some(tracer) = &tracer {
+            // The last spans, while the export task still runs (bounded: the collector may be
+            // away).
+            let _ = tokio::time::timeout(Duration::from_secs(5), tracer.shutdown()).await;
+        }
         tasks.shutdown().await;
         tracing::info!(target: LIFECYCLE, "stopped");
         served.map_err(AppError::from)
     }
+}
+
+/// The metrics the settings ask for (`PROMETHEUS_MAPPER_YAML`,
+/// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`, `DISABLE_STATS`).
+fn metrics(settings: &Settings) -> Result<Metrics, AppError> {
+    let mut metrics = Metrics::new(
+        settings.stats_max_keys,
+        settings.near_limit_ratio,
+        &settings.extra_tags,
+    );
+    if let Some(path) = &settings.prometheus_mapper {
+        metrics = metrics.with_mapper(crate::metrics::mapper::Mapper::load(path)?);
+    }
+    if settings.response_time_ms {
+        metrics = metrics.with_response_time_in_ms();
+    }
+    if settings.disable_stats {
+        metrics = metrics.without_stats();
+    }
+    Ok(metrics)
+}
+
+/// The statsd or DogStatsD sink, when one is on.
+fn sinks(
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), AppError> {
+    let (addr, mogrifiers) = match (&settings.statsd, &settings.dogstatsd) {
+        (Some(addr), _) => (addr, Mogrifiers::default()),
+        (None, Some(dog)) => (
+            &dog.addr,
+            Mogrifiers::new(&dog.mogrifiers).map_err(|e| AppError::Unsupported(e.to_string()))?,
+        ),
+        (None, None) => return Ok(()),
+    };
+    let sink =
+        crate::metrics::statsd::sink(Arc::clone(metrics), addr, settings.stats_flush, mogrifiers)
+            .map_err(|e| AppError::Unsupported(e.to_string()))?;
+    tasks.spawn(sink);
+    Ok(())
 }
 
 /// The limiter over every store the settings name (main, per-second, durable), each
@@ -207,26 +253,34 @@ async fn limiter(
     settings: &Settings,
     clock: &Arc<dyn Clock>,
     metrics: &Arc<Metrics>,
+    tracer: Option<&Arc<Tracer>>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Limiter<Instrumented<Store>>, AppError> {
     let (store, store_tasks) = store::build(&settings.backend, clock).await?;
     for task in store_tasks {
         tasks.spawn(task);
     }
-    let instrumented = |store| Instrumented::new(store, Arc::clone(metrics));
+    let instrumented = |store: Store, role| {
+        let label = label::store_label(&store, settings, role);
+        let store = Instrumented::new(store, Arc::clone(metrics));
+        match tracer {
+            Some(tracer) => store.traced(Arc::clone(tracer), label),
+            None => store,
+        }
+    };
     let mut limiter = Limiter::new(
-        instrumented(store),
+        instrumented(store, "main"),
         Arc::clone(clock),
         limiter_settings(settings),
     );
     if let Some(second) = store::per_second(&settings.backend, clock)? {
-        limiter = limiter.with_per_second_store(instrumented(second));
+        limiter = limiter.with_per_second_store(instrumented(second, "per_second"));
     }
     if let Some((durable, durable_tasks, from)) =
         store::durable(settings.postgres_route.as_ref(), clock)?
     {
         tasks.extend(durable_tasks);
-        limiter = limiter.with_durable_store(instrumented(durable), from);
+        limiter = limiter.with_durable_store(instrumented(durable, "durable"), from);
     }
     Ok(limiter)
 }

@@ -7,6 +7,7 @@
 mod convert;
 mod response;
 mod service;
+mod trace_attributes;
 
 pub use convert::{InvalidRequest, request_from_pb, request_from_wire, text};
 pub use response::{HeaderNames, ResponseSettings, response_to_pb};
@@ -24,6 +25,7 @@ use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRespon
 use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::reload::RulesHandle;
 use crate::storage::{CounterStore, StorageError};
+use crate::traces::{Traced, Tracer};
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -38,6 +40,8 @@ pub struct ServiceState<S> {
     pub response: ResponseSettings,
     /// Readiness components.
     pub health: Arc<Health>,
+    /// OpenTelemetry spans (`TRACING_ENABLED`), if on.
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 /// The `RateLimitService` implementation.
@@ -54,14 +58,33 @@ impl<S> RateLimitHandler<S> {
 }
 
 impl<S: CounterStore> RateLimitHandler<S> {
-    /// Answers one `ShouldRateLimit` call as it came off the wire, and times it.
+    /// The span of a call with this metadata, when tracing is on and the sampler keeps it.
+    pub(crate) fn span(&self, metadata: &tonic::metadata::MetadataMap) -> Option<Traced> {
+        let tracer = self.state.tracer.as_ref()?;
+        tracer.server_span("ShouldRateLimit Execution", &tracer.parent(metadata))
+    }
+
+    /// Answers one `ShouldRateLimit` call as it came off the wire, and times it; `span` (if
+    /// traced) is the current context while the decision runs, and ends with the answer.
     pub(crate) async fn should_rate_limit(
         &self,
         request: LenientRequest,
+        span: Option<Traced>,
     ) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
-        let result = self.answer(request_from_wire(request)).await;
+        let request = request_from_wire(request);
+        let result = match &span {
+            None => self.answer(request, None).await,
+            Some(traced) => traced.run(self.answer(request, Some(traced))).await,
+        };
         self.state.metrics.request_done(started.elapsed());
+        if let Some(traced) = span {
+            if let Err(status) = &result {
+                traced.set("rpc.grpc.status_code", status.code() as i64);
+                traced.fail(status.message().to_owned());
+            }
+            traced.end();
+        }
         result
     }
 
@@ -70,12 +93,13 @@ impl<S: CounterStore> RateLimitHandler<S> {
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        self.answer(request_from_pb(request)).await
+        self.answer(request_from_pb(request), None).await
     }
 
     async fn answer(
         &self,
         request: Result<limiter::Request, InvalidRequest>,
+        span: Option<&Traced>,
     ) -> Result<RateLimitResponse, Status> {
         let metrics = &self.state.metrics;
         let request = request.map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -105,6 +129,14 @@ impl<S: CounterStore> RateLimitHandler<S> {
             })?;
         if tracing::enabled!(tracing::Level::DEBUG) {
             tracing::debug!(domain = %request.domain, descriptors = ?request.descriptors, overall = ?verdict.overall, "decided");
+        }
+        if let Some(traced) = span {
+            let values = self
+                .state
+                .tracer
+                .as_ref()
+                .is_some_and(|t| t.include_values());
+            trace_attributes::decided(traced, &request, &verdict, values);
         }
         metrics.record(&request, &verdict);
         Ok(response_to_pb(&verdict, &request, &self.state.response))

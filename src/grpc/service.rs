@@ -58,8 +58,9 @@ impl<S: CounterStore> UnaryService<LenientRequest> for ShouldRateLimit<S> {
     fn call(&mut self, request: Request<LenientRequest>) -> Self::Future {
         let handler = Arc::clone(&self.0);
         Box::pin(async move {
+            let span = handler.span(request.metadata());
             handler
-                .should_rate_limit(request.into_inner())
+                .should_rate_limit(request.into_inner(), span)
                 .await
                 .map(Response::new)
         })

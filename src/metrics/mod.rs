@@ -18,6 +18,7 @@ mod histogram;
 mod instrumented;
 mod label;
 pub mod mapper;
+pub mod mogrify;
 mod record;
 mod render;
 mod rlqs;
@@ -28,7 +29,7 @@ pub mod statsd;
 mod table;
 
 pub use connections::OpenConnections;
-pub use instrumented::Instrumented;
+pub use instrumented::{Instrumented, StoreLabel};
 pub use rlqs::RlqsMetrics;
 pub use source::SourceStatus;
 
@@ -40,6 +41,7 @@ use std::time::Duration;
 use histogram::Histogram;
 
 use crate::storage::{Gauge, StorageError};
+use crate::traces::SpanCounts;
 
 /// The per-stats-key counters.
 #[derive(Debug, Default)]
@@ -81,6 +83,12 @@ pub struct Metrics {
     pub(crate) counters_reset: AtomicU64,
     pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) response_time: Histogram,
+    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
+    response_time_ms: bool,
+    /// `DISABLE_STATS`: per-descriptor stats are not counted.
+    stats_disabled: bool,
+    /// What became of trace spans (zero while tracing is off).
+    pub(crate) spans: Arc<SpanCounts>,
     pub(crate) backend_time: Histogram,
     /// Rate Limit Quota Service streams, reports and assignments.
     pub rlqs: RlqsMetrics,
@@ -122,6 +130,9 @@ impl Metrics {
             counters_reset: AtomicU64::new(0),
             open_connections: Arc::default(),
             response_time: Histogram::default(),
+            response_time_ms: false,
+            stats_disabled: false,
+            spans: Arc::default(),
             backend_time: Histogram::default(),
             rlqs: RlqsMetrics::default(),
             source: SourceStatus::default(),
@@ -133,6 +144,25 @@ impl Metrics {
     pub fn with_mapper(mut self, mapper: mapper::Mapper) -> Self {
         self.mapper = Some(mapper);
         self
+    }
+
+    /// Renders `ratelimit_service_response_time_seconds` in milliseconds (bounds and sum), as
+    /// the reference does with `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
+    pub fn with_response_time_in_ms(mut self) -> Self {
+        self.response_time_ms = true;
+        self
+    }
+
+    /// Counts no per-descriptor stats (`DISABLE_STATS`): decisions cost no stats work, and
+    /// the `ratelimit_service_rate_limit_*` series stay absent.
+    pub fn without_stats(mut self) -> Self {
+        self.stats_disabled = true;
+        self
+    }
+
+    /// What became of trace spans, for the tracer to count into.
+    pub fn span_counts(&self) -> Arc<SpanCounts> {
+        Arc::clone(&self.spans)
     }
 
     /// Records an RLQS-served rule's global usage (bounded by `STATS_MAX_KEYS` rules).

@@ -111,6 +111,9 @@ impl Metrics {
     /// Records a decided request: per stats key, hits split into within/near/over as the
     /// reference splits them (near threshold = floor(limit × `NEAR_LIMIT_RATIO`)).
     pub fn record(&self, request: &Request, verdict: &Verdict<'_>) {
+        if self.stats_disabled {
+            return;
+        }
         if !verdict.domain_found {
             self.domain_not_found(&request.domain);
             return;

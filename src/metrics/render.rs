@@ -39,11 +39,15 @@ fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, extra: &str) {
+/// A histogram in seconds, or in milliseconds when `scale` is 1000 (bounds and sum).
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, extra: &str, scale: f64) {
     let (buckets, count, sum) = h.snapshot();
+    let sum = sum * scale;
     header(out, name, help, "histogram");
     let sep = if extra.is_empty() { "" } else { "," };
     for (bound, n) in BOUNDS.iter().zip(&buckets) {
+        // Rounded to a microsecond's digits: 0.00005 × 1000 is not exactly 0.05 in binary.
+        let bound = (bound * scale * 1e6).round() / 1e6;
         let _ = writeln!(out, "{name}_bucket{{{extra}{sep}le=\"{bound}\"}} {n}");
     }
     let _ = writeln!(out, "{name}_bucket{{{extra}{sep}le=\"+Inf\"}} {count}");
@@ -81,9 +85,14 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     histogram(
         &mut out,
         "ratelimit_service_response_time_seconds",
-        "ShouldRateLimit latency",
+        if m.response_time_ms {
+            "ShouldRateLimit latency in milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)"
+        } else {
+            "ShouldRateLimit latency"
+        },
         &m.response_time,
         extra,
+        if m.response_time_ms { 1000.0 } else { 1.0 },
     );
     histogram(
         &mut out,
@@ -91,6 +100,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         "latency of one batched counter-store call",
         &m.backend_time,
         extra,
+        1.0,
     );
 
     let name = "turnstile_grpc_connections_open";

@@ -115,6 +115,27 @@ pub(crate) const COUNTERS: &[CounterRow] = &[
         help: "request-derived label values longer than 128 bytes, kept as a prefix and a hash",
         read: |m| load(&m.labels_shortened),
     },
+    CounterRow {
+        prometheus: "turnstile_trace_spans_exported_total",
+        labels: "",
+        statsd: None,
+        help: "spans the OTLP collector accepted",
+        read: |m| m.spans.exported(),
+    },
+    CounterRow {
+        prometheus: "turnstile_trace_spans_dropped_total",
+        labels: "reason=\"queue_full\"",
+        statsd: None,
+        help: "spans dropped instead of holding a decision up",
+        read: |m| m.spans.dropped_queue_full(),
+    },
+    CounterRow {
+        prometheus: "turnstile_trace_spans_dropped_total",
+        labels: "reason=\"export_failed\"",
+        statsd: None,
+        help: "spans dropped instead of holding a decision up",
+        read: |m| m.spans.dropped_export_failed(),
+    },
 ];
 
 /// A per-stats-key counter: Prometheus `ratelimit_service_rate_limit_<stat>{domain,key1,key2}`,

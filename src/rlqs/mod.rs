@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::Stream;
+use opentelemetry::Context;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::grpc::ServiceState;
@@ -29,6 +30,7 @@ use crate::quota::{Decided, HeldBytes, QuotaError, QuotaStream};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::CounterStore;
+use crate::traces::Tracer;
 
 pub use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer as RlqsServer;
 
@@ -73,12 +75,19 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Responses>, Status> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed);
+        // The stream's trace parent: every report's span hangs from it.
+        let parent = self
+            .state
+            .tracer
+            .as_ref()
+            .map(|tracer| (Arc::clone(tracer), tracer.parent(request.metadata())));
         let session = Session::new(
             Arc::clone(&self.state),
             QuotaStream::sharing(self.settings, Arc::clone(&self.held)),
             request.into_inner(),
             // Spread evenly: consecutive streams 61 ms apart, modulo the spread.
             n.wrapping_mul(61) % REFRESH_SPREAD_MS,
+            parent,
         );
         let responses = futures_util::stream::unfold(session, |mut session| async move {
             let next = session.next().await?;
@@ -96,6 +105,8 @@ struct Session<S> {
     ended: bool,
     /// How long after a window's end this stream refreshes (< [`REFRESH_SPREAD_MS`]).
     phase_ms: u64,
+    /// The tracer and the stream's parent context, when tracing is on.
+    parent: Option<(Arc<Tracer>, Context)>,
 }
 
 impl<S: CounterStore> Session<S> {
@@ -104,6 +115,7 @@ impl<S: CounterStore> Session<S> {
         quota: QuotaStream,
         inbound: Streaming<RateLimitQuotaUsageReports>,
         phase_ms: u64,
+        parent: Option<(Arc<Tracer>, Context)>,
     ) -> Self {
         state.metrics.rlqs.stream_opened();
         Self {
@@ -112,6 +124,7 @@ impl<S: CounterStore> Session<S> {
             inbound,
             ended: false,
             phase_ms,
+            parent,
         }
     }
 
@@ -130,7 +143,7 @@ impl<S: CounterStore> Session<S> {
                 },
             };
             let answer = match inbound {
-                Ok(Some(report)) => self.answer(report).await,
+                Ok(Some(report)) => self.traced_answer(report).await,
                 Ok(None) => return None,
                 Err(status) => match refusal(status) {
                     Some(refused) => Err(refused),
@@ -199,6 +212,39 @@ impl<S: CounterStore> Session<S> {
             }
         }
         convert::response_to_pb(decided)
+    }
+
+    /// [`Session::answer`] inside a span (`RLQS Report Execution`) when tracing is on and the
+    /// sampler keeps it.
+    async fn traced_answer(
+        &mut self,
+        report: RateLimitQuotaUsageReports,
+    ) -> Result<Option<RateLimitQuotaResponse>, Status> {
+        let span = match &self.parent {
+            Some((tracer, parent)) => tracer.server_span("RLQS Report Execution", parent),
+            None => None,
+        };
+        let Some(span) = span else {
+            return self.answer(report).await;
+        };
+        span.set("ratelimit.domain", report.domain.clone());
+        span.set(
+            "rlqs.buckets_reported",
+            report.bucket_quota_usages.len() as i64,
+        );
+        let answer = span.run(self.answer(report)).await;
+        match &answer {
+            Ok(sent) => {
+                let n = sent.as_ref().map_or(0, |r| r.bucket_action.len());
+                span.set("rlqs.assignments_sent", n as i64);
+            }
+            Err(status) => {
+                span.set("rpc.grpc.status_code", status.code() as i64);
+                span.fail(status.message().to_owned());
+            }
+        }
+        span.end();
+        answer
     }
 
     /// Assignments for one report; `None` when there is nothing to send (no buckets, or the

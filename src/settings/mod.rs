@@ -11,6 +11,8 @@ mod postgres;
 mod reader;
 mod redis;
 mod rlqs;
+mod stats;
+mod tracing;
 mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
@@ -18,6 +20,8 @@ pub use grpc::{ConnectionAge, GrpcLimits};
 pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 pub use rlqs::{RlqsSettings, Unmatched};
+pub use stats::{DogStatsd, Mogrifier};
+pub use tracing::{OtlpProtocol, TracingSettings};
 pub use xds::{ConfigSource, DEFAULT_MAX_MESSAGE_BYTES, XdsBackoff, XdsSettings, XdsTls};
 
 pub use reader::parse_duration;
@@ -124,6 +128,14 @@ pub struct Settings {
     pub prometheus_mapper: Option<PathBuf>,
     /// `USE_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` (UDP).
     pub statsd: Option<String>,
+    /// `USE_DOG_STATSD`: push counters to `STATSD_HOST:STATSD_PORT` in DogStatsD's format.
+    pub dogstatsd: Option<DogStatsd>,
+    /// `DISABLE_STATS`: no per-descriptor stats are counted and no sink is started.
+    pub disable_stats: bool,
+    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: the response-time histogram in ms.
+    pub response_time_ms: bool,
+    /// `TRACING_ENABLED` with the exporter's settings.
+    pub tracing: Option<TracingSettings>,
     /// `STATS_FLUSH_INTERVAL`: how often statsd counters are pushed.
     pub stats_flush: Duration,
     /// `EXTRA_TAGS` (`k:v,k2:v2`): labels on every metric.
@@ -313,6 +325,15 @@ impl Settings {
         // Accepted for compatibility: Turnstile always watches the directory and its two
         // parents, which covers what the reference's flag chooses between.
         r.bool("RUNTIME_WATCH_ROOT", true)?;
+        let disable_stats = r.bool("DISABLE_STATS", false)?;
+        let (prometheus, statsd) = (prometheus(&r)?, statsd(&r)?);
+        let dogstatsd = stats::dogstatsd(&r, statsd.is_some(), prometheus.is_some())?;
+        // DISABLE_STATS wins over every sink, as in the reference.
+        let (prometheus, statsd, dogstatsd) = if disable_stats {
+            (None, None, None)
+        } else {
+            (prometheus, statsd, dogstatsd)
+        };
         Ok(Settings {
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
             grpc_port: r.parsed("GRPC_PORT", 8081)?,
@@ -344,14 +365,18 @@ impl Settings {
                 &r.string("DEBUG_HOST", "0.0.0.0"),
                 r.parsed("DEBUG_PORT", 6070u16)?,
             ),
-            prometheus: prometheus(&r)?,
+            prometheus,
+            dogstatsd,
+            disable_stats,
+            response_time_ms: r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
+            tracing: tracing::tracing(&r)?,
             admin_token_file: Some(r.string("ADMIN_TOKEN_FILE", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
             prometheus_mapper: Some(r.string("PROMETHEUS_MAPPER_YAML", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
-            statsd: statsd(&r)?,
+            statsd,
             stats_flush: r.duration(
                 "STATS_FLUSH_INTERVAL",
                 Duration::from_secs(10),

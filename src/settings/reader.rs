@@ -13,6 +13,11 @@ impl Reader<'_> {
         (self.env)(name).unwrap_or_else(|| default.to_owned())
     }
 
+    /// The value of `name` when it is set and not blank.
+    pub(super) fn non_empty(&self, name: &str) -> Option<String> {
+        (self.env)(name).filter(|v| !v.trim().is_empty())
+    }
+
     pub(super) fn parsed<T: std::str::FromStr>(
         &self,
         name: &str,

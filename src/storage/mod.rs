@@ -101,6 +101,20 @@ pub enum StorageError {
     Overloaded(String),
 }
 
+impl StorageError {
+    /// The variant as one word (`unavailable`, `timeout`, …), for spans and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StorageError::Unavailable(_) => "unavailable",
+            StorageError::Timeout(_) => "timeout",
+            StorageError::Protocol(_) => "protocol",
+            StorageError::Full(_) => "full",
+            StorageError::Contended(_) => "contended",
+            StorageError::Overloaded(_) => "overloaded",
+        }
+    }
+}
+
 /// A point-in-time reading of a store's state. Typed, so that the store says what it knows and
 /// only `metrics` decides names, labels and format.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,6 +72,7 @@ async fn no_configuration_loaded_is_unavailable() {
         metrics: Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),
         response: Default::default(),
         health: Arc::new(turnstile::health::Health::new(false, false)),
+        tracer: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

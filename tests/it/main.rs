@@ -39,4 +39,5 @@ mod statsd_mapping;
 mod storage_contract;
 mod support;
 mod tls;
+mod tracing;
 mod xds;

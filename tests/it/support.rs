@@ -133,6 +133,7 @@ pub async fn start_with<S: CounterStore>(
         metrics: Arc::clone(&metrics),
         response: options.response,
         health: Arc::new(turnstile::health::Health::new(false, true)),
+        tracer: None,
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -1,0 +1,111 @@
+//! Settings of the stats sinks the reference has besides Prometheus and statsd:
+//! `USE_DOG_STATSD` with its mogrifiers, `DISABLE_STATS`, and
+//! `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
+
+use super::SettingsError;
+use super::reader::{Reader, err};
+
+/// The DogStatsD sink (`USE_DOG_STATSD`): UDP to `STATSD_HOST:STATSD_PORT`, tags in
+/// DogStatsD's `|#k:v` form instead of dotted names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DogStatsd {
+    /// `STATSD_HOST:STATSD_PORT`.
+    pub addr: String,
+    /// `USE_DOG_STATSD_MOGRIFIERS`, in the order named: the first whose pattern matches a
+    /// metric name rewrites it.
+    pub mogrifiers: Vec<Mogrifier>,
+}
+
+/// One mogrifier, `DOG_STATSD_MOGRIFIER_<X>_{PATTERN,NAME,TAGS}`: a metric name matching
+/// `pattern` is sent as `name`, with `tags`; `$0`, `$1`, … in both stand for the match and
+/// its groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mogrifier {
+    /// `<X>`, for messages.
+    pub id: String,
+    /// `DOG_STATSD_MOGRIFIER_<X>_PATTERN`: a regular expression (checked here).
+    pub pattern: String,
+    /// `DOG_STATSD_MOGRIFIER_<X>_NAME`: the new metric name.
+    pub name: String,
+    /// `DOG_STATSD_MOGRIFIER_<X>_TAGS` (`k:v,k2:v2`): tag names and value templates.
+    pub tags: Vec<(String, String)>,
+}
+
+pub(super) fn dogstatsd(
+    r: &Reader<'_>,
+    statsd: bool,
+    prometheus: bool,
+) -> Result<Option<DogStatsd>, SettingsError> {
+    if !r.bool("USE_DOG_STATSD", false)? {
+        return Ok(None);
+    }
+    if statsd || prometheus {
+        let other = if statsd {
+            "USE_STATSD"
+        } else {
+            "USE_PROMETHEUS"
+        };
+        return Err(err(
+            "USE_DOG_STATSD",
+            "true",
+            format!("only one stats sink at a time: unset {other} or USE_DOG_STATSD"),
+        ));
+    }
+    let mut mogrifiers = Vec::new();
+    let names = r.string("USE_DOG_STATSD_MOGRIFIERS", "");
+    for id in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        mogrifiers.push(mogrifier(r, id)?);
+    }
+    Ok(Some(DogStatsd {
+        addr: format!(
+            "{}:{}",
+            r.string("STATSD_HOST", "localhost"),
+            r.parsed("STATSD_PORT", 8125u16)?
+        ),
+        mogrifiers,
+    }))
+}
+
+fn mogrifier(r: &Reader<'_>, id: &str) -> Result<Mogrifier, SettingsError> {
+    let var = |part: &str| format!("DOG_STATSD_MOGRIFIER_{id}_{part}");
+    let required = |part: &str| {
+        r.non_empty(&var(part)).ok_or_else(|| {
+            err(
+                &var(part),
+                "",
+                format!("required for the mogrifier {id} named in USE_DOG_STATSD_MOGRIFIERS"),
+            )
+        })
+    };
+    let pattern = required("PATTERN")?;
+    if let Err(e) = regex::Regex::new(&pattern) {
+        return Err(err(
+            &var("PATTERN"),
+            &pattern,
+            format!("not a regular expression: {e}"),
+        ));
+    }
+    let name = required("NAME")?;
+    let mut tags = Vec::new();
+    let text = r.string(&var("TAGS"), "");
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once(':') {
+            Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+                tags.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+            _ => {
+                return Err(err(
+                    &var("TAGS"),
+                    &text,
+                    "tag:template pairs separated by commas, e.g. domain:$1,descriptor:$2",
+                ));
+            }
+        }
+    }
+    Ok(Mogrifier {
+        id: id.to_owned(),
+        pattern,
+        name,
+        tags,
+    })
+}

@@ -1,0 +1,264 @@
+//! Getting finished spans to the collector without ever holding a decision up: a bounded
+//! queue that a span joins with `try_send` (a full queue drops the span and counts it), and
+//! one task that batches the queue and exports over OTLP (gRPC or HTTP, both through
+//! hyper-rustls, so TLS is rustls with the same crypto as every other client here).
+//!
+//! Why not the SDK's `BatchSpanProcessor`: it keeps its drop count private (logged once at
+//! shutdown) and does not see export failures at all; an on-call engineer needs both in
+//! `/metrics` (`turnstile_trace_spans_dropped_total{reason}`). The queue and the batching
+//! loop are the small part; the OTLP encoding and transport are the exporter crate's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::{mpsc, oneshot};
+use tokio_rustls::rustls::crypto::ring::default_provider;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+use super::TracingError;
+use crate::settings::{OtlpProtocol, TracingSettings};
+
+/// What happened to spans after they ended, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SpanCounts {
+    exported: AtomicU64,
+    queue_full: AtomicU64,
+    export_failed: AtomicU64,
+}
+
+impl SpanCounts {
+    /// Spans the collector accepted.
+    pub fn exported(&self) -> u64 {
+        self.exported.load(Ordering::Relaxed)
+    }
+
+    /// Spans dropped because the queue was full (the collector too slow or away).
+    pub fn dropped_queue_full(&self) -> u64 {
+        self.queue_full.load(Ordering::Relaxed)
+    }
+
+    /// Spans dropped because their batch could not be exported.
+    pub fn dropped_export_failed(&self) -> u64 {
+        self.export_failed.load(Ordering::Relaxed)
+    }
+}
+
+enum Queued {
+    Span(Box<SpanData>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// The span processor: ended spans into the queue, never waiting.
+#[derive(Debug)]
+pub(super) struct Queue {
+    tx: mpsc::Sender<Queued>,
+    counts: Arc<SpanCounts>,
+}
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queued::Span(_) => "Span",
+            Queued::Flush(_) => "Flush",
+        })
+    }
+}
+
+impl SpanProcessor for Queue {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if self.tx.try_send(Queued::Span(Box::new(span))).is_err() {
+            self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// Asks the export task to send what is queued now, and waits until it has.
+#[derive(Debug, Clone)]
+pub(super) struct Flusher(mpsc::Sender<Queued>);
+
+impl Flusher {
+    pub(super) async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.0.send(Queued::Flush(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+/// The processor, its flusher and the export task (to be spawned).
+pub(super) fn pipeline(
+    settings: &TracingSettings,
+    resource: &Resource,
+    counts: Arc<SpanCounts>,
+) -> Result<(Queue, Flusher, impl Future<Output = ()> + Send + use<>), TracingError> {
+    let mut exporter = exporter(settings)?;
+    exporter.set_resource(resource);
+    let (tx, rx) = mpsc::channel(settings.queue_size);
+    let queue = Queue {
+        tx: tx.clone(),
+        counts: Arc::clone(&counts),
+    };
+    let task = export_loop(
+        exporter,
+        rx,
+        settings.batch_size,
+        settings.schedule_delay,
+        counts,
+    );
+    Ok((queue, Flusher(tx), task))
+}
+
+/// Batches of at most `batch_size`, sent when full or `delay` after their first span.
+async fn export_loop(
+    exporter: opentelemetry_otlp::SpanExporter,
+    mut rx: mpsc::Receiver<Queued>,
+    batch_size: usize,
+    delay: Duration,
+    counts: Arc<SpanCounts>,
+) {
+    let mut batch: Vec<SpanData> = Vec::with_capacity(batch_size);
+    let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
+    loop {
+        let first = match rx.recv().await {
+            None => return,
+            Some(item) => item,
+        };
+        let deadline = tokio::time::Instant::now() + delay;
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            match item {
+                Queued::Span(span) => batch.push(*span),
+                Queued::Flush(done) => {
+                    waiting.push(done);
+                    break;
+                }
+            }
+            if batch.len() >= batch_size {
+                break;
+            }
+            next = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .ok()
+                .flatten();
+        }
+        if !batch.is_empty() {
+            let n = batch.len() as u64;
+            match exporter.export(std::mem::take(&mut batch)).await {
+                Ok(()) => counts.exported.fetch_add(n, Ordering::Relaxed),
+                Err(e) => {
+                    tracing::debug!(error = %e, spans = n, "span export failed");
+                    counts.export_failed.fetch_add(n, Ordering::Relaxed)
+                }
+            };
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn exporter(s: &TracingSettings) -> Result<opentelemetry_otlp::SpanExporter, TracingError> {
+    let build = |e: opentelemetry_otlp::ExporterBuildError| TracingError::Exporter(e.to_string());
+    let tls = client_config(s)?;
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    match s.protocol {
+        OtlpProtocol::Grpc => {
+            let endpoint = tonic::transport::Endpoint::from_shared(s.endpoint.clone())
+                .map_err(|e| TracingError::Exporter(format!("{}: {e}", s.endpoint)))?
+                .timeout(s.timeout)
+                .connect_timeout(s.timeout);
+            let channel = endpoint.connect_with_connector_lazy(connector.enable_http2().build());
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (k, v) in &s.headers {
+                if let (Ok(k), Ok(v)) = (
+                    k.parse::<tonic::metadata::MetadataKey<_>>(),
+                    v.parse::<tonic::metadata::MetadataValue<_>>(),
+                ) {
+                    metadata.insert(k, v);
+                }
+            }
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_channel(channel)
+                .with_metadata(metadata)
+                .with_timeout(s.timeout)
+                .build()
+                .map_err(build)
+        }
+        OtlpProtocol::Http => {
+            let client = opentelemetry_http::hyper::HyperClient::new(
+                connector.enable_http1().build(),
+                s.timeout,
+                None,
+            );
+            let headers: HashMap<String, String> = s.headers.iter().cloned().collect();
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_endpoint(s.endpoint.clone())
+                .with_headers(headers)
+                .with_timeout(s.timeout)
+                .build()
+                .map_err(build)
+        }
+    }
+}
+
+/// rustls for `https` endpoints: `OTEL_EXPORTER_OTLP_CERTIFICATE` or the system's roots, and
+/// the client certificate when one is set.
+fn client_config(s: &TracingSettings) -> Result<ClientConfig, TracingError> {
+    let tls = |e: String| TracingError::Tls(e);
+    let certs = |path: &std::path::Path| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|c| c.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| tls(format!("reading {}: {e}", path.display())))
+    };
+    let mut roots = RootCertStore::empty();
+    match &s.ca_file {
+        Some(ca) => {
+            for cert in certs(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| tls(format!("{}: {e}", ca.display())))?;
+            }
+        }
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(e.to_string()))?
+        .with_root_certificates(roots);
+    match &s.client_identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let key_der = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| tls(format!("reading {}: {e}", key.display())))?;
+            builder
+                .with_client_auth_cert(certs(cert)?, key_der)
+                .map_err(|e| tls(format!("{}: {e}", cert.display())))
+        }
+    }
+}
