@@ -35,6 +35,7 @@ mod robustness;
 mod semantics;
 mod settings_bounds;
 mod srv;
+mod stats_sinks;
 mod statsd_mapping;
 mod storage_contract;
 mod support;

@@ -50,6 +50,10 @@ const SIZES: &[(&str, &str)] = &[
     ("PORT", "ports"),
     ("DEBUG_PORT", "ports"),
     ("STATSD_PORT", "statsd"),
+    ("OTEL_BSP_MAX_QUEUE_SIZE", "tracing"),
+    ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "tracing"),
+    ("OTEL_BSP_SCHEDULE_DELAY", "tracing"),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "tracing"),
 ];
 
 /// Values that have broken services before, or sit on a boundary.
@@ -91,6 +95,7 @@ fn read(name: &str, backend: &str, value: &str) -> Result<Settings, SettingsErro
         "redis-persecond" => ("redis", ("REDIS_PERSECOND", "true")),
         "memcache-srv" => ("memcache", ("MEMCACHE_SRV", "_memcache._tcp.example")),
         "statsd" => ("memory", ("USE_STATSD", "true")),
+        "tracing" => ("memory", ("TRACING_ENABLED", "true")),
         "memcache" => ("memcache", ("MEMCACHE_HOST_PORT", "127.0.0.1:11211")),
         "ports" => ("memory", ("", "")),
         other => (other, ("", "")),

@@ -276,3 +276,69 @@ async fn with_the_collector_away_or_stuck_calls_are_answered_and_drops_counted()
     assert!(full.is_some_and(|n| n >= 77), "queue-full drops: {full:?}");
     held.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rlqs_report_is_a_span_under_the_streams_parent() {
+    use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use turnstile::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+
+    let receiver = Receiver::grpc().await;
+    let endpoint = format!("http://{}", receiver.addr);
+    let p = Process::start(&rules_root(RULES), &traced_env("grpc", &endpoint));
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
+        .await
+        .expect("connect");
+    let report = RateLimitQuotaUsageReports {
+        domain: "traced".into(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("user".to_owned(), "eve".to_owned())].into(),
+            }),
+            time_elapsed: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: 1,
+            num_requests_denied: 0,
+        }],
+    };
+    // The report, then the stream stays open (an Envoy keeps its stream).
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(report).await.expect("queued");
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{TRACE}-{PARENT}-01").parse().expect("ascii"),
+    );
+    let mut responses = client
+        .stream_rate_limit_quotas(request)
+        .await
+        .expect("stream")
+        .into_inner();
+    let first = responses
+        .message()
+        .await
+        .expect("answer")
+        .expect("a response");
+    assert_eq!(first.bucket_action.len(), 1);
+    let spans = receiver
+        .until("the report's span and its store call", |s| {
+            !named(s, "RLQS Report Execution").is_empty()
+                && !named(s, "Memory Store Execution").is_empty()
+        })
+        .await;
+    let report = named(&spans, "RLQS Report Execution")[0];
+    assert_eq!(
+        (report.trace_id().as_str(), report.parent_id().as_str()),
+        (TRACE, PARENT)
+    );
+    assert_eq!(report.attr("ratelimit.domain").as_deref(), Some("traced"));
+    assert_eq!(report.attr("rlqs.buckets_reported").as_deref(), Some("1"));
+    assert_eq!(report.attr("rlqs.assignments_sent").as_deref(), Some("1"));
+    let store = named(&spans, "Memory Store Execution")[0];
+    assert_eq!(store.parent_id(), report.span_id());
+    drop(tx);
+}

@@ -1,0 +1,172 @@
+//! The stats settings besides Prometheus and statsd: the DogStatsD sink with its mogrifiers
+//! (a UDP listener sees the reference's tag format), `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`
+//! and `DISABLE_STATS`, each on a running service after real calls.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use crate::process::{Process, RULES, http_get, metric, rules_root};
+use crate::support::req1;
+
+/// Reads datagrams from `socket` until every line of `want` has been seen (10 s at most).
+fn receive_lines(socket: &UdpSocket, want: &[&str]) -> String {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut received = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 65_536];
+    while !want.iter().all(|w| received.lines().any(|l| l == *w)) {
+        assert!(
+            Instant::now() < deadline,
+            "DogStatsD lines missing: {want:?}; received:\n{received}"
+        );
+        if let Ok(n) = socket.recv(&mut buf) {
+            received.push_str(&String::from_utf8_lossy(&buf[..n]));
+            received.push('\n');
+        }
+    }
+    received
+}
+
+async fn three_calls(p: &Process, user: &str) {
+    let mut client = p.client().await;
+    for _ in 0..3 {
+        client
+            .should_rate_limit(req1("ops", &[("user", user)]))
+            .await
+            .expect("call");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dogstatsd_sends_tags_and_mogrifies_names() {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = socket.local_addr().expect("addr").port().to_string();
+    let p = Process::start(
+        &rules_root(RULES),
+        &[
+            ("USE_PROMETHEUS", "false"),
+            ("USE_DOG_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
+            ("EXTRA_TAGS", "cluster:test"),
+            ("USE_DOG_STATSD_MOGRIFIERS", "LIMITS"),
+            (
+                "DOG_STATSD_MOGRIFIER_LIMITS_PATTERN",
+                r"^ratelimit\.service\.rate_limit\.([^.]*)\.(.*)\.([^.]*)$",
+            ),
+            (
+                "DOG_STATSD_MOGRIFIER_LIMITS_NAME",
+                "ratelimit.service.rate_limit.$3",
+            ),
+            (
+                "DOG_STATSD_MOGRIFIER_LIMITS_TAGS",
+                "domain:$1,descriptor:$2",
+            ),
+        ],
+    );
+    three_calls(&p, "dog").await;
+    receive_lines(
+        &socket,
+        &[
+            "ratelimit.service.rate_limit.total_hits:3|c|#cluster:test,domain:ops,descriptor:user",
+            "ratelimit.service.rate_limit.over_limit:1|c|#cluster:test,domain:ops,descriptor:user",
+            // Names the mogrifier does not match keep their dots, with the extra tags.
+            "ratelimit.service.config_load_success:1|c|#cluster:test",
+        ],
+    );
+}
+
+#[test]
+fn dogstatsd_beside_another_sink_or_with_a_broken_mogrifier_is_refused_by_name() {
+    let root = rules_root(RULES);
+    // The test settings turn USE_PROMETHEUS on: DogStatsD beside it is refused, as in the
+    // reference (one sink at a time).
+    let mut all: std::collections::HashMap<String, String> = crate::process::loopback_env(&root)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    all.insert("USE_PROMETHEUS".into(), "true".into());
+    all.insert("USE_DOG_STATSD".into(), "true".into());
+    let env = all.clone();
+    let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
+        .expect_err("two sinks");
+    assert_eq!(err.name, "USE_DOG_STATSD");
+    assert!(err.problem.contains("USE_PROMETHEUS"), "{err}");
+    all.insert("USE_PROMETHEUS".into(), "false".into());
+    all.insert("USE_DOG_STATSD_MOGRIFIERS".into(), "X".into());
+    all.insert("DOG_STATSD_MOGRIFIER_X_PATTERN".into(), "(unclosed".into());
+    all.insert("DOG_STATSD_MOGRIFIER_X_NAME".into(), "n".into());
+    let env = all.clone();
+    let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
+        .expect_err("bad pattern");
+    assert_eq!(err.name, "DOG_STATSD_MOGRIFIER_X_PATTERN");
+    all.remove("DOG_STATSD_MOGRIFIER_X_NAME");
+    all.insert("DOG_STATSD_MOGRIFIER_X_PATTERN".into(), "^a$".into());
+    let env = all;
+    let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
+        .expect_err("no name");
+    assert_eq!(err.name, "DOG_STATSD_MOGRIFIER_X_NAME");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_time_in_milliseconds_scales_bounds_and_sum() {
+    let seconds = Process::start(&rules_root(RULES), &[]);
+    let ms = Process::start(
+        &rules_root(RULES),
+        &[("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true")],
+    );
+    three_calls(&seconds, "s").await;
+    three_calls(&ms, "ms").await;
+    let (_, in_s) = http_get(seconds.prometheus, "/metrics").expect("metrics");
+    let (_, in_ms) = http_get(ms.prometheus, "/metrics").expect("metrics");
+    let bucket = "ratelimit_service_response_time_seconds_bucket";
+    assert!(
+        in_s.contains(&format!("{bucket}{{le=\"0.001\"}}")),
+        "{in_s}"
+    );
+    assert!(in_ms.contains(&format!("{bucket}{{le=\"1\"}}")), "{in_ms}");
+    assert!(
+        in_ms.contains(&format!("{bucket}{{le=\"0.05\"}}")),
+        "{in_ms}"
+    );
+    assert!(
+        !in_ms.contains(&format!("{bucket}{{le=\"0.00005\"}}")),
+        "{in_ms}"
+    );
+    let count = |text: &str| metric(text, "ratelimit_service_response_time_seconds_count");
+    assert_eq!((count(&in_s), count(&in_ms)), (Some(3), Some(3)));
+    let sum = |text: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with("ratelimit_service_response_time_seconds_sum"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .expect("sum")
+    };
+    // Three local decisions: well under a second each, and the ms sum is 1000× larger in
+    // unit, so above 1 µs × 3 × 1000 = 0.003 when in ms and below 1 when in seconds.
+    assert!(
+        sum(&in_s) < 1.0 && sum(&in_ms) > 0.003,
+        "{} {}",
+        sum(&in_s),
+        sum(&in_ms)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_stats_counts_no_descriptor_stats_and_starts_no_sink() {
+    let p = Process::start(&rules_root(RULES), &[("DISABLE_STATS", "true")]);
+    assert_eq!(p.prometheus, 0, "no Prometheus listener with DISABLE_STATS");
+    three_calls(&p, "quiet").await;
+    let text = p.metrics();
+    let series = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with("ratelimit_service_rate_limit_"));
+    assert_eq!(series, None, "per-descriptor stats with DISABLE_STATS");
+    // The service's own health series stay for the readiness and error alerts.
+    assert_eq!(metric(&text, "ratelimit_service_total_requests"), Some(3));
+    assert_eq!(metric(&text, "turnstile_ready"), Some(1));
+}
