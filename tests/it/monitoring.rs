@@ -1,7 +1,8 @@
 //! The dashboard and alerts in `deploy/monitoring/` match the service: every series their
 //! queries name exists in `/metrics` of a running Turnstile (rules over xDS, so the config
 //! source's series are there too, after real calls), the rules file passes `promtool check
-//! rules`, and the PrometheusRule holds the same groups as the plain rules file.
+//! rules` and its unit tests (`promtool test rules`, one per alert: fires, and not before, and
+//! not for a healthy replica), and the PrometheusRule holds the same groups as the plain file.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -129,6 +130,34 @@ fn the_rules_pass_promtool_and_the_prometheus_rule_holds_the_same_groups() {
     assert!(
         out.status.success(),
         "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Unit tests: every alert fires for its input and not for the healthy replica beside it.
+    let tests: serde_json::Value =
+        serde_saphyr::from_str(&file("alerts.test.yaml")).expect("test YAML");
+    let tested: std::collections::BTreeSet<&str> = tests["tests"]
+        .as_array()
+        .expect("tests")
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_array().into_iter().flatten())
+        .filter_map(|c| c["alertname"].as_str())
+        .collect();
+    let alerts: std::collections::BTreeSet<&str> = plain["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert_eq!(tested, alerts, "every alert has a promtool unit test");
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring/alerts.test.yaml"))
+        .output()
+        .expect("promtool ran a moment ago");
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
