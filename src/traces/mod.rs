@@ -4,8 +4,12 @@
 //! Spans are made with the OpenTelemetry API directly, not through `tracing-opentelemetry`:
 //! the bridge builds a `tracing` span (and its OpenTelemetry builder) for every call whether or
 //! not it is sampled, while here the sampler (`ParentBased(TraceIdRatioBased(rate))`, as the
-//! reference) decides first and an unsampled call costs the header lookups and one sampler
-//! call, nothing more. Attributes are computed only for recording spans. The parent context
+//! reference) decides first and an unsampled call costs three header lookups and one random
+//! draw, nothing more: a call that names no parent is a root, and roots are drawn at
+//! `TRACING_SAMPLING_RATE` here, before the SDK is asked for anything (the SDK's own sampler
+//! is then `ParentBased(AlwaysOn)`, so a drawn root is recorded and a caller's flag decides
+//! for the rest; the same choices as the reference's sampler, without building and dropping a
+//! span on every unsampled call). Attributes are computed only for recording spans. The parent context
 //! travels with the decision's future (`FutureExt::with_context`), so a store call started
 //! inside it finds its parent without the limiter knowing that traces exist.
 //!
@@ -47,6 +51,41 @@ pub struct Tracer {
     parents: propagation::Parents,
     flusher: export::Flusher,
     include_values: bool,
+    root_rate: RootRate,
+}
+
+/// The share of root calls traced (`TRACING_SAMPLING_RATE`), as a threshold on a random
+/// 64-bit draw.
+#[derive(Debug, Clone, Copy)]
+enum RootRate {
+    Never,
+    Always,
+    Below(u64),
+}
+
+impl RootRate {
+    fn new(rate: f64) -> Self {
+        if rate >= 1.0 {
+            RootRate::Always
+        } else if rate > 0.0 {
+            // rate × 2^64, in (0, 2^64): the draw is below it with probability `rate`.
+            RootRate::Below((rate * 18_446_744_073_709_551_616.0) as u64)
+        } else {
+            RootRate::Never
+        }
+    }
+
+    fn draw(self) -> bool {
+        use opentelemetry_sdk::trace::IdGenerator as _;
+        match self {
+            RootRate::Never => false,
+            RootRate::Always => true,
+            RootRate::Below(threshold) => {
+                let draw = u64::from_be_bytes(RandomIdGenerator::default().new_span_id().to_bytes());
+                draw < threshold
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -66,9 +105,8 @@ impl Tracer {
     ) -> Result<(Tracer, impl Future<Output = ()> + Send + use<>), TracingError> {
         let resource = resource(settings);
         let (queue, flusher, task) = export::pipeline(settings, &resource, counts)?;
-        let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            settings.sampling_rate.clamp(0.0, 1.0),
-        )));
+        // Roots are drawn in `server_span`; the SDK records them and follows callers' flags.
+        let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(queue)
             .with_sampler(sampler)
@@ -81,6 +119,7 @@ impl Tracer {
             parents: propagation::Parents::new(),
             flusher,
             include_values: settings.include_values,
+            root_rate: RootRate::new(settings.sampling_rate),
         };
         Ok((tracer, task))
     }
@@ -95,8 +134,13 @@ impl Tracer {
         self.parents.extract(metadata)
     }
 
-    /// A server span under `parent`, or `None` when the sampler drops it.
+    /// A server span under `parent`, or `None` when the sampler drops it: a root (no valid
+    /// parent) is drawn at the sampling rate, a caller's flag decides for its children.
     pub fn server_span(&self, name: &'static str, parent: &Context) -> Option<Traced> {
+        let has_parent = parent.span().span_context().is_valid();
+        if !has_parent && !self.root_rate.draw() {
+            return None;
+        }
         let span = self
             .tracer
             .span_builder(name)
@@ -108,10 +152,10 @@ impl Tracer {
     /// A client span under the current context's span (a store call inside a traced
     /// decision), or `None` when there is no recording span to hang it from.
     pub fn child_span(&self, name: &'static str) -> Option<Traced> {
-        let parent = Context::current();
-        if !parent.span().is_recording() {
+        if !Context::map_current(|cx| cx.span().is_recording()) {
             return None;
         }
+        let parent = Context::current();
         let span = self
             .tracer
             .span_builder(name)
@@ -198,6 +242,17 @@ fn random_uuid() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn roots_are_drawn_at_the_rate() {
+        use super::RootRate;
+        assert!((0..1000).all(|_| RootRate::new(1.0).draw()));
+        assert!((0..1000).all(|_| !RootRate::new(0.0).draw()));
+        assert!((0..1000).all(|_| !RootRate::new(-1.0).draw()));
+        let kept = (0..100_000).filter(|_| RootRate::new(0.01).draw()).count();
+        // 1% of 100,000 is 1,000 (σ ≈ 31): 800..1200 is more than six σ either side.
+        assert!((800..1200).contains(&kept), "{kept}");
+    }
+
     #[test]
     fn instance_ids_are_version_4_uuids() {
         let id = super::random_uuid();

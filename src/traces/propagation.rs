@@ -33,6 +33,13 @@ impl Parents {
 
     /// The caller's context (empty when it sent no trace headers).
     pub(super) fn extract(&self, metadata: &MetadataMap) -> Context {
+        // Most calls carry no trace at all: three lookups, and no propagator runs.
+        let traced = ["traceparent", "b3", "x-b3-traceid"]
+            .iter()
+            .any(|h| metadata.contains_key(*h));
+        if !traced {
+            return Context::new();
+        }
         let cx = self.0.extract(&Metadata(metadata));
         if cx.span().span_context().is_valid() {
             return cx;
