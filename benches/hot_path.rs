@@ -214,8 +214,58 @@ fn rlqs_report(c: &mut Criterion) {
     }
 }
 
+/// What tracing adds to a call that carries no trace headers: the parent lookup and the
+/// sampling decision (rate 0, 1 %), and at rate 1 a span with an attribute built, ended and
+/// queued (the queue is never drained here: past its size, spans are counted and dropped).
+fn tracing_unsampled(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let _guard = runtime.enter();
+    for (label, rate) in [
+        ("rate 0", 0.0),
+        ("rate 0.01", 0.01),
+        ("rate 1 (a span built, ended, queued)", 1.0),
+    ] {
+        let settings = turnstile::settings::TracingSettings {
+            protocol: turnstile::settings::OtlpProtocol::Grpc,
+            service_name: "bench".into(),
+            service_namespace: String::new(),
+            service_instance_id: "bench".into(),
+            sampling_rate: rate,
+            include_values: false,
+            endpoint: "http://127.0.0.1:9".into(),
+            headers: Vec::new(),
+            timeout: std::time::Duration::from_secs(1),
+            ca_file: None,
+            client_identity: None,
+            queue_size: 2048,
+            batch_size: 512,
+            schedule_delay: std::time::Duration::from_secs(5),
+        };
+        let (tracer, _export) =
+            turnstile::traces::Tracer::start(&settings, Default::default()).expect("tracer");
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert("content-type", "application/grpc".parse().expect("ascii"));
+        metadata.insert("te", "trailers".parse().expect("ascii"));
+        c.bench_function(
+            &format!("tracing: an untraced call's parent and draw, {label}"),
+            |b| {
+                b.iter(|| {
+                    let parent = tracer.parent(black_box(&metadata));
+                    tracer
+                        .server_span("ShouldRateLimit Execution", &parent)
+                        .map(|s| {
+                            s.set("ratelimit.domain", "bench");
+                            s.end()
+                        })
+                })
+            },
+        );
+    }
+}
+
 criterion_group!(
     benches,
+    tracing_unsampled,
     matching,
     keys,
     conversion,

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use opentelemetry::Context;
@@ -20,7 +20,8 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_rustls::rustls::crypto::ring::default_provider;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
@@ -57,13 +58,6 @@ enum Queued {
     Flush(oneshot::Sender<()>),
 }
 
-/// The span processor: ended spans into the queue, never waiting.
-#[derive(Debug)]
-pub(super) struct Queue {
-    tx: mpsc::Sender<Queued>,
-    counts: Arc<SpanCounts>,
-}
-
 impl std::fmt::Debug for Queued {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -73,12 +67,32 @@ impl std::fmt::Debug for Queued {
     }
 }
 
+/// When the export task should look at the queue: a batch's worth of spans has been queued
+/// since it last did, or a flush was asked for. Waking it per span would cost a worker's
+/// unpark per traced call; this wakes it per batch (or per `OTEL_BSP_SCHEDULE_DELAY`).
+#[derive(Debug)]
+struct Wake {
+    pending: AtomicUsize,
+    batch_size: usize,
+    notify: Notify,
+}
+
+/// The span processor: ended spans into the queue, never waiting.
+#[derive(Debug)]
+pub(super) struct Queue {
+    tx: mpsc::Sender<Queued>,
+    wake: Arc<Wake>,
+    counts: Arc<SpanCounts>,
+}
+
 impl SpanProcessor for Queue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
         if self.tx.try_send(Queued::Span(Box::new(span))).is_err() {
             self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+        } else if self.wake.pending.fetch_add(1, Ordering::Relaxed) + 1 == self.wake.batch_size {
+            self.wake.notify.notify_one();
         }
     }
 
@@ -93,12 +107,13 @@ impl SpanProcessor for Queue {
 
 /// Asks the export task to send what is queued now, and waits until it has.
 #[derive(Debug, Clone)]
-pub(super) struct Flusher(mpsc::Sender<Queued>);
+pub(super) struct Flusher(mpsc::Sender<Queued>, Arc<Wake>);
 
 impl Flusher {
     pub(super) async fn flush(&self) {
         let (done, wait) = oneshot::channel();
         if self.0.send(Queued::Flush(done)).await.is_ok() {
+            self.1.notify.notify_one();
             let _ = wait.await;
         }
     }
@@ -113,65 +128,88 @@ pub(super) fn pipeline(
     let mut exporter = exporter(settings)?;
     exporter.set_resource(resource);
     let (tx, rx) = mpsc::channel(settings.queue_size);
+    let wake = Arc::new(Wake {
+        pending: AtomicUsize::new(0),
+        batch_size: settings.batch_size,
+        notify: Notify::new(),
+    });
     let queue = Queue {
         tx: tx.clone(),
+        wake: Arc::clone(&wake),
         counts: Arc::clone(&counts),
     };
-    let task = export_loop(
+    let exports = Exports {
         exporter,
-        rx,
-        settings.batch_size,
-        settings.schedule_delay,
         counts,
-    );
-    Ok((queue, Flusher(tx), task))
+        batch: Vec::with_capacity(settings.batch_size),
+        batch_size: settings.batch_size,
+    };
+    let task = export_loop(exports, rx, Arc::clone(&wake), settings.schedule_delay);
+    Ok((queue, Flusher(tx, wake), task))
 }
 
-/// Batches of at most `batch_size`, sent when full or `delay` after their first span.
-async fn export_loop(
+/// The exporter and the batch being filled.
+struct Exports {
     exporter: opentelemetry_otlp::SpanExporter,
-    mut rx: mpsc::Receiver<Queued>,
-    batch_size: usize,
-    delay: Duration,
     counts: Arc<SpanCounts>,
+    batch: Vec<SpanData>,
+    batch_size: usize,
+}
+
+impl Exports {
+    async fn push(&mut self, span: SpanData) {
+        self.batch.push(span);
+        if self.batch.len() >= self.batch_size {
+            self.send().await;
+        }
+    }
+
+    async fn send(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let n = self.batch.len() as u64;
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_size));
+        match self.exporter.export(batch).await {
+            Ok(()) => self.counts.exported.fetch_add(n, Ordering::Relaxed),
+            Err(e) => {
+                tracing::debug!(error = %e, spans = n, "span export failed");
+                self.counts.export_failed.fetch_add(n, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+/// Every `delay`, or as soon as a batch is full or a flush is asked for: everything queued is
+/// exported in batches of at most the batch size.
+async fn export_loop(
+    mut exports: Exports,
+    mut rx: mpsc::Receiver<Queued>,
+    wake: Arc<Wake>,
+    delay: Duration,
 ) {
-    let mut batch: Vec<SpanData> = Vec::with_capacity(batch_size);
     let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
-        let first = match rx.recv().await {
-            None => return,
-            Some(item) => item,
+        tokio::select! {
+            () = wake.notify.notified() => {}
+            () = tokio::time::sleep(delay) => {}
+        }
+        // Spans queued from here on count towards the next wake-up.
+        wake.pending.store(0, Ordering::Relaxed);
+        let closed = loop {
+            match rx.try_recv() {
+                Ok(Queued::Span(span)) => exports.push(*span).await,
+                Ok(Queued::Flush(done)) => waiting.push(done),
+                Err(TryRecvError::Empty) => break false,
+                Err(TryRecvError::Disconnected) => break true,
+            }
         };
-        let deadline = tokio::time::Instant::now() + delay;
-        let mut next = Some(first);
-        while let Some(item) = next.take() {
-            match item {
-                Queued::Span(span) => batch.push(*span),
-                Queued::Flush(done) => {
-                    waiting.push(done);
-                    break;
-                }
-            }
-            if batch.len() >= batch_size {
-                break;
-            }
-            next = tokio::time::timeout_at(deadline, rx.recv())
-                .await
-                .ok()
-                .flatten();
-        }
-        if !batch.is_empty() {
-            let n = batch.len() as u64;
-            match exporter.export(std::mem::take(&mut batch)).await {
-                Ok(()) => counts.exported.fetch_add(n, Ordering::Relaxed),
-                Err(e) => {
-                    tracing::debug!(error = %e, spans = n, "span export failed");
-                    counts.export_failed.fetch_add(n, Ordering::Relaxed)
-                }
-            };
-        }
+        exports.send().await;
         for done in waiting.drain(..) {
             let _ = done.send(());
+        }
+        if closed {
+            return;
         }
     }
 }

@@ -81,7 +81,8 @@ impl RootRate {
             RootRate::Never => false,
             RootRate::Always => true,
             RootRate::Below(threshold) => {
-                let draw = u64::from_be_bytes(RandomIdGenerator::default().new_span_id().to_bytes());
+                let draw =
+                    u64::from_be_bytes(RandomIdGenerator::default().new_span_id().to_bytes());
                 draw < threshold
             }
         }

@@ -12,10 +12,10 @@ use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
-use tonic::metadata::{KeyRef, MetadataMap};
+use tonic::metadata::{Ascii, KeyRef, MetadataKey, MetadataMap};
 
 /// Reads parent contexts from call metadata.
-pub(super) struct Parents(TextMapCompositePropagator);
+pub(super) struct Parents(TextMapCompositePropagator, [MetadataKey<Ascii>; 3]);
 
 impl std::fmt::Debug for Parents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,18 +25,20 @@ impl std::fmt::Debug for Parents {
 
 impl Parents {
     pub(super) fn new() -> Self {
-        Self(TextMapCompositePropagator::new(vec![
-            Box::new(TraceContextPropagator::new()),
-            Box::new(BaggagePropagator::new()),
-        ]))
+        Self(
+            TextMapCompositePropagator::new(vec![
+                Box::new(TraceContextPropagator::new()),
+                Box::new(BaggagePropagator::new()),
+            ]),
+            // The headers that start a parent, parsed once.
+            ["traceparent", "b3", "x-b3-traceid"].map(MetadataKey::from_static),
+        )
     }
 
     /// The caller's context (empty when it sent no trace headers).
     pub(super) fn extract(&self, metadata: &MetadataMap) -> Context {
         // Most calls carry no trace at all: three lookups, and no propagator runs.
-        let traced = ["traceparent", "b3", "x-b3-traceid"]
-            .iter()
-            .any(|h| metadata.contains_key(*h));
+        let traced = self.1.iter().any(|h| metadata.contains_key(h));
         if !traced {
             return Context::new();
         }
