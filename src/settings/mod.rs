@@ -256,26 +256,6 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     }))
 }
 
-/// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
-fn prometheus(r: &Reader<'_>) -> Result<Option<Prometheus>, SettingsError> {
-    Ok(r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
-        addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
-        path: r.string("PROMETHEUS_PATH", "/metrics"),
-    }))
-}
-
-/// `USE_STATSD` with `STATSD_HOST` and `STATSD_PORT`.
-fn statsd(r: &Reader<'_>) -> Result<Option<String>, SettingsError> {
-    if !r.bool("USE_STATSD", false)? {
-        return Ok(None);
-    }
-    Ok(Some(format!(
-        "{}:{}",
-        r.string("STATSD_HOST", "localhost"),
-        r.parsed("STATSD_PORT", 8125u16)?
-    )))
-}
-
 /// `LOG_FORMAT`: `text` (false) or `json` (true).
 fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     match r.string("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
@@ -325,15 +305,7 @@ impl Settings {
         // Accepted for compatibility: Turnstile always watches the directory and its two
         // parents, which covers what the reference's flag chooses between.
         r.bool("RUNTIME_WATCH_ROOT", true)?;
-        let disable_stats = r.bool("DISABLE_STATS", false)?;
-        let (prometheus, statsd) = (prometheus(&r)?, statsd(&r)?);
-        let dogstatsd = stats::dogstatsd(&r, statsd.is_some(), prometheus.is_some())?;
-        // DISABLE_STATS wins over every sink, as in the reference.
-        let (prometheus, statsd, dogstatsd) = if disable_stats {
-            (None, None, None)
-        } else {
-            (prometheus, statsd, dogstatsd)
-        };
+        let sinks = stats::sinks(&r)?;
         Ok(Settings {
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
             grpc_port: r.parsed("GRPC_PORT", 8081)?,
@@ -365,9 +337,9 @@ impl Settings {
                 &r.string("DEBUG_HOST", "0.0.0.0"),
                 r.parsed("DEBUG_PORT", 6070u16)?,
             ),
-            prometheus,
-            dogstatsd,
-            disable_stats,
+            prometheus: sinks.prometheus,
+            dogstatsd: sinks.dogstatsd,
+            disable_stats: sinks.disabled,
             response_time_ms: r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
             tracing: tracing::tracing(&r)?,
             admin_token_file: Some(r.string("ADMIN_TOKEN_FILE", ""))
@@ -376,7 +348,7 @@ impl Settings {
             prometheus_mapper: Some(r.string("PROMETHEUS_MAPPER_YAML", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
-            statsd,
+            statsd: sinks.statsd,
             stats_flush: r.duration(
                 "STATS_FLUSH_INTERVAL",
                 Duration::from_secs(10),

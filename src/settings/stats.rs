@@ -1,9 +1,57 @@
-//! Settings of the stats sinks the reference has besides Prometheus and statsd:
-//! `USE_DOG_STATSD` with its mogrifiers, `DISABLE_STATS`, and
-//! `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
+//! Settings of the stats sinks: `USE_PROMETHEUS`, `USE_STATSD`, `USE_DOG_STATSD` with its
+//! mogrifiers, and `DISABLE_STATS`, which turns them all off.
 
-use super::SettingsError;
 use super::reader::{Reader, err};
+use super::{Prometheus, SettingsError, listen_addr};
+
+/// The sinks the environment asks for.
+pub(super) struct Sinks {
+    pub(super) prometheus: Option<Prometheus>,
+    pub(super) statsd: Option<String>,
+    pub(super) dogstatsd: Option<DogStatsd>,
+    pub(super) disabled: bool,
+}
+
+/// Every sink setting; `DISABLE_STATS` wins over every sink, as in the reference.
+pub(super) fn sinks(r: &Reader<'_>) -> Result<Sinks, SettingsError> {
+    let disabled = r.bool("DISABLE_STATS", false)?;
+    let (prometheus, statsd) = (prometheus(r)?, statsd(r)?);
+    let dogstatsd = dogstatsd(r, statsd.is_some(), prometheus.is_some())?;
+    if disabled {
+        return Ok(Sinks {
+            prometheus: None,
+            statsd: None,
+            dogstatsd: None,
+            disabled,
+        });
+    }
+    Ok(Sinks {
+        prometheus,
+        statsd,
+        dogstatsd,
+        disabled,
+    })
+}
+
+/// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
+fn prometheus(r: &Reader<'_>) -> Result<Option<Prometheus>, SettingsError> {
+    Ok(r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
+        addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
+        path: r.string("PROMETHEUS_PATH", "/metrics"),
+    }))
+}
+
+/// `USE_STATSD` with `STATSD_HOST` and `STATSD_PORT`.
+fn statsd(r: &Reader<'_>) -> Result<Option<String>, SettingsError> {
+    if !r.bool("USE_STATSD", false)? {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{}:{}",
+        r.string("STATSD_HOST", "localhost"),
+        r.parsed("STATSD_PORT", 8125u16)?
+    )))
+}
 
 /// The DogStatsD sink (`USE_DOG_STATSD`): UDP to `STATSD_HOST:STATSD_PORT`, tags in
 /// DogStatsD's `|#k:v` form instead of dotted names.
@@ -31,7 +79,7 @@ pub struct Mogrifier {
     pub tags: Vec<(String, String)>,
 }
 
-pub(super) fn dogstatsd(
+fn dogstatsd(
     r: &Reader<'_>,
     statsd: bool,
     prometheus: bool,
