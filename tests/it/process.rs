@@ -379,9 +379,6 @@ async fn hot_reload_good_broken_and_symlink_swap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statsd_sink_pushes_reference_names() {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
     let port = socket.local_addr().expect("addr").port().to_string();
     let root = rules_root(RULES);
     let p = Process::start(
@@ -401,24 +398,36 @@ async fn statsd_sink_pushes_reference_names() {
             .await
             .expect("call");
     }
-    let want = [
-        "ratelimit.service.rate_limit.ops.user.total_hits:3|c|#cluster:test",
-        "ratelimit.service.rate_limit.ops.user.over_limit:1|c|#cluster:test",
-        "ratelimit.service.config_load_success:1|c|#cluster:test",
-    ];
+    receive_lines(
+        &socket,
+        &[
+            "ratelimit.service.rate_limit.ops.user.total_hits:3|c|#cluster:test",
+            "ratelimit.service.rate_limit.ops.user.over_limit:1|c|#cluster:test",
+            "ratelimit.service.config_load_success:1|c|#cluster:test",
+        ],
+    );
+}
+
+/// Reads datagrams from `socket` until every line of `want` has been seen (10 s at most); what
+/// was received.
+pub fn receive_lines(socket: &std::net::UdpSocket, want: &[&str]) -> String {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
     let mut received = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = [0u8; 65_536];
     while !want.iter().all(|w| received.lines().any(|l| l == *w)) {
         assert!(
             Instant::now() < deadline,
-            "statsd lines missing; received:\n{received}"
+            "lines missing: {want:?}; received:\n{received}"
         );
         if let Ok(n) = socket.recv(&mut buf) {
             received.push_str(&String::from_utf8_lossy(&buf[..n]));
             received.push('\n');
         }
     }
+    received
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

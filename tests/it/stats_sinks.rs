@@ -3,31 +3,9 @@
 //! and `DISABLE_STATS`, each on a running service after real calls.
 
 use std::net::UdpSocket;
-use std::time::{Duration, Instant};
 
-use crate::process::{Process, RULES, http_get, metric, rules_root};
+use crate::process::{Process, RULES, http_get, metric, receive_lines, rules_root};
 use crate::support::req1;
-
-/// Reads datagrams from `socket` until every line of `want` has been seen (10 s at most).
-fn receive_lines(socket: &UdpSocket, want: &[&str]) -> String {
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
-    let mut received = String::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut buf = [0u8; 65_536];
-    while !want.iter().all(|w| received.lines().any(|l| l == *w)) {
-        assert!(
-            Instant::now() < deadline,
-            "DogStatsD lines missing: {want:?}; received:\n{received}"
-        );
-        if let Ok(n) = socket.recv(&mut buf) {
-            received.push_str(&String::from_utf8_lossy(&buf[..n]));
-            received.push('\n');
-        }
-    }
-    received
-}
 
 async fn three_calls(p: &Process, user: &str) {
     let mut client = p.client().await;
