@@ -28,7 +28,7 @@ fn off_unless_enabled_and_the_references_defaults_when_on() {
     assert!(!s.include_values);
     assert_eq!(s.endpoint, "http://localhost:4318/v1/traces");
     assert_eq!(s.timeout, Duration::from_secs(10));
-    assert_eq!((s.queue_size, s.batch_size), (2048, 512));
+    assert_eq!((s.queue_size, s.batch_size), (2048, 128));
     assert_eq!(s.schedule_delay, Duration::from_secs(5));
     let grpc = on(&[("TRACING_EXPORTER_PROTOCOL", "grpc")]);
     assert_eq!(grpc.endpoint, "http://localhost:4317");
