@@ -49,14 +49,14 @@
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
 //! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis`, `postgres` | `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
-//! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings` |
+//! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
-//! | `tls` | gRPC server TLS/mTLS with certificate reload | `settings` |
+//! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
 //! | `grpc` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
-//! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry` |
+//! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `grpc`, `limiter`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |

@@ -1,7 +1,8 @@
 //! gRPC server TLS and mTLS (rustls, ring): the server certificate is re-read when its files
 //! change (checked every second), so a renewed certificate is served without a restart; with a
 //! client CA (`GRPC_CLIENT_TLS_CACERT`) every client must present a certificate that chains to
-//! it. ALPN offers `h2`, as gRPC clients require.
+//! it. ALPN offers `h2`, as gRPC clients require. Also the PEM certificates and trust roots
+//! that Turnstile's own TLS clients (xDS, OTLP export) build on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +27,43 @@ use crate::settings::TlsSettings;
 #[derive(Debug, thiserror::Error)]
 #[error("TLS: {0}")]
 pub struct TlsError(String);
+
+impl TlsError {
+    /// What went wrong, without the `TLS:` prefix (for callers with their own error type).
+    pub fn into_message(self) -> String {
+        self.0
+    }
+}
+
+/// The certificates of a PEM file: at least one, or an error naming the file.
+pub fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsError(format!("reading {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!("{} holds no certificate", path.display())));
+    }
+    Ok(certs)
+}
+
+/// Trust roots: the certificates of the CA file `ca`, or the system's roots when there is none
+/// (which may be empty: the caller decides whether that is an error).
+pub fn roots(ca: Option<&Path>) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(ca) => {
+            for cert in pem_certificates(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            }
+        }
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    Ok(roots)
+}
 
 fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_file_iter(cert)
@@ -107,15 +145,7 @@ pub fn server_config(
     let builder = match &settings.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(ca)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| TlsError(format!("reading {}: {e}", ca.display())))?;
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
-            }
+            let roots = roots(Some(ca))?;
             let verifier = WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 Arc::new(default_provider()),

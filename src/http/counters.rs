@@ -196,18 +196,26 @@ fn descriptor(entries: Vec<Entry>, reset: bool) -> Descriptor {
     }
 }
 
+/// The caller's token checked and the query read: the domain and entries, or the answer that
+/// refuses the call.
+fn admitted(
+    token: &AdminToken,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<(String, Vec<Entry>), Refusal> {
+    authorized(token, headers)?;
+    parse(query).map_err(|why| refused(StatusCode::BAD_REQUEST, &why))
+}
+
 /// `GET /counters`.
 pub(super) async fn read<S: CounterStore>(
     State((state, token)): State<Counters<S>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Err(refusal) = authorized(&token, &headers) {
-        return refusal.into_response();
-    }
-    let (domain, entries) = match parse(query.as_deref()) {
+    let (domain, entries) = match admitted(&token, &headers, query.as_deref()) {
         Ok(parsed) => parsed,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, &why).into_response(),
+        Err(refusal) => return refusal.into_response(),
     };
     match run(&state, domain, descriptor(entries, false)).await {
         Ok(body) => answer(StatusCode::OK, body),
@@ -222,12 +230,9 @@ pub(super) async fn reset<S: CounterStore>(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Err(refusal) = authorized(&token, &headers) {
-        return refusal.into_response();
-    }
-    let (domain, entries) = match parse(query.as_deref()) {
+    let (domain, entries) = match admitted(&token, &headers, query.as_deref()) {
         Ok(parsed) => parsed,
-        Err(why) => return refused(StatusCode::BAD_REQUEST, &why).into_response(),
+        Err(refusal) => return refusal.into_response(),
     };
     if let Err(refusal) = run(&state, domain.clone(), descriptor(entries.clone(), true)).await {
         return refusal.into_response();

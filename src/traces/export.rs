@@ -18,12 +18,12 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use rustls_pki_types::PrivateKeyDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::rustls::crypto::ring::default_provider;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 use super::TracingError;
 use crate::settings::{OtlpProtocol, TracingSettings};
@@ -266,37 +266,20 @@ fn exporter(s: &TracingSettings) -> Result<opentelemetry_otlp::SpanExporter, Tra
 /// rustls for `https` endpoints: `OTEL_EXPORTER_OTLP_CERTIFICATE` or the system's roots, and
 /// the client certificate when one is set.
 fn client_config(s: &TracingSettings) -> Result<ClientConfig, TracingError> {
-    let tls = |e: String| TracingError::Tls(e);
-    let certs = |path: &std::path::Path| {
-        CertificateDer::pem_file_iter(path)
-            .and_then(|c| c.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| tls(format!("reading {}: {e}", path.display())))
-    };
-    let mut roots = RootCertStore::empty();
-    match &s.ca_file {
-        Some(ca) => {
-            for cert in certs(ca)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| tls(format!("{}: {e}", ca.display())))?;
-            }
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
-    }
+    let tls = |e: crate::tls::TlsError| TracingError::Tls(e.into_message());
+    let roots = crate::tls::roots(s.ca_file.as_deref()).map_err(tls)?;
     let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| tls(e.to_string()))?
+        .map_err(|e| TracingError::Tls(e.to_string()))?
         .with_root_certificates(roots);
     match &s.client_identity {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => {
             let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| tls(format!("reading {}: {e}", key.display())))?;
+                .map_err(|e| TracingError::Tls(format!("reading {}: {e}", key.display())))?;
             builder
-                .with_client_auth_cert(certs(cert)?, key_der)
-                .map_err(|e| tls(format!("{}: {e}", cert.display())))
+                .with_client_auth_cert(crate::tls::pem_certificates(cert).map_err(tls)?, key_der)
+                .map_err(|e| TracingError::Tls(format!("{}: {e}", cert.display())))
         }
     }
 }

@@ -12,8 +12,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::rustls::crypto::ring::default_provider;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::settings::{XdsSettings, XdsTls};
@@ -87,39 +87,17 @@ fn host_and_port(server: &str) -> Result<(String, u16), ConnectError> {
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConnectError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| ConnectError::Tls(format!("reading {}: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(ConnectError::Tls(format!(
-            "{} holds no certificate",
-            path.display()
-        )));
-    }
-    Ok(certs)
+    crate::tls::pem_certificates(path).map_err(|e| ConnectError::Tls(e.into_message()))
 }
 
 /// The TLS client configuration, from the files as they are now.
 fn client_config(tls: &XdsTls) -> Result<ClientConfig, ConnectError> {
-    let mut roots = RootCertStore::empty();
-    match &tls.ca {
-        Some(ca) => {
-            for cert in certificates(ca)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| ConnectError::Tls(format!("{}: {e}", ca.display())))?;
-            }
-        }
-        None => {
-            let system = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(system.certs);
-            if roots.is_empty() {
-                return Err(ConnectError::Tls(
-                    "no CA: set CONFIG_GRPC_XDS_SERVER_TLS_CACERT (the system has no CA roots)"
-                        .into(),
-                ));
-            }
-        }
+    let roots =
+        crate::tls::roots(tls.ca.as_deref()).map_err(|e| ConnectError::Tls(e.into_message()))?;
+    if roots.is_empty() {
+        return Err(ConnectError::Tls(
+            "no CA: set CONFIG_GRPC_XDS_SERVER_TLS_CACERT (the system has no CA roots)".into(),
+        ));
     }
     let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
         .with_safe_default_protocol_versions()
