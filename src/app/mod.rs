@@ -118,7 +118,12 @@ impl App {
                 Some(config)
             }
         };
-        let server = server_options(&settings, tls, state.metrics.open_connections());
+        let server = server_options(
+            &settings,
+            tls,
+            state.metrics.open_connections(),
+            state.metrics.admission(),
+        );
         Ok(App {
             state,
             listeners,

@@ -60,6 +60,7 @@ pub(super) fn server_options(
     s: &Settings,
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     open_connections: Arc<crate::metrics::OpenConnections>,
+    admission: Arc<crate::metrics::AdmissionReadings>,
 ) -> ServerOptions {
     let (age, limits) = (s.max_connection_age, s.grpc_limits);
     ServerOptions {
@@ -72,6 +73,8 @@ pub(super) fn server_options(
         },
         max_concurrent_streams: limits.max_concurrent_streams,
         max_requests_in_flight: limits.max_requests_in_flight,
+        adaptive: limits.adaptive,
+        admission,
         request_timeout: limits.request_timeout,
         max_header_list_size: limits.max_header_list_size,
         open_connections,

@@ -13,6 +13,7 @@
 //!
 //! Must not touch: protobuf, YAML, storage crates.
 
+mod admission;
 mod connections;
 mod histogram;
 mod instrumented;
@@ -28,6 +29,7 @@ mod stats_key;
 pub mod statsd;
 mod table;
 
+pub use admission::AdmissionReadings;
 pub use connections::OpenConnections;
 pub use instrumented::{Instrumented, StoreLabel};
 pub use rlqs::RlqsMetrics;
@@ -82,6 +84,7 @@ pub struct Metrics {
     pub(crate) labels_shortened: AtomicU64,
     pub(crate) counters_reset: AtomicU64,
     pub(crate) open_connections: Arc<OpenConnections>,
+    pub(crate) admission: Arc<AdmissionReadings>,
     pub(crate) response_time: Histogram,
     /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
     response_time_ms: bool,
@@ -129,6 +132,7 @@ impl Metrics {
             labels_shortened: AtomicU64::new(0),
             counters_reset: AtomicU64::new(0),
             open_connections: Arc::default(),
+            admission: Arc::default(),
             response_time: Histogram::default(),
             response_time_ms: false,
             stats_disabled: false,
@@ -173,6 +177,11 @@ impl Metrics {
     /// The open-connections gauge, for the server to keep.
     pub fn open_connections(&self) -> Arc<OpenConnections> {
         Arc::clone(&self.open_connections)
+    }
+
+    /// The adaptive concurrency limit's readings, for the server to keep.
+    pub fn admission(&self) -> Arc<AdmissionReadings> {
+        Arc::clone(&self.admission)
     }
 
     /// Counts a configuration load.

@@ -111,6 +111,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         "gauge",
     );
     let _ = writeln!(out, "{name}{{{extra}}} {}", m.open_connections.get());
+    admission(&mut out, &m.admission, extra);
 
     // Tasks alive on the runtime that renders this page (stable tokio runtime metric): the
     // soak samples it to show that connections, streams and reloads leave no task behind.
@@ -206,5 +207,33 @@ fn counter_rows(out: &mut String, m: &Metrics, extra: &str, keep: fn(&CounterRow
         }
         let series = labels(row.labels, extra);
         let _ = writeln!(out, "{}{{{series}}} {}", row.prometheus, (row.read)(m));
+    }
+}
+
+/// The adaptive limit on decisions in flight (`GRPC_ADAPTIVE_CONCURRENCY*`).
+fn admission(out: &mut String, a: &crate::metrics::AdmissionReadings, extra: &str) {
+    let series = [
+        (
+            "turnstile_concurrency_limit",
+            "the adaptive limit on ShouldRateLimit calls in flight (0: off)",
+            "gauge",
+            a.limit(),
+        ),
+        (
+            "turnstile_concurrency_in_flight",
+            "ShouldRateLimit calls admitted and not yet answered",
+            "gauge",
+            a.in_flight(),
+        ),
+        (
+            "turnstile_requests_shed_total",
+            "ShouldRateLimit calls refused at once with RESOURCE_EXHAUSTED because the adaptive limit was reached",
+            "counter",
+            a.shed_total(),
+        ),
+    ];
+    for (name, help, kind, value) in series {
+        header(out, name, help, kind);
+        let _ = writeln!(out, "{name}{{{extra}}} {value}");
     }
 }

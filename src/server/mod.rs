@@ -10,7 +10,9 @@
 //! advertises `SETTINGS_MAX_CONCURRENT_STREAMS`, header lists are bounded, every request has a
 //! deadline (a body that never arrives is cut off), and requests in flight across all
 //! connections are capped, the excess refused at once with `RESOURCE_EXHAUSTED` rather than
-//! queued in memory.
+//! queued in memory. Below that cap, `ShouldRateLimit` calls in flight are held to an adaptive
+//! limit (the `admission` module) that follows the latency admitted calls see, so overload is
+//! refused at once instead of answered after the caller gave up.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+mod admission;
 mod content_type;
 mod incoming;
 
@@ -70,6 +73,10 @@ pub struct ServerOptions {
     pub max_concurrent_streams: u32,
     /// Requests in flight across all connections; more are refused with RESOURCE_EXHAUSTED.
     pub max_requests_in_flight: usize,
+    /// The adaptive limit on `ShouldRateLimit` calls in flight (below the cap above).
+    pub adaptive: crate::settings::AdaptiveConcurrency,
+    /// Where the adaptive limit reports its value, the calls in flight and the calls shed.
+    pub admission: Arc<crate::metrics::AdmissionReadings>,
     /// Deadline of one request, reading its body included.
     pub request_timeout: Duration,
     /// Largest header list a client may send (bytes).
@@ -92,6 +99,8 @@ impl Default for ServerOptions {
             },
             max_concurrent_streams: 1_024,
             max_requests_in_flight: 16_384,
+            adaptive: crate::settings::AdaptiveConcurrency::default(),
+            admission: Arc::default(),
             request_timeout: Duration::from_secs(10),
             max_header_list_size: 64 * 1024,
             open_connections: Arc::default(),
@@ -153,6 +162,10 @@ pub async fn serve<S: CounterStore>(
     }
     let mut builder = builder
         .layer(content_type::GrpcOnlyLayer)
+        .layer(admission::AdmissionLayer::new(
+            options.adaptive,
+            Arc::clone(&options.admission),
+        ))
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
             options.max_requests_in_flight,

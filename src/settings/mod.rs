@@ -16,7 +16,7 @@ mod tracing;
 mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
-pub use grpc::{ConnectionAge, GrpcLimits};
+pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits};
 pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
 pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
 pub use rlqs::{RlqsSettings, Unmatched};

@@ -317,3 +317,44 @@ fn xds_settings_have_the_references_defaults_and_name_bad_values() {
     .expect_err("a certificate without its key");
     assert_eq!(e.name, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY");
 }
+
+#[test]
+fn the_adaptive_concurrency_limit_is_off_by_default_and_its_bounds_are_checked() {
+    let d = with(&[]).expect("defaults").grpc_limits.adaptive;
+    assert_eq!(d, AdaptiveConcurrency::default());
+    assert!(!d.enabled);
+    assert_eq!((d.min, d.max, d.max_wait), (16, 4_096, None));
+    let on = with(&[
+        ("GRPC_ADAPTIVE_CONCURRENCY", "true"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "8"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MAX", "512"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_TOLERANCE", "2ms"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MAX_WAIT", "0"),
+    ])
+    .expect("on")
+    .grpc_limits
+    .adaptive;
+    assert_eq!(
+        on,
+        AdaptiveConcurrency {
+            enabled: true,
+            min: 8,
+            max: 512,
+            tolerance: std::time::Duration::from_millis(2),
+            max_wait: Some(std::time::Duration::ZERO),
+        }
+    );
+    // A minimum above the default maximum raises the maximum with it.
+    let min_only = with(&[("GRPC_ADAPTIVE_CONCURRENCY_MIN", "10000")]).expect("min");
+    assert_eq!(min_only.grpc_limits.adaptive.max, 10_000);
+    for (name, value) in [
+        ("GRPC_ADAPTIVE_CONCURRENCY_MAX", "8"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "0"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_TOLERANCE", "0"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MAX_WAIT", "1h"),
+        ("GRPC_ADAPTIVE_CONCURRENCY", "sometimes"),
+    ] {
+        let e = with(&[(name, value)]).expect_err(value);
+        assert_eq!(e.name, name, "{e}");
+    }
+}

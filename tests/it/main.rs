@@ -2,6 +2,7 @@
 #![allow(unreachable_pub, missing_docs, missing_debug_implementations)]
 
 mod abuse;
+mod admission;
 mod algorithms;
 mod architecture;
 mod backends;

@@ -125,7 +125,7 @@ async fn a_slow_memcached_is_late_not_overload() {
 }
 
 /// A TCP relay to `port` on loopback that holds every chunk `delay` before passing it on.
-async fn slow_relay(port: u16, delay: Duration) -> u16 {
+pub(crate) async fn slow_relay(port: u16, delay: Duration) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

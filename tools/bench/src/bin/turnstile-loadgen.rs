@@ -1,5 +1,6 @@
 //! A gRPC load generator for `ShouldRateLimit` (tonic client). Prints one JSON line: requests/s,
-//! latency percentiles (µs), and OK / OVER_LIMIT / error counts.
+//! latency percentiles (µs), and OK / OVER_LIMIT / error counts (all errors, and of them
+//! `RESOURCE_EXHAUSTED` and `UNAVAILABLE`).
 //!
 //! Usage: `turnstile-loadgen [--addr HOST:PORT] [--connections N] [--concurrency N]
 //! [--duration SECS] [--descriptors N] [--keys N] [--hot-share F] [--hits-addend N]
@@ -8,7 +9,8 @@
 //! descriptors that use the single value `hot`, `--rate` caps the total request rate (0 = as fast
 //! as possible), `--unique` sends every value once (for memory-footprint runs),
 //! `--spin` paces by spinning on the runtime thread (best latency when the core is free),
-//! `--requests N` stops after N requests, `--dump-body FILE` writes one gRPC-framed request
+//! `--requests N` stops after N requests, `--timeout-ms N` sends each call with that deadline
+//! (`grpc-timeout`, as Envoy does), `--dump-body FILE` writes one gRPC-framed request
 //! for h2load's `--data` and exits.
 
 use std::sync::Arc;
@@ -40,6 +42,7 @@ struct Args {
     spin: bool,
     dump_body: Option<String>,
     requests: u64,
+    timeout_ms: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -59,6 +62,7 @@ fn parse() -> Result<Args, String> {
         spin: false,
         dump_body: None,
         requests: u64::MAX,
+        timeout_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,6 +89,7 @@ fn parse() -> Result<Args, String> {
             "--key" => a.key = value.clone(),
             "--dump-body" => a.dump_body = Some(value.clone()),
             "--requests" => a.requests = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--timeout-ms" => a.timeout_ms = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             "--rate" => a.rate = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -112,6 +117,9 @@ struct Counts {
     ok: AtomicU64,
     over: AtomicU64,
     errors: AtomicU64,
+    /// Of the errors: refused as Turnstile's overload, and blamed on the store.
+    resource_exhausted: AtomicU64,
+    unavailable: AtomicU64,
     unique: AtomicU64,
     issued: AtomicU64,
 }
@@ -206,6 +214,11 @@ async fn worker(
             hits_addend: args.hits_addend,
         };
         let started = Instant::now();
+        let mut request = tonic::Request::new(request);
+        if args.timeout_ms > 0 {
+            // Sent as `grpc-timeout`, as Envoy sends its `timeout` (20 ms by default).
+            request.set_timeout(Duration::from_millis(args.timeout_ms));
+        }
         let result = client.should_rate_limit(request).await;
         latencies.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
         match result {
@@ -213,7 +226,16 @@ async fn worker(
                 counts.over.fetch_add(1, Ordering::Relaxed)
             }
             Ok(_) => counts.ok.fetch_add(1, Ordering::Relaxed),
-            Err(_) => counts.errors.fetch_add(1, Ordering::Relaxed),
+            Err(status) => {
+                match status.code() {
+                    tonic::Code::ResourceExhausted => {
+                        counts.resource_exhausted.fetch_add(1, Ordering::Relaxed)
+                    }
+                    tonic::Code::Unavailable => counts.unavailable.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+                counts.errors.fetch_add(1, Ordering::Relaxed)
+            }
         };
     }
     latencies
@@ -295,7 +317,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         all.sort_unstable();
         let done = all.len() as f64;
         println!(
-            "{{\"rps\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p999_us\":{},\"ok\":{},\"over_limit\":{},\"errors\":{},\"requests\":{},\"seconds\":{:.2},\"descriptors\":{},\"concurrency\":{},\"connections\":{}}}",
+            "{{\"rps\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p999_us\":{},\"ok\":{},\"over_limit\":{},\"errors\":{},\"resource_exhausted\":{},\"unavailable\":{},\"requests\":{},\"seconds\":{:.2},\"descriptors\":{},\"concurrency\":{},\"connections\":{}}}",
             done / elapsed,
             percentile(&all, 0.5),
             percentile(&all, 0.9),
@@ -304,6 +326,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             counts.ok.load(Ordering::Relaxed),
             counts.over.load(Ordering::Relaxed),
             counts.errors.load(Ordering::Relaxed),
+            counts.resource_exhausted.load(Ordering::Relaxed),
+            counts.unavailable.load(Ordering::Relaxed),
             all.len(),
             elapsed,
             args.descriptors,

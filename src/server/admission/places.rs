@@ -1,0 +1,246 @@
+//! The limit's shared state: the places (a semaphore resized as the limit moves), the
+//! permits that hold them and time their calls, the window's measurements and their hand-over
+//! to the [`Controller`], the wait a call may have, and the refusal.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::body::Body;
+
+use super::WINDOW;
+use super::controller::{Controller, Window};
+use crate::metrics::AdmissionReadings;
+use crate::settings::AdaptiveConcurrency;
+
+/// What the layer and every call's permit share.
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// `GRPC_ADAPTIVE_CONCURRENCY`: off admits every call untimed.
+    pub(super) enabled: bool,
+    max_wait: Option<Duration>,
+    /// One permit per place under the limit.
+    pub(super) places: Arc<Semaphore>,
+    /// Places still to be taken away after the limit shrank while they were in use: a permit
+    /// given back while this is above zero is forgotten instead.
+    debt: AtomicU32,
+    limit: AtomicU32,
+    /// The last window's mean latency (µs): what an admitted call is expected to take.
+    expected_us: AtomicU64,
+    /// The last window's fastest call (µs): when even that is longer than a caller's deadline,
+    /// the store (not Turnstile's load) is what keeps the call from an answer in time.
+    fastest_recent_us: AtomicU64,
+    /// In slow start, a window also ends after this many calls (`u64::MAX`: by time only).
+    round: AtomicU64,
+    /// The current window: its start (µs since `epoch`), calls finished, their summed and
+    /// fastest latency (µs), the most in flight.
+    window_start_us: AtomicU64,
+    calls: AtomicU64,
+    sum_us: AtomicU64,
+    fastest_us: AtomicU64,
+    peak: AtomicU32,
+    epoch: Instant,
+    controller: Mutex<Controller>,
+    readings: Arc<AdmissionReadings>,
+}
+
+impl Shared {
+    /// The shared state of a limit with these bounds, reporting to `readings`.
+    pub(super) fn new(bounds: AdaptiveConcurrency, readings: Arc<AdmissionReadings>) -> Shared {
+        let controller = Controller::new(bounds);
+        let limit = controller.limit();
+        if bounds.enabled {
+            readings.set_limit(limit);
+        }
+        Shared {
+            enabled: bounds.enabled,
+            max_wait: bounds.max_wait,
+            places: Arc::new(Semaphore::new(usize::try_from(limit).unwrap_or(usize::MAX))),
+            debt: AtomicU32::new(0),
+            limit: AtomicU32::new(limit),
+            expected_us: AtomicU64::new(0),
+            fastest_recent_us: AtomicU64::new(0),
+            round: AtomicU64::new(controller.round().unwrap_or(u64::MAX)),
+            window_start_us: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+            fastest_us: AtomicU64::new(u64::MAX),
+            peak: AtomicU32::new(0),
+            epoch: Instant::now(),
+            controller: Mutex::new(controller),
+            readings,
+        }
+    }
+}
+
+/// A place among the decisions in flight; given back on drop (or taken away, when the limit
+/// shrank meanwhile).
+#[derive(Debug)]
+pub(in crate::server) struct Permit {
+    shared: Arc<Shared>,
+    place: Option<OwnedSemaphorePermit>,
+    admitted: Instant,
+}
+
+impl Permit {
+    pub(super) fn new(shared: &Arc<Shared>, place: OwnedSemaphorePermit) -> Permit {
+        let in_flight = shared.readings.enter();
+        shared.peak.fetch_max(
+            u32::try_from(in_flight).unwrap_or(u32::MAX),
+            Ordering::Relaxed,
+        );
+        Permit {
+            shared: Arc::clone(shared),
+            place: Some(place),
+            admitted: Instant::now(),
+        }
+    }
+
+    /// The call was answered, or dropped unanswered (its caller cancelled it or its deadline
+    /// passed: it took at least this long): its latency joins the window, which may end here.
+    fn finished(&self) {
+        let now = Instant::now();
+        let us = micros(now.saturating_duration_since(self.admitted));
+        let shared = &self.shared;
+        let calls = shared.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        shared.sum_us.fetch_add(us, Ordering::Relaxed);
+        shared.fastest_us.fetch_min(us, Ordering::Relaxed);
+        let now_us = micros(now.saturating_duration_since(shared.epoch));
+        let start = shared.window_start_us.load(Ordering::Relaxed);
+        let over = now_us.saturating_sub(start) >= micros(WINDOW)
+            || calls >= shared.round.load(Ordering::Relaxed);
+        if over
+            && shared
+                .window_start_us
+                .compare_exchange(start, now_us, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            shared.end_window(now);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.finished();
+        self.shared.readings.leave();
+        let owed = self
+            .shared
+            .debt
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| d.checked_sub(1))
+            .is_ok();
+        if let (true, Some(place)) = (owed, self.place.take()) {
+            place.forget();
+        }
+    }
+}
+
+impl Shared {
+    /// The answer to a call that found no place in time, once its request is read: answered
+    /// before its body ended, the stream would be reset under a client still sending it,
+    /// which tonic's client reports as a transport error instead of this status.
+    /// `RESOURCE_EXHAUSTED` (Turnstile's overload), or `UNAVAILABLE` when even the fastest
+    /// recent call took longer than the caller's deadline: then the store is too slow for it,
+    /// however few calls are admitted.
+    pub(super) async fn shed(
+        &self,
+        request: http::Request<Body>,
+        deadline: Option<Duration>,
+    ) -> http::Response<Body> {
+        let mut body = std::pin::pin!(request.into_body());
+        while let Some(Ok(_)) =
+            futures_util::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await
+        {
+        }
+        self.readings.shed();
+        let fastest = Duration::from_micros(self.fastest_recent_us.load(Ordering::Relaxed));
+        let status = match deadline {
+            Some(deadline) if fastest >= deadline => tonic::Status::unavailable(format!(
+                "counter store too slow for this call: the fastest decision lately took {} ms, \
+                 the call's deadline is {} ms",
+                fastest.as_millis(),
+                deadline.as_millis()
+            )),
+            _ => tonic::Status::resource_exhausted(format!(
+                "Turnstile is overloaded: {} decisions in flight (the adaptive limit, which \
+                 follows the latency of the calls it admits); try again later",
+                self.limit.load(Ordering::Relaxed)
+            )),
+        };
+        status.into_http()
+    }
+
+    /// How long a call may wait for a place: until its `grpc-timeout` less the expected
+    /// latency of an admitted call and a tenth of the timeout for the answer's way back (it
+    /// could not be answered in time after that), at most `max_wait`; `None`: no bound here
+    /// (the server's request timeout still applies).
+    pub(super) fn wait_budget(&self, deadline: Option<Duration>) -> Option<Duration> {
+        let expected = Duration::from_micros(self.expected_us.load(Ordering::Relaxed));
+        let deadline = deadline.map(|d| d.saturating_sub(expected + d / 10));
+        match (deadline, self.max_wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Moves the semaphore's places from `from` to `to`: new places at once; places taken
+    /// away at once when free, else as their calls finish.
+    fn resize(&self, from: u32, to: u32) {
+        if to < from {
+            let cut = usize::try_from(from - to).unwrap_or(usize::MAX);
+            let taken = self.places.forget_permits(cut);
+            let owed = u32::try_from(cut - taken).unwrap_or(u32::MAX);
+            self.debt.fetch_add(owed, Ordering::AcqRel);
+        } else if to > from {
+            let mut grow = to - from;
+            // Cancel what is still owed first.
+            let _ = self
+                .debt
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                    let cancelled = d.min(to - from);
+                    grow = to - from - cancelled;
+                    Some(d - cancelled)
+                });
+            self.places
+                .add_permits(usize::try_from(grow).unwrap_or(usize::MAX));
+        }
+    }
+
+    /// Takes the window's measurements (the one caller that won the window's end) and sets
+    /// the next limit.
+    fn end_window(&self, now: Instant) {
+        let calls = self.calls.swap(0, Ordering::Relaxed);
+        let sum = self.sum_us.swap(0, Ordering::Relaxed);
+        let fastest = self.fastest_us.swap(u64::MAX, Ordering::Relaxed);
+        let in_flight = u32::try_from(self.readings.in_flight()).unwrap_or(u32::MAX);
+        let peak = self.peak.swap(in_flight, Ordering::Relaxed);
+        let window = Window {
+            calls,
+            mean: Duration::from_micros(sum.checked_div(calls).unwrap_or(0)),
+            fastest: Duration::from_micros(if calls == 0 { 0 } else { fastest }),
+            peak_in_flight: peak,
+        };
+        let Ok(mut controller) = self.controller.lock() else {
+            // A panic elsewhere while updating: keep the limit as it was.
+            return;
+        };
+        let before = controller.limit();
+        let limit = controller.update(&window, now);
+        self.resize(before, limit);
+        self.round
+            .store(controller.round().unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.limit.store(limit, Ordering::Relaxed);
+        self.expected_us
+            .store(micros(window.mean), Ordering::Relaxed);
+        if window.calls > 0 {
+            self.fastest_recent_us
+                .store(micros(window.fastest), Ordering::Relaxed);
+        }
+        self.readings.set_limit(limit);
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
