@@ -2,7 +2,7 @@
 # Overload: the load generator keeps N calls in flight (50 connections, closed loop) against a
 # server on core 0, with memcached healthy or behind a relay that holds every answer DELAY ms
 # (default 50), load generator and memcached on core 1. Each case runs with the adaptive
-# concurrency limit on (the default) and off, interleaved over ROUNDS rounds. Per run: requests/s
+# concurrency limit on (GRPC_ADAPTIVE_CONCURRENCY=true) and off (the default), interleaved over ROUNDS rounds. Per run: requests/s
 # answered (admitted: OK or OVER_LIMIT), the codes, the client's p50/p99 (queueing in the
 # client included) and the server's p99 of admitted calls (ShouldRateLimit histogram bucket),
 # and the limit at the end.
@@ -51,8 +51,8 @@ run() { # label memcached-port env...
 echo "| case | admitted/s | admitted | RESOURCE_EXHAUSTED | UNAVAILABLE | other errors | client p50 / p99 | server p99 (admitted) | limit at end |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
-  run "healthy, adaptive (round $round)" 21431
+  run "healthy, adaptive (round $round)" 21431 GRPC_ADAPTIVE_CONCURRENCY=true
   run "healthy, off (round $round)" 21431 GRPC_ADAPTIVE_CONCURRENCY=false
 done
-run "slowed ${DELAY:-50} ms, adaptive" 21432
+run "slowed ${DELAY:-50} ms, adaptive" 21432 GRPC_ADAPTIVE_CONCURRENCY=true
 run "slowed ${DELAY:-50} ms, off" 21432 GRPC_ADAPTIVE_CONCURRENCY=false

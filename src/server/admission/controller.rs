@@ -16,8 +16,9 @@ pub(in crate::server) struct Window {
     pub calls: u64,
     /// Their mean latency, admission to answer.
     pub mean: Duration,
-    /// The fastest of them.
-    pub fastest: Duration,
+    /// The fastest of them (a call dropped unanswered counts with the time it had taken, a
+    /// lower bound of its latency); `None` when none finished.
+    pub fastest: Option<Duration>,
     /// The most calls in flight at once during the window.
     pub peak_in_flight: u32,
 }
@@ -69,11 +70,13 @@ impl Controller {
 
     /// The limit after `window`, which ended at `now`.
     pub(in crate::server) fn update(&mut self, window: &Window, now: Instant) -> u32 {
-        if window.calls == 0 {
-            return self.limit;
+        if let Some(fastest) = window.fastest {
+            self.remember(fastest, now);
         }
-        self.remember(window.fastest, now);
-        let unloaded = self.unloaded(now).unwrap_or(window.fastest);
+        // Nothing measured, or nothing yet to measure against.
+        let (true, Some(unloaded)) = (window.calls > 0, self.unloaded(now)) else {
+            return self.limit;
+        };
         let target = unloaded + self.bounds.tolerance;
         let latency = window.mean;
         let limit = f64::from(self.limit);

@@ -156,12 +156,16 @@ impl Shared {
         self.readings.shed();
         let fastest = Duration::from_micros(self.fastest_recent_us.load(Ordering::Relaxed));
         let status = match deadline {
-            Some(deadline) if fastest >= deadline => tonic::Status::unavailable(format!(
-                "counter store too slow for this call: the fastest decision lately took {} ms, \
+            // Not even the fastest call (answered, or given up on after that long) would have
+            // left the margin `wait_budget` keeps: no admission policy gets this call answered.
+            Some(deadline) if fastest >= deadline - deadline / 10 => {
+                tonic::Status::unavailable(format!(
+                    "counter store too slow for this call: the fastest decision lately took {} ms, \
                  the call's deadline is {} ms",
-                fastest.as_millis(),
-                deadline.as_millis()
-            )),
+                    fastest.as_millis(),
+                    deadline.as_millis()
+                ))
+            }
             _ => tonic::Status::resource_exhausted(format!(
                 "Turnstile is overloaded: {} decisions in flight (the adaptive limit, which \
                  follows the latency of the calls it admits); try again later",
@@ -218,7 +222,7 @@ impl Shared {
         let window = Window {
             calls,
             mean: Duration::from_micros(sum.checked_div(calls).unwrap_or(0)),
-            fastest: Duration::from_micros(if calls == 0 { 0 } else { fastest }),
+            fastest: (fastest != u64::MAX).then(|| Duration::from_micros(fastest)),
             peak_in_flight: peak,
         };
         let Ok(mut controller) = self.controller.lock() else {
@@ -233,9 +237,9 @@ impl Shared {
         self.limit.store(limit, Ordering::Relaxed);
         self.expected_us
             .store(micros(window.mean), Ordering::Relaxed);
-        if window.calls > 0 {
+        if let Some(fastest) = window.fastest {
             self.fastest_recent_us
-                .store(micros(window.fastest), Ordering::Relaxed);
+                .store(micros(fastest), Ordering::Relaxed);
         }
         self.readings.set_limit(limit);
     }

@@ -20,7 +20,7 @@ fn window(mean: Duration, fastest: Duration, peak: u32) -> Window {
     Window {
         calls: 1_000,
         mean,
-        fastest,
+        fastest: Some(fastest),
         peak_in_flight: peak,
     }
 }
@@ -39,6 +39,12 @@ fn the_limit_starts_at_its_minimum_and_an_idle_window_changes_nothing() {
         ..window(MS, MS, 0)
     };
     assert_eq!(c.update(&idle, Instant::now()), 16);
+    // Calls finished, but no latency measured (none reported) and none known yet: no change.
+    let unmeasured = Window {
+        fastest: None,
+        ..window(30 * MS, MS, 16)
+    };
+    assert_eq!(c.update(&unmeasured, Instant::now()), 16);
 }
 
 #[test]
