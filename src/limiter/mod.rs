@@ -153,8 +153,11 @@ impl<S: CounterStore> Limiter<S> {
         }
     }
 
-    /// Decides one request. A store error is returned unless the fail-open policy covers every
-    /// counted descriptor, in which case they answer OK and the verdict says `failed_open`.
+    /// Decides one request, in stages: match each descriptor to its limit, drop the replaced
+    /// ones, plan every counted descriptor's store operations into one batch, run it, and turn
+    /// the answers into per-descriptor statuses and the overall code. A store error is returned
+    /// unless the fail-open policy covers every counted descriptor, in which case they answer
+    /// OK and the verdict says `failed_open`.
     pub async fn check<'r>(
         &self,
         rules: &'r RuleSet,
@@ -174,73 +177,53 @@ impl<S: CounterStore> Limiter<S> {
                 failed_open: false,
             });
         };
-
-        // 1. Match (an override wins over the configuration, and keeps the rule's algorithm).
-        let applied: Vec<Option<Applied<'r>>> = request
-            .descriptors
-            .iter()
-            .map(|d| {
-                let rule =
-                    domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
-                match d.limit_override {
-                    Some(mut o) => {
-                        o.algorithm = rule
-                            .and_then(|l| match l.rate {
-                                Rate::Limited(rate) => Some(rate.algorithm),
-                                Rate::Unlimited { .. } => None,
-                            })
-                            .unwrap_or_default();
-                        Some(Applied::Override(o))
-                    }
-                    None => rule.map(Applied::Rule),
-                }
-            })
-            .collect();
-
-        // 2. Replaces: any limit named by another matched limit is dropped and not counted.
-        let replaced: Vec<&str> = applied
-            .iter()
-            .flatten()
-            .filter_map(Applied::rule)
-            .flat_map(|l| l.replaces.iter().map(String::as_str))
-            .collect();
-
-        // 3. One batched store call for every counted descriptor.
-        let now_ms = self.clock.now_millis();
-        let mut batch = Batch::at(now_ms);
-        for (index, applied) in applied.iter().enumerate() {
-            let Some(limit) = applied else { continue };
-            if limit
-                .rule()
-                .and_then(|l| l.name.as_deref())
-                .is_some_and(|n| replaced.contains(&n))
-            {
-                continue;
+        let applied = matched(domain, request);
+        let replaced = replaced(&applied);
+        let mut batch = Batch::at(self.clock.now_millis());
+        for (index, limit) in applied.iter().enumerate() {
+            let Some(limit) = limit else { continue };
+            if !limit.rule().is_some_and(|l| replaced.replaces(l)) {
+                self.plan(request, index, limit, &mut statuses[index], &mut batch);
             }
-            self.plan(request, index, limit, &mut statuses[index], &mut batch);
         }
+        if let Err(err) = self.run(&mut batch, &statuses).await {
+            return self.fail_open(err, statuses, &batch.counted());
+        }
+        self.decide(&batch, &mut statuses);
+        let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
+        Ok(Verdict {
+            overall,
+            statuses,
+            domain_found: true,
+            global_shadowed,
+            failed_open: false,
+        })
+    }
+
+    /// Sends the batch: with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, reads first and holds
+    /// back the hits that would go over.
+    async fn run(&self, batch: &mut Batch, statuses: &[Status<'_>]) -> Result<(), StorageError> {
+        let stores = self.stores();
         if self.settings.stop_increment_when_over_limit {
             let cached_over = statuses
                 .iter()
                 .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
             // Boxed: a rare setting's extra round trip does not grow every request's future.
-            let stores = self.stores();
-            if let Err(err) = Box::pin(batch.hold_back(&stores, cached_over)).await {
-                return self.fail_open(err, statuses, &batch.counted());
-            }
+            Box::pin(batch.hold_back(&stores, cached_over)).await?;
         }
-        if let Err(err) = batch.run(&self.stores()).await {
-            return self.fail_open(err, statuses, &batch.counted());
-        }
+        batch.run(&stores).await
+    }
 
-        // 4. Per-descriptor codes, shadow mode.
+    /// Each counted descriptor's status from the store's answers (and the local over-limit
+    /// cache fed with the fixed windows that went over).
+    fn decide(&self, batch: &Batch, statuses: &mut [Status<'_>]) {
         for planned in &batch.planned {
             let status = &mut statuses[planned.index];
             let outcome = algorithm::decide(
                 planned.plan,
                 planned.rate,
                 planned.hits,
-                now_ms,
+                batch.now_ms,
                 &batch.counts,
                 &batch.answers,
             );
@@ -257,22 +240,12 @@ impl<S: CounterStore> Limiter<S> {
                 if let (Some(cache), algorithm::Plan::Fixed { hit, window }) =
                     (&self.local_cache, planned.plan)
                 {
-                    cache.insert(&batch.hits[hit].key, window.end(), now_ms / 1000);
+                    cache.insert(&batch.hits[hit].key, window.end(), batch.now_ms / 1000);
                 }
             } else {
                 status.remaining = outcome.remaining;
             }
         }
-
-        // 5. Overall code (quota mode, global shadow mode).
-        let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
-        Ok(Verdict {
-            overall,
-            statuses,
-            domain_found: true,
-            global_shadowed,
-            failed_open: false,
-        })
     }
 
     /// Plans one counted descriptor into the batch (or answers it at once: unlimited, a
@@ -374,4 +347,48 @@ impl<S: CounterStore> Limiter<S> {
             failed_open: true,
         })
     }
+}
+
+/// Each descriptor's limit: an override wins over the configuration and keeps the matched
+/// rule's algorithm (a fixed window when none matched); `None` when nothing matched.
+fn matched<'r>(domain: &'r crate::rules::Domain, request: &Request) -> Vec<Option<Applied<'r>>> {
+    request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let rule = domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
+            match d.limit_override {
+                Some(o) => Some(Applied::Override(LimitOverride {
+                    algorithm: rule
+                        .and_then(|l| match l.rate {
+                            Rate::Limited(rate) => Some(rate.algorithm),
+                            Rate::Unlimited { .. } => None,
+                        })
+                        .unwrap_or_default(),
+                    ..o
+                })),
+                None => rule.map(Applied::Rule),
+            }
+        })
+        .collect()
+}
+
+/// The names the matched limits replace: a limit so named is dropped and not counted.
+struct Replaced<'r>(Vec<&'r str>);
+
+impl Replaced<'_> {
+    fn replaces(&self, limit: &crate::rules::Limit) -> bool {
+        limit.name.as_deref().is_some_and(|n| self.0.contains(&n))
+    }
+}
+
+fn replaced<'r>(applied: &[Option<Applied<'r>>]) -> Replaced<'r> {
+    Replaced(
+        applied
+            .iter()
+            .flatten()
+            .filter_map(Applied::rule)
+            .flat_map(|l| l.replaces.iter().map(String::as_str))
+            .collect(),
+    )
 }
