@@ -118,31 +118,15 @@ impl FileCompiler<'_> {
             Some(v) => format!("{full_key}.{key}_{v}"),
             None => format!("{full_key}.{key}"),
         };
-        let share = raw.share_threshold.as_ref().is_some_and(|s| s.value);
         let pattern = value.as_deref().and_then(Pattern::new);
-        if share && pattern.is_none() {
-            let at = raw
-                .share_threshold
-                .as_ref()
-                .map(|s| Pos::from(s.referenced))
-                .unwrap_or(pos);
-            let shown = composite
-                .split_once('.')
-                .map_or(composite.as_str(), |(_, rest)| rest);
-            self.error(at, &format!("{path}.share_threshold"), format!(
-                "share_threshold can only be used with wildcard values (containing '*'), but found key '{shown}'"
-            ));
-        }
-        // How this level matches a request value: a value with `*` is a pattern (tried in file
-        // order after the exact values), an empty value is the key-only default.
-        let matched = match (&value, &pattern) {
-            (Some(v), Some(_)) => LevelMatch::Wildcard {
-                pattern: v.clone(),
-                share_threshold: share,
-            },
-            (Some(v), None) => LevelMatch::Exact(v.clone()),
-            (None, _) => LevelMatch::Default,
-        };
+        let matched = self.level_match(
+            &raw,
+            value.as_ref(),
+            pattern.is_some(),
+            pos,
+            path,
+            &composite,
+        );
         let mut node_path = parent.to_vec();
         node_path.push(PathLevel {
             key: key.clone(),
@@ -178,36 +162,49 @@ impl FileCompiler<'_> {
 
         // The node is compiled (children included) before it is placed, so a duplicate still
         // reports the errors inside it; the first of two duplicates is the one kept.
-        let nodes = level.by_key.entry(key).or_default();
-        let duplicate = match (&value, pattern) {
-            (Some(v), Some(p)) => {
-                let dup = nodes_has_pattern(nodes, v);
-                if !dup {
-                    nodes.wildcards.push((p, node));
-                }
-                dup
-            }
-            (Some(v), None) => {
-                let dup = nodes.exact.contains_key(v);
-                if !dup {
-                    nodes.exact.insert(v.clone(), node);
-                }
-                dup
-            }
-            (None, _) => {
-                let dup = nodes.default.is_some();
-                if !dup {
-                    nodes.default = Some(node);
-                }
-                dup
-            }
-        };
+        let duplicate = place(level, key, value, pattern, node);
         if duplicate {
             self.error(
                 pos,
                 path,
                 format!("duplicate descriptor composite key '{composite}'"),
             );
+        }
+    }
+
+    /// How this level matches a request value: a value with `*` is a pattern (tried in file
+    /// order after the exact values), an empty value is the key-only default. A
+    /// `share_threshold` without a pattern is reported here.
+    fn level_match(
+        &mut self,
+        raw: &RawDescriptor,
+        value: Option<&String>,
+        is_pattern: bool,
+        pos: Pos,
+        path: &str,
+        composite: &str,
+    ) -> LevelMatch {
+        let share = raw.share_threshold.as_ref().is_some_and(|s| s.value);
+        if share && !is_pattern {
+            let at = raw
+                .share_threshold
+                .as_ref()
+                .map(|s| Pos::from(s.referenced))
+                .unwrap_or(pos);
+            let shown = composite
+                .split_once('.')
+                .map_or(composite, |(_, rest)| rest);
+            self.error(at, &format!("{path}.share_threshold"), format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{shown}'"
+            ));
+        }
+        match (value, is_pattern) {
+            (Some(v), true) => LevelMatch::Wildcard {
+                pattern: v.clone(),
+                share_threshold: share,
+            },
+            (Some(v), false) => LevelMatch::Exact(v.clone()),
+            (None, _) => LevelMatch::Default,
         }
     }
 
@@ -279,5 +276,40 @@ fn meta_value(raw: &RawMeta) -> MetaValue {
                 .map(|(k, v)| (k.clone(), meta_value(v)))
                 .collect(),
         ),
+    }
+}
+
+/// Places a compiled node under `key` in `level`; whether one was there already (then the
+/// first is kept).
+fn place(
+    level: &mut Level,
+    key: String,
+    value: Option<String>,
+    pattern: Option<Pattern>,
+    node: Node,
+) -> bool {
+    let nodes = level.by_key.entry(key).or_default();
+    match (value, pattern) {
+        (Some(v), Some(p)) => {
+            let dup = nodes_has_pattern(nodes, &v);
+            if !dup {
+                nodes.wildcards.push((p, node));
+            }
+            dup
+        }
+        (Some(v), None) => {
+            let dup = nodes.exact.contains_key(&v);
+            if !dup {
+                nodes.exact.insert(v, node);
+            }
+            dup
+        }
+        (None, _) => {
+            let dup = nodes.default.is_some();
+            if !dup {
+                nodes.default = Some(node);
+            }
+            dup
+        }
     }
 }
