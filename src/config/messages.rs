@@ -50,7 +50,7 @@ pub(crate) fn in_rule_file_terms(message: &str) -> String {
 
 /// The YAML reader's budget breaches (its guard against YAML bombs), in words.
 fn budget(breach: &str) -> String {
-    use super::raw::{MAX_DEPTH, MAX_NODES};
+    use super::{MAX_DEPTH, MAX_NODES};
     let kind = breach.split([' ', '{']).next().unwrap_or(breach);
     match kind {
         "Nodes" | "Events" => format!(

@@ -18,6 +18,12 @@ use std::path::{Path, PathBuf};
 
 use crate::rules::RuleSet;
 
+/// The largest rule file accepted, in YAML nodes (maps, lists and scalars; a flat descriptor is
+/// about eleven): room for well over 100,000 descriptors in one file.
+pub(crate) const MAX_NODES: usize = 4_000_000;
+/// The deepest nesting accepted (each descriptor level is two: its list and its map).
+pub(crate) const MAX_DEPTH: usize = 256;
+
 /// How a set of rule files is combined.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions {

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
+use super::{MAX_DEPTH, MAX_NODES};
+
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -61,12 +63,6 @@ pub(crate) fn parse(text: &str) -> Result<RawFile, ParseError> {
             }
         })
 }
-
-/// The largest rule file accepted, in YAML nodes (maps, lists and scalars; a flat descriptor is
-/// about eleven): room for well over 100,000 descriptors in one file.
-pub(crate) const MAX_NODES: usize = 4_000_000;
-/// The deepest nesting accepted (each descriptor level is two: its list and its map).
-pub(crate) const MAX_DEPTH: usize = 256;
 
 /// Reader options: limits that real rule files never reach but that stop YAML bombs (alias
 /// expansion, nesting and size are bounded by the crate's budget).

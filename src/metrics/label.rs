@@ -1,4 +1,4 @@
-//! Bounded label values. Stats keys built from request values (an unknown domain, a
+//! Label values: escaped for the exposition format, and bounded. Stats keys built from request values (an unknown domain, a
 //! `detailed_metric` value) are bounded in number by `STATS_MAX_KEYS`; this bounds each value in
 //! bytes, so one request cannot make a multi-megabyte series name and the whole exposition stays
 //! under `STATS_MAX_KEYS` × (a few labels of at most [`MAX_LABEL_BYTES`]). A longer value keeps
@@ -22,6 +22,14 @@ pub(crate) fn bounded(value: &str) -> Cow<'_, str> {
     }
     let hash = xxhash_rust::xxh3::xxh3_64(value.as_bytes());
     Cow::Owned(format!("{}…{hash:016x}", &value[..end]))
+}
+
+/// Escapes a label value.
+pub(crate) fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ impl Metrics {
     pub fn new(max_keys: usize, near_limit_ratio: f64, extra_tags: &[(String, String)]) -> Self {
         let extra_labels = extra_tags
             .iter()
-            .map(|(k, v)| format!(",{k}=\"{}\"", render::escape(v)))
+            .map(|(k, v)| format!(",{k}=\"{}\"", label::escape(v)))
             .collect();
         Self {
             limits: RwLock::default(),

@@ -12,19 +12,12 @@ use std::fmt::Write;
 
 use super::Metrics;
 use super::histogram::{BOUNDS, Histogram};
+use super::label::escape;
 use super::mapper::{Mapped, Mapper, MetricType};
 use super::table::{
     COUNTERS, CounterRow, DOMAIN_NOT_FOUND, GaugeSample, LIMIT_STATS, gauge_samples,
 };
 use crate::storage::Gauge;
-
-/// Escapes a label value.
-pub(crate) fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 /// Joins a series' own labels with the `EXTRA_TAGS` labels.
 fn labels(own: &str, extra: &str) -> String {

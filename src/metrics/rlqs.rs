@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::render::escape;
+use super::label::escape;
 
 /// The kinds of assignment, as labelled.
 const KINDS: [&str; 3] = ["allow_all", "deny_all", "token_bucket"];

@@ -112,7 +112,7 @@ impl SourceStatus {
             let _ = writeln!(
                 out,
                 "# HELP {name} the xDS version in force\n# TYPE {name} gauge\n{name}{{version=\"{}\"{sep}{extra}}} 1",
-                super::render::escape(&version)
+                super::label::escape(&version)
             );
         }
     }

@@ -205,7 +205,7 @@ pub(crate) fn gauge_samples(gauge: &Gauge, out: &mut Vec<GaugeSample>) {
             connections,
             idle_connections,
         } => {
-            let label = format!("server=\"{}\"", super::render::escape(server));
+            let label = format!("server=\"{}\"", super::label::escape(server));
             out.extend([
                 (
                     "turnstile_memcached_up",

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::share::{FILL_INTERVAL_SECONDS, ShareInput};
-use super::stream::{GlobalUsage, Usage};
+use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
 use crate::limiter::Destination;
 use crate::limiter::{Limiter, Window};

@@ -17,11 +17,13 @@ mod fold;
 mod held;
 pub mod share;
 mod stream;
+mod usage;
 
 pub use bucket::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
 pub use describe::describe;
 pub use held::HeldBytes;
-pub use stream::{Decided, GlobalUsage, QuotaError, QuotaStream, Usage};
+pub use stream::{Decided, QuotaError, QuotaStream};
+pub use usage::{GlobalUsage, Usage};
 
 /// What a data plane is told to do with one bucket's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

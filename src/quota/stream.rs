@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::fold::{Counts, Placed, Tracked, assign, merged, plan};
+use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, HeldBytes, Resolution, resolve};
 use crate::limiter::{Limiter, Window};
 use crate::rules::RuleSet;
@@ -56,31 +57,6 @@ pub enum QuotaError {
     /// The counter store failed; no assignment was computed.
     #[error(transparent)]
     Storage(#[from] StorageError),
-}
-
-/// One bucket's usage since the stream's last report of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Usage {
-    /// The bucket.
-    pub bucket: BucketId,
-    /// Requests the data plane allowed.
-    pub allowed: u64,
-    /// Requests the data plane denied.
-    pub denied: u64,
-    /// The time these requests arrived over, up to the report (ms; Envoy's `time_elapsed`);
-    /// 0 when unknown, which counts them all in the report's window.
-    pub elapsed_ms: u64,
-}
-
-/// A counted bucket's global state after a report (for metrics).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GlobalUsage {
-    /// The rule's full key (bounded by the configuration, not by bucket values).
-    pub rule: String,
-    /// Allowed requests counted in the current window, every replica and stream.
-    pub used: u64,
-    /// The limit per window.
-    pub limit: u64,
 }
 
 /// The assignment for one reported bucket.

@@ -168,3 +168,150 @@ fn only_the_limiter_reaches_the_stores() {
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
+
+/// The sibling modules a module file names in code (`super::X`, or `crate::<its parent>::X`;
+/// not in comments and doc links), up to its `#[cfg(test)]` part.
+fn sibling_uses(text: &str, parent: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+    let code: String = text
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let code = code.as_str();
+    let mut out = BTreeSet::new();
+    let absolute = format!("crate::{parent}::");
+    for prefix in ["super::", absolute.as_str()] {
+        for (at, _) in code.match_indices(prefix) {
+            // `super::super::x` is not a sibling; `crate::a::super::` does not occur.
+            if prefix == "super::" && code[..at].ends_with("super::") {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            let names: Vec<String> = match rest.strip_prefix('{') {
+                // `super::{a, b::C}`: every first segment in the braces.
+                Some(inner) => inner
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(|p| p.trim().split("::").next().unwrap_or("").to_owned())
+                    .collect(),
+                None => vec![
+                    rest.chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect(),
+                ],
+            };
+            out.extend(names.into_iter().filter(|n| siblings.contains(n)));
+        }
+    }
+    out
+}
+
+/// A cycle in `graph`, if any, as the path around it.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// No two files of one module import each other, directly or around a ring: within every
+/// directory of `src/`, the sibling modules' uses of one another form no cycle (what one file
+/// needs of another goes in a third, or in their parent).
+#[test]
+fn sibling_files_do_not_import_each_other() {
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for file in &files {
+        if let Some(dir) = file.parent()
+            && dir != src()
+            && !dirs.contains(&dir.to_path_buf())
+        {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+    let mut cycles = Vec::new();
+    for dir in dirs {
+        let parent = dir
+            .strip_prefix(src())
+            .expect("under src")
+            .to_string_lossy()
+            .replace('/', "::");
+        let siblings: BTreeSet<String> = std::fs::read_dir(&dir)
+            .expect("read_dir")
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                match name.strip_suffix(".rs") {
+                    Some("mod" | "tests") => None,
+                    Some(stem) => Some(stem.to_owned()),
+                    None => e.path().is_dir().then_some(name),
+                }
+            })
+            .collect();
+        let mut graph = BTreeMap::new();
+        for sibling in &siblings {
+            let Ok(text) = std::fs::read_to_string(dir.join(format!("{sibling}.rs"))) else {
+                continue;
+            };
+            let mut named = sibling_uses(&text, &parent, &siblings);
+            named.remove(sibling);
+            graph.insert(sibling.clone(), named);
+        }
+        if let Some(cycle) = find_cycle(&graph) {
+            cycles.push(format!("{parent}: {}", cycle.join(" → ")));
+        }
+    }
+    assert!(cycles.is_empty(), "{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_cycle_checker_sees_a_ring_and_reads_braces() {
+    let siblings: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+    let text = "//! See [`A`](super::a::A).\nuse super::{b::X, other};\nuse crate::m::c;\nuse super::super::a;\n#[cfg(test)]\nuse super::a;";
+    assert_eq!(
+        sibling_uses(text, "m", &siblings),
+        ["b", "c"].map(String::from).into()
+    );
+    let ring: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"])]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_iter().map(String::from).collect()))
+            .collect();
+    assert_eq!(
+        find_cycle(&ring),
+        Some(["a", "b", "c", "a"].map(String::from).to_vec())
+    );
+    let mut line = ring.clone();
+    line.insert("c".into(), BTreeSet::new());
+    assert_eq!(find_cycle(&line), None);
+}

@@ -197,13 +197,6 @@ impl MemcachedStore {
             .map(|s| s.name.clone())
             .collect()
     }
-
-    /// The server (`host:port`) that owns `key`.
-    pub fn server_for(&self, key: &str) -> Option<String> {
-        let topology = self.inner.topology.load();
-        let index = topology.ring.server_for(key.as_bytes())?;
-        Some(topology.servers[index].name.clone())
-    }
 }
 
 impl Inner {
