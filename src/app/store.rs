@@ -114,7 +114,7 @@ pub(super) fn durable(
     let from = crate::rules::Unit::parse(&route.from_unit)
         .map(crate::rules::Unit::seconds)
         .ok_or_else(|| {
-            StorageError::Unavailable(format!("POSTGRES_FROM_UNIT={}", route.from_unit))
+            StorageError::unavailable(format!("POSTGRES_FROM_UNIT={}", route.from_unit))
         })?;
     let (store, tasks) = postgres_store(&route.settings, clock)?;
     Ok(Some((store, tasks, from)))
@@ -150,7 +150,7 @@ pub(super) fn postgres_options(s: &PostgresSettings) -> Result<PostgresOptions, 
             };
             Some(
                 PgTls::new(verify, &files)
-                    .map_err(|e| StorageError::Unavailable(format!("POSTGRES_URL TLS: {e}")))?,
+                    .map_err(|e| StorageError::unavailable(format!("POSTGRES_URL TLS: {e}")))?,
             )
         }
     };
@@ -215,7 +215,7 @@ async fn memcached_store(
                 Some(server) => Resolver::at(*server),
                 None => Resolver::system(),
             }
-            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+            .map_err(|e| StorageError::unavailable(e.to_string()).caused_by(e))?;
             let store =
                 MemcachedStore::discover(name, &resolver, options, Arc::clone(clock)).await?;
             let tasks: Vec<Task> = match refresh {
@@ -235,7 +235,8 @@ async fn memcached_store(
 fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
     let read = |setting: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            StorageError::Unavailable(format!("{setting}: cannot read {}: {e}", path.display()))
+            StorageError::unavailable(format!("{setting}: cannot read {}: {e}", path.display()))
+                .caused_by(e)
         })
     };
     Ok(RedisTlsOptions {

@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::reload::RulesHandle;
-use crate::storage::{CounterStore, StorageError};
+use crate::storage::{CounterStore, ErrorKind};
 use crate::traces::{Traced, Tracer};
 
 /// Everything a request needs, shared by all connections.
@@ -115,10 +115,10 @@ impl<S: CounterStore> RateLimitHandler<S> {
             .limiter
             .check(&rules, &request)
             .await
-            .map_err(|e| match e {
+            .map_err(|e| match e.kind() {
                 // Turnstile's own overload: RESOURCE_EXHAUSTED, so nobody reads it as a dead
                 // backend; the proxy's failure_mode_deny decides as for any error.
-                StorageError::Overloaded(_) => {
+                ErrorKind::Overloaded => {
                     metrics.service_error();
                     Status::resource_exhausted(e.to_string())
                 }

@@ -65,7 +65,7 @@ impl<S> Instrumented<S> {
             match result {
                 Ok(_) => span.set("turnstile.store.outcome", "ok"),
                 Err(e) => {
-                    span.set("turnstile.store.outcome", e.kind());
+                    span.set("turnstile.store.outcome", e.kind().as_str());
                     span.fail(e.to_string());
                 }
             }

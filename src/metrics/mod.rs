@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use histogram::Histogram;
 
-use crate::storage::{Gauge, StorageError};
+use crate::storage::{ErrorKind, Gauge, StorageError};
 use crate::traces::SpanCounts;
 
 /// The per-stats-key counters.
@@ -203,13 +203,13 @@ impl Metrics {
     /// Counts a counter-store call and its latency.
     fn backend_call(&self, elapsed: Duration, error: Option<&StorageError>) {
         self.backend_time.observe(elapsed);
-        match error {
-            Some(StorageError::Timeout(_)) => {
+        match error.map(StorageError::kind) {
+            Some(ErrorKind::Timeout) => {
                 self.backend_timeouts.fetch_add(1, Ordering::Relaxed);
                 self.backend_errors.fetch_add(1, Ordering::Relaxed);
             }
             // Turnstile's own overload says nothing about the store.
-            Some(StorageError::Overloaded(_)) => {
+            Some(ErrorKind::Overloaded) => {
                 self.overloaded.fetch_add(1, Ordering::Relaxed);
             }
             Some(_) => {

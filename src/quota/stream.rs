@@ -163,7 +163,7 @@ impl QuotaStream {
                         demand_now,
                         demand_before,
                     }),
-                    _ => return Err(StorageError::Protocol("fewer counts than hits".into()).into()),
+                    _ => return Err(StorageError::protocol("fewer counts than hits").into()),
                 },
                 None => None,
             };
@@ -289,6 +289,6 @@ async fn store_counts<S: CounterStore>(
     if counts.len() == expected {
         Ok(counts)
     } else {
-        Err(StorageError::Protocol("fewer counts than hits".into()))
+        Err(StorageError::protocol("fewer counts than hits"))
     }
 }

@@ -154,7 +154,7 @@ impl MemoryStore {
         if shard.map.len() >= self.per_shard_cap {
             shard.drop_expired(now);
             if shard.map.len() >= self.per_shard_cap {
-                return Err(StorageError::Full(format!(
+                return Err(StorageError::full(format!(
                     "memory store holds its maximum of {} live counters in this shard",
                     self.per_shard_cap
                 )));

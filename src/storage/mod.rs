@@ -1,6 +1,8 @@
 //! Counters: the [`CounterStore`] trait and its implementations, the in-process [`memory`]
-//! store (the embedded default), [`memcached`], [`redis`] and [`postgres`] (durable); `expiry` (when a shard's keys fall
-//! due) and `lateness` (a late answer on a busy runtime is overload) serve them. A store knows
+//! store (the embedded default), [`memcached`], [`redis`] and [`postgres`] (durable); `expiry`
+//! (when a shard's keys fall due) and `lateness` (a late answer on a busy runtime is overload)
+//! serve them, and every store fails with a [`StorageError`] (a kind, the store's words and the
+//! cause). A store knows
 //! keys, deltas and expiry times; it knows nothing about rules, limits or protobuf, and only the
 //! limiter calls it.
 //!
@@ -10,6 +12,7 @@
 //! taken before the write. That is what makes counting exact under concurrency.
 
 pub mod bucket;
+mod error;
 pub(crate) mod expiry;
 mod lateness;
 pub mod memcached;
@@ -18,6 +21,7 @@ pub mod postgres;
 pub mod redis;
 
 pub use bucket::{BucketAnswer, BucketStep, Take};
+pub use error::{ErrorKind, StorageError};
 
 use std::future::Future;
 
@@ -74,46 +78,6 @@ pub struct Hit {
 /// The longest key a store must accept (186 raw bytes is 248 base64 bytes, within memcached's
 /// 250-byte key limit).
 pub const MAX_KEY_LEN: usize = 186;
-
-/// Why a store could not answer. The gRPC edge maps these to `UNAVAILABLE` (or fails open when
-/// configured to).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StorageError {
-    /// The store (or one of its servers) cannot be reached.
-    #[error("counter store unavailable: {0}")]
-    Unavailable(String),
-    /// The store did not answer within its deadline.
-    #[error("counter store timed out: {0}")]
-    Timeout(String),
-    /// The store answered something we did not expect.
-    #[error("counter store protocol error: {0}")]
-    Protocol(String),
-    /// The store is full of live counters and will not create another.
-    #[error("counter store full: {0}")]
-    Full(String),
-    /// A conditional update lost its race more times than allowed (other replicas write the
-    /// same key): nothing was decided.
-    #[error("counter store contended: {0}")]
-    Contended(String),
-    /// Turnstile itself could not send the commands in time (its queues are full, or it is too
-    /// busy to write them): nothing is known about the store, which is not marked down.
-    #[error("Turnstile is overloaded: {0}")]
-    Overloaded(String),
-}
-
-impl StorageError {
-    /// The variant as one word (`unavailable`, `timeout`, …), for spans and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StorageError::Unavailable(_) => "unavailable",
-            StorageError::Timeout(_) => "timeout",
-            StorageError::Protocol(_) => "protocol",
-            StorageError::Full(_) => "full",
-            StorageError::Contended(_) => "contended",
-            StorageError::Overloaded(_) => "overloaded",
-        }
-    }
-}
 
 /// A point-in-time reading of a store's state. Typed, so that the store says what it knows and
 /// only `metrics` decides names, labels and format.

@@ -74,9 +74,9 @@ impl MemcachedStore {
             let inner = Arc::clone(&self.inner);
             tokio::spawn(async move { inner.drain_bucket(key).await });
         }
-        answer.await.map_err(|_| {
-            StorageError::Protocol("token bucket update ended without an answer".into())
-        })?
+        answer
+            .await
+            .map_err(|_| StorageError::protocol("token bucket update ended without an answer"))?
     }
 }
 
@@ -115,7 +115,7 @@ impl Inner {
             .ring
             .server_for(key.as_bytes())
             .map(|i| &topology.servers[i])
-            .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
+            .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
         for _ in 0..MAX_ATTEMPTS {
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
@@ -146,7 +146,7 @@ impl Inner {
                 return Ok(answers);
             }
         }
-        Err(StorageError::Contended(format!(
+        Err(StorageError::contended(format!(
             "token bucket on memcached {} changed under {MAX_ATTEMPTS} compare-and-swap rounds \
              in a row",
             server.name

@@ -26,7 +26,7 @@ impl Inner {
         call: impl Future<Output = Result<T, TransportError>>,
     ) -> Result<T, StorageError> {
         if !server.admit() {
-            return Err(StorageError::Unavailable(format!(
+            return Err(StorageError::unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
                 server.name
             )));
@@ -40,7 +40,7 @@ impl Inner {
             Ok(Err(err)) => err,
             Err(_) if !sent.load(Ordering::Acquire) => {
                 // Never written: the time went in Turnstile's own queue.
-                return Err(StorageError::Overloaded(format!(
+                return Err(StorageError::overloaded(format!(
                     "commands for memcached {} waited {:?} in Turnstile without being sent",
                     server.name, self.timeout
                 )));
@@ -50,31 +50,31 @@ impl Inner {
                 // down (Turnstile may have been too busy to read the answer).
                 self.probe_later(server);
                 if let Some(late) = saturated_runtime(started, self.timeout, &self.scheduling) {
-                    return Err(StorageError::Overloaded(format!(
+                    return Err(StorageError::overloaded(format!(
                         "the answer of memcached {} was not read within {:?}: Turnstile's \
                          runtime ran {late:?} late",
                         server.name, self.timeout
                     )));
                 }
-                return Err(StorageError::Timeout(format!(
+                return Err(StorageError::timeout(format!(
                     "memcached {} did not answer within {:?}",
                     server.name, self.timeout
                 )));
             }
         };
         if let TransportError::Overloaded(why) = error {
-            return Err(StorageError::Overloaded(why));
+            return Err(StorageError::overloaded(why));
         }
         if error.is_connection_fault() {
             server.record_failure();
             server.transport.reset();
-            Err(StorageError::Unavailable(format!(
+            Err(StorageError::unavailable(format!(
                 "memcached {}: {error}",
                 server.name
             )))
         } else {
             server.record_success();
-            Err(StorageError::Protocol(format!(
+            Err(StorageError::protocol(format!(
                 "memcached {}: {error}",
                 server.name
             )))

@@ -50,7 +50,7 @@ impl MemcachedStore {
             let server = topology
                 .ring
                 .server_for(hit.key.as_bytes())
-                .ok_or_else(|| StorageError::Unavailable("no memcached servers".into()))?;
+                .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
             match groups.iter_mut().find(|(s, _)| *s == server) {
                 Some((_, members)) => members.push(i),
                 None => groups.push((server, vec![i])),

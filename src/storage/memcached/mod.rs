@@ -111,9 +111,7 @@ impl MemcachedStore {
     /// A store over the given servers. Connections are made lazily.
     pub fn new(options: MemcachedOptions, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
         if options.servers.is_empty() {
-            return Err(StorageError::Unavailable(
-                "no memcached servers configured".into(),
-            ));
+            return Err(StorageError::unavailable("no memcached servers configured"));
         }
         let empty = Topology {
             servers: Vec::new(),
@@ -145,7 +143,7 @@ impl MemcachedStore {
         options.servers = resolver
             .lookup(srv_name)
             .await
-            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+            .map_err(|e| StorageError::unavailable(e.to_string()).caused_by(e))?;
         tracing::info!(servers = ?options.servers, "memcached servers discovered");
         Self::new(options, clock)
     }
@@ -292,7 +290,7 @@ impl CounterStore for MemcachedStore {
                 Err(_) => why.push(format!("{}: no answer to a probe", server.name)),
             }
         }
-        Err(StorageError::Unavailable(if why.is_empty() {
+        Err(StorageError::unavailable(if why.is_empty() {
             "no memcached servers".into()
         } else {
             why.join("; ")

@@ -54,7 +54,7 @@ pub(super) async fn step(
             (client, result)
         })
         .await?;
-    let protocol = |e: String| StorageError::Protocol(format!("{}: {e}", store.place()));
+    let protocol = |e: String| StorageError::protocol(format!("{}: {e}", store.place()));
     let admitted: Vec<bool> = row.try_get(0).map_err(|e| protocol(e.to_string()))?;
     let tats: Vec<String> = row.try_get(1).map_err(|e| protocol(e.to_string()))?;
     if admitted.len() != steps.len() || tats.len() != steps.len() {

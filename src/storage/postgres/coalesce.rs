@@ -54,10 +54,10 @@ impl Coalescer {
         self.tx
             .send(Job { adds, reply })
             .await
-            .map_err(|_| StorageError::Unavailable("PostgreSQL store stopped".into()))?;
+            .map_err(|_| StorageError::unavailable("PostgreSQL store stopped"))?;
         answer
             .await
-            .unwrap_or_else(|_| Err(StorageError::Unavailable("PostgreSQL call dropped".into())))
+            .unwrap_or_else(|_| Err(StorageError::unavailable("PostgreSQL call dropped")))
     }
 }
 

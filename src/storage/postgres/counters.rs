@@ -63,7 +63,7 @@ pub(super) async fn hit(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>,
         general(store, hits).await?
     };
     if counts.len() != hits.len() {
-        return Err(StorageError::Protocol(format!(
+        return Err(StorageError::protocol(format!(
             "{} answered {} counts for {} operations",
             store.place(),
             counts.len(),
@@ -122,7 +122,7 @@ pub(super) async fn adds_statement(
         .iter()
         .map(|r| {
             by_key.get(r.0).copied().ok_or_else(|| {
-                StorageError::Protocol(format!("{} returned no count for a key", store.place()))
+                StorageError::protocol(format!("{} returned no count for a key", store.place()))
             })
         })
         .collect()
@@ -162,5 +162,5 @@ async fn general(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, Storag
 }
 
 fn protocol(store: &PostgresStore, e: &tokio_postgres::Error) -> StorageError {
-    StorageError::Protocol(format!("{}: {e}", store.place()))
+    StorageError::protocol(format!("{}: {e}", store.place()))
 }

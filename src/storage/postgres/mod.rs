@@ -114,7 +114,7 @@ impl PostgresStore {
             .wait_timeout(Some(options.timeout))
             .create_timeout(Some(options.timeout))
             .build()
-            .map_err(|e| StorageError::Unavailable(format!("PostgreSQL pool: {e}")))?;
+            .map_err(|e| StorageError::unavailable(format!("PostgreSQL pool: {e}")).caused_by(e))?;
         let quoted = format!("\"{}\"", options.schema);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -155,7 +155,8 @@ impl PostgresStore {
     async fn connection(&self) -> Result<Object, StorageError> {
         let mut client = self.inner.pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Timeout(_) => self.late(),
-            e => StorageError::Unavailable(format!("{}: no connection: {e}", self.place())),
+            e => StorageError::unavailable(format!("{}: no connection: {e}", self.place()))
+                .caused_by(e),
         })?;
         if !self.inner.schema.initialized() {
             let inner = &self.inner;
@@ -163,7 +164,9 @@ impl PostgresStore {
                 .schema
                 .get_or_try_init(|| schema::prepare(&mut client, &inner.options, &inner.quoted))
                 .await
-                .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))?;
+                .map_err(|e| {
+                    StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e)
+                })?;
         }
         Ok(client)
     }
@@ -194,7 +197,7 @@ impl PostgresStore {
 
     /// The deadline passed (connecting, waiting for a pooled connection, or the call).
     fn late(&self) -> StorageError {
-        StorageError::Timeout(format!(
+        StorageError::timeout(format!(
             "{} did not answer within {:?} (POSTGRES_TIMEOUT)",
             self.place(),
             self.inner.options.timeout
@@ -208,18 +211,18 @@ impl PostgresStore {
         let code = e.code();
         if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) || e.is_closed() {
             drop(Object::take(client));
-            return StorageError::Unavailable(format!(
+            return StorageError::unavailable(format!(
                 "{}: {e} (connection dropped; the next call reconnects)",
                 self.place()
             ));
         }
         match code {
-            Some(code) => StorageError::Protocol(format!(
+            Some(code) => StorageError::protocol(format!(
                 "{} refused the call ({}): {e}",
                 self.place(),
                 code.code()
             )),
-            None => StorageError::Unavailable(format!("{}: {e}", self.place())),
+            None => StorageError::unavailable(format!("{}: {e}", self.place())),
         }
     }
 
@@ -236,21 +239,21 @@ impl PostgresStore {
     /// The schema's state (`turnstile migrate --check`).
     pub async fn schema_state(&self) -> Result<SchemaState, StorageError> {
         let client = self.inner.pool.get().await.map_err(|e| {
-            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+            StorageError::unavailable(format!("{}: no connection: {e}", self.place())).caused_by(e)
         })?;
         schema::state(&client, &self.inner.quoted)
             .await
-            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))
+            .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))
     }
 
     /// Brings the schema up to date (`turnstile migrate`); the versions applied.
     pub async fn migrate(&self) -> Result<Vec<i32>, StorageError> {
         let mut client = self.inner.pool.get().await.map_err(|e| {
-            StorageError::Unavailable(format!("{}: no connection: {e}", self.place()))
+            StorageError::unavailable(format!("{}: no connection: {e}", self.place())).caused_by(e)
         })?;
         schema::migrate(&mut client, &self.inner.options.schema, &self.inner.quoted)
             .await
-            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", self.place())))
+            .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))
     }
 }
 

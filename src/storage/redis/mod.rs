@@ -129,12 +129,12 @@ impl Inner {
     /// deadline fired late (the answer may have waited unread), Redis's lateness otherwise.
     fn late(&self, started: std::time::Instant) -> StorageError {
         match saturated_runtime(started, self.timeout, &self.scheduling) {
-            Some(late) => StorageError::Overloaded(format!(
+            Some(late) => StorageError::overloaded(format!(
                 "the answer of {} was not read within {:?}: Turnstile's runtime ran {late:?} \
                  late",
                 self.name, self.timeout
             )),
-            None => StorageError::Timeout(format!(
+            None => StorageError::timeout(format!(
                 "{} did not answer within {:?}",
                 self.name, self.timeout
             )),
@@ -142,20 +142,21 @@ impl Inner {
     }
 
     fn error(&self, e: &RedisError) -> StorageError {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-            StorageError::Unavailable(format!("{}: {e}", self.name))
+        let error = if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            StorageError::unavailable(format!("{}: {e}", self.name))
         } else if e.is_cluster_error()
             || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
         {
             // The cluster's own state (CLUSTERDOWN, MASTERDOWN, a slot whose master does not
             // answer its redirection): Redis is unavailable, in its words.
             let code = e.code().unwrap_or("CLUSTER");
-            StorageError::Unavailable(format!("{}: {code}: {e}", self.name))
+            StorageError::unavailable(format!("{}: {code}: {e}", self.name))
         } else if e.is_timeout() {
-            StorageError::Timeout(format!("{}: {e}", self.name))
+            StorageError::timeout(format!("{}: {e}", self.name))
         } else {
-            StorageError::Protocol(format!("{}: {e}", self.name))
-        }
+            StorageError::protocol(format!("{}: {e}", self.name))
+        };
+        error.caused_by(e.clone())
     }
 
     /// The counts after `hits`, in one script call.
@@ -177,7 +178,7 @@ impl Inner {
         invocation.arg(COUNT_CEILING);
         let counts: Vec<i64> = self.call(&invocation).await?;
         if counts.len() != hits.len() {
-            return Err(StorageError::Protocol(format!(
+            return Err(StorageError::protocol(format!(
                 "{}: {} answers to {} counters",
                 self.name,
                 counts.len(),
@@ -195,7 +196,7 @@ impl Inner {
         let mut invocation = self.scripts.bucket.prepare_invoke();
         for step in steps {
             if step.capacity.saturating_mul(step.interval) >= BUCKET_MAX_SCALE {
-                return Err(StorageError::Protocol(format!(
+                return Err(StorageError::protocol(format!(
                     "token bucket too large for Redis: capacity {} x period {} ms must stay \
                      under 2^53",
                     step.capacity, step.interval
@@ -220,7 +221,7 @@ impl Inner {
         }
         let flat: Vec<i64> = self.call(&invocation).await?;
         if flat.len() != 3 * steps.len() {
-            return Err(StorageError::Protocol(format!(
+            return Err(StorageError::protocol(format!(
                 "{}: {} values for {} bucket steps",
                 self.name,
                 flat.len(),
@@ -340,10 +341,10 @@ impl RedisStore {
         let failure = match answer {
             Ok(Ok(pong)) if pong == "PONG" => return Ok(()),
             Ok(Ok(other)) => {
-                StorageError::Protocol(format!("{}: PING answered {other:?}", self.inner.name))
+                StorageError::protocol(format!("{}: PING answered {other:?}", self.inner.name))
             }
             Ok(Err(e)) => self.inner.error(&e),
-            Err(_) => StorageError::Timeout(format!(
+            Err(_) => StorageError::timeout(format!(
                 "{}: no answer to PING within REDIS_TIMEOUT ({:?})",
                 self.inner.name, self.inner.timeout
             )),
