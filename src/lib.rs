@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
+//!   │ server::admission  adaptive limit on    │
+//!   │ calls in flight (GRPC_ADAPTIVE_…)       │
 //!   │ grpc::convert  pb → Request,            │ rlqs::convert  reports → Usage; bounds and
 //!   │ INVALID_ARGUMENT naming the field       │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
 //!   ▼                                         ▼
@@ -58,7 +60,7 @@
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `grpc`, `limiter`, `pb`, `quota`, `rules`, `storage` |
-//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
+//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
 
 pub mod app;
