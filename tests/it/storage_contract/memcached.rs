@@ -3,27 +3,71 @@
 use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
-use turnstile::storage::memcached::MemcachedTransport;
+use turnstile::storage::memcached::{MemcachedStore, MemcachedTransport};
 use turnstile::storage::{CounterStore, ErrorKind, Op, Take};
 
-use super::{buckets, contract, hit, leases, step};
+use super::{Fixture, hit, step};
 use crate::support::{Memcached, memcached_store_with, unique};
 
+/// Two stores on one memcached: two Turnstile processes racing on one counter or bucket.
+async fn fixture(transport: MemcachedTransport) -> Option<Fixture<MemcachedStore>> {
+    let mc = Memcached::start()?;
+    let clock = ManualClock::new(SystemClock.now());
+    let store = |clock: &ManualClock| {
+        memcached_store_with(transport, &[&mc], clock, Duration::from_millis(500))
+    };
+    Some(Fixture {
+        stores: vec![store(&clock), store(&clock)],
+        leases: transport != MemcachedTransport::Classic,
+        clock,
+        _server: Box::new(mc),
+    })
+}
+
+async fn pipelined() -> Option<Fixture<MemcachedStore>> {
+    fixture(MemcachedTransport::Pipelined).await
+}
+
+async fn pooled() -> Option<Fixture<MemcachedStore>> {
+    fixture(MemcachedTransport::Pool).await
+}
+
+async fn classic() -> Option<Fixture<MemcachedStore>> {
+    fixture(MemcachedTransport::Classic).await
+}
+
+contract_cases!(
+    pipelined,
+    super::pipelined,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+contract_cases!(
+    pooled,
+    super::pooled,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+// No leases or buckets on the classic protocol: `classic_store` checks they are refused.
+contract_cases!(classic, super::classic, counts, race, saturation, past_2038);
+
+/// What only memcached does: a lease's expiry moves (meta commands), leases and buckets are
+/// refused in words (classic), and counters expire in real time.
 async fn memcached(transport: MemcachedTransport) {
     let Some(mc) = Memcached::start() else { return };
     let clock = ManualClock::new(SystemClock.now());
     let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
-    contract(store.clone(), &clock).await;
-    let has_leases = transport != MemcachedTransport::Classic;
-    super::edges::saturation(&store, &clock, has_leases).await;
-    super::edges::past_2038(&store, &clock, has_leases).await;
     if transport == MemcachedTransport::Classic {
         classic_refuses_what_it_cannot_do_atomically(&store, &clock).await;
     } else {
-        leases(&store, &clock).await;
-        // Two stores on one memcached: two Turnstile processes racing on one bucket.
-        let other = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
-        buckets(&[store.clone(), other], &clock).await;
         lease_expiry_moves(&store, &clock).await;
     }
     // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
@@ -120,16 +164,16 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
 }
 
 #[tokio::test]
-async fn memcached_pipelined_meta_store() {
+async fn memcached_pipelined_lease_expiry_and_real_time_expiry() {
     memcached(MemcachedTransport::Pipelined).await;
 }
 
 #[tokio::test]
-async fn memcached_pooled_meta_store() {
+async fn memcached_pooled_lease_expiry_and_real_time_expiry() {
     memcached(MemcachedTransport::Pool).await;
 }
 
 #[tokio::test]
-async fn memcached_classic_store() {
+async fn memcached_classic_refusals_and_real_time_expiry() {
     memcached(MemcachedTransport::Classic).await;
 }

@@ -6,18 +6,35 @@ use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::{CounterStore, ErrorKind, Op};
 
-use super::{buckets, contract, hit, leases};
+use super::{Fixture, hit};
 use crate::support::unique;
 
-#[tokio::test]
-async fn memory_store() {
+async fn fixture() -> Option<Fixture<Arc<MemoryStore>>> {
     let clock = ManualClock::new(crate::support::T0);
     let store = Arc::new(MemoryStore::new(100_000, Arc::new(clock.clone())));
-    contract(Arc::clone(&store), &clock).await;
-    leases(&store, &clock).await;
-    buckets(&[Arc::clone(&store)], &clock).await;
-    super::edges::saturation(&store, &clock, true).await;
-    super::edges::past_2038(&store, &clock, true).await;
+    Some(Fixture {
+        stores: vec![store],
+        clock,
+        leases: true,
+        _server: Box::new(()),
+    })
+}
+
+contract_cases!(
+    memory,
+    super::fixture,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+
+#[tokio::test]
+async fn memory_store_expiry_and_sweeping() {
+    let clock = ManualClock::new(crate::support::T0);
+    let store = Arc::new(MemoryStore::new(100_000, Arc::new(clock.clone())));
     // Expiry: a counter is gone once its window has ended, and the sweeper drops it.
     let key = unique("exp");
     let end = clock.now() + 2;

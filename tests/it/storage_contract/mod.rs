@@ -1,6 +1,27 @@
-//! One behaviour suite for every `CounterStore` (`contract`, `leases`, `buckets` here), run on
-//! the memory store (`memory`), memcached with meta commands and with the classic `incr`/`add`
-//! fallback (`memcached`), and Redis single, cluster and Sentinel (`redis`).
+//! One behaviour suite for every `CounterStore`, run on the memory store (`memory`), memcached
+//! with meta commands and with the classic `incr`/`add` fallback (`memcached`), Redis single,
+//! cluster and Sentinel (`redis`) and PostgreSQL (`postgres`). Each case is its own test on each
+//! backend ([`contract_cases!`]: `storage_contract::memcached::pipelined::buckets`), so a failure
+//! names both.
+
+/// One `#[tokio::test]` per case for one backend: `contract_cases!(name, fixture, case, …)`
+/// makes a module `name` whose tests each run `cases::<case>` on a fresh `fixture()` (an async
+/// fn returning `Option<Fixture<_>>`; `None` when the backend's server is missing, which its
+/// start reports).
+macro_rules! contract_cases {
+    ($backend:ident, $fixture:path, $($case:ident),+ $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    if let Some(fixture) = $fixture().await {
+                        crate::storage_contract::cases::$case(&fixture).await;
+                    }
+                }
+            )+
+        }
+    };
+}
 
 mod edges;
 mod memcached;
@@ -13,6 +34,52 @@ use turnstile::storage::{BucketStep, CounterStore, Hit, MAX_KEY_LEN, Op, Take};
 
 use crate::support::unique;
 
+/// A backend as the cases see it.
+pub(super) struct Fixture<S> {
+    /// Its stores: two where two replicas share one backend (for the races), else one.
+    pub(super) stores: Vec<S>,
+    pub(super) clock: ManualClock,
+    /// Whether it keeps leases (classic memcached does not).
+    pub(super) leases: bool,
+    /// Whatever keeps its server running for the test.
+    pub(super) _server: Box<dyn std::any::Any + Send>,
+}
+
+/// The cases, each over a [`Fixture`].
+pub(super) mod cases {
+    use turnstile::storage::CounterStore;
+
+    use super::Fixture;
+
+    pub(in crate::storage_contract) async fn counts<S: CounterStore>(f: &Fixture<S>) {
+        super::counts(&f.stores[0], &f.clock).await;
+    }
+
+    pub(in crate::storage_contract) async fn race<S: CounterStore + Clone + 'static>(
+        f: &Fixture<S>,
+    ) {
+        super::race(&f.stores, &f.clock).await;
+    }
+
+    pub(in crate::storage_contract) async fn leases<S: CounterStore>(f: &Fixture<S>) {
+        super::leases(&f.stores[0], &f.clock).await;
+    }
+
+    pub(in crate::storage_contract) async fn buckets<S: CounterStore + Clone + 'static>(
+        f: &Fixture<S>,
+    ) {
+        super::buckets(&f.stores, &f.clock).await;
+    }
+
+    pub(in crate::storage_contract) async fn saturation<S: CounterStore>(f: &Fixture<S>) {
+        super::edges::saturation(&f.stores[0], &f.clock, f.leases).await;
+    }
+
+    pub(in crate::storage_contract) async fn past_2038<S: CounterStore>(f: &Fixture<S>) {
+        super::edges::past_2038(&f.stores[0], &f.clock, f.leases).await;
+    }
+}
+
 pub(super) fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
     Hit {
         key: key.to_owned(),
@@ -21,7 +88,9 @@ pub(super) fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
     }
 }
 
-pub(super) async fn contract<S: CounterStore + Clone>(store: S, clock: &ManualClock) {
+/// Reads, adds and refunds in one batch: counts after each hit, in order, floored at zero; a
+/// read or refund creates nothing; the longest key counts.
+pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let now = clock.now();
     let end = now + 60;
     let (a, b) = (unique("a"), unique("b"));
@@ -75,12 +144,16 @@ pub(super) async fn contract<S: CounterStore + Clone>(store: S, clock: &ManualCl
             .expect("long key"),
         vec![7]
     );
+}
 
-    // Atomic under concurrency: 64 callers × 25 hits see every count from 1 to 1600 exactly once.
+/// Atomic under concurrency: 64 callers × 25 hits, over every store given, see every count from
+/// 1 to 1600 exactly once.
+pub(super) async fn race<S: CounterStore + Clone + 'static>(stores: &[S], clock: &ManualClock) {
+    let end = clock.now() + 60;
     let key = unique("race");
     let mut tasks = Vec::new();
-    for _ in 0..64 {
-        let (store, key) = (store.clone(), key.clone());
+    for i in 0..64 {
+        let (store, key) = (stores[i % stores.len()].clone(), key.clone());
         tasks.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             for _ in 0..25 {
@@ -136,7 +209,7 @@ pub(super) fn step(key: &str, now: u128, take: Take) -> BucketStep {
 }
 
 /// Token-bucket steps: applied atomically, in order, and exactly once each under a race.
-pub(super) async fn buckets<S: CounterStore + Clone>(stores: &[S], clock: &ManualClock) {
+pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clock: &ManualClock) {
     let store = &stores[0];
     let now = u128::from(clock.now_millis());
     let key = unique("bucket");

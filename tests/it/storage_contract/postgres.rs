@@ -7,23 +7,44 @@ use std::sync::Arc;
 use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::{CounterStore, Op};
 
-use super::{buckets, contract, hit, leases};
+use turnstile::storage::postgres::PostgresStore;
+
+use super::{Fixture, hit};
 use crate::postgres_support::Postgres;
 use crate::support::unique;
 
+/// Two stores on one schema, as two replicas.
+async fn fixture() -> Option<Fixture<PostgresStore>> {
+    let pg = Postgres::start()?;
+    let clock = ManualClock::new(crate::support::T0);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let (store, schema) = pg.store(&shared);
+    let replica = PostgresStore::new(pg.options(&schema), shared).expect("second store");
+    Some(Fixture {
+        stores: vec![store, replica],
+        clock,
+        leases: true,
+        _server: Box::new(pg),
+    })
+}
+
+contract_cases!(
+    postgres,
+    super::fixture,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_store() {
+async fn postgres_rows_reused_in_place() {
     let Some(pg) = Postgres::start() else { return };
     let clock = ManualClock::new(crate::support::T0);
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     let (store, schema) = pg.store(&shared);
-    contract(store.clone(), &clock).await;
-    leases(&store, &clock).await;
-    let replica = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), shared)
-        .expect("second store");
-    buckets(&[store.clone(), replica], &clock).await;
-    super::edges::saturation(&store, &clock, true).await;
-    super::edges::past_2038(&store, &clock, true).await;
 
     // An expired row is reused in place by the next hit, with the new window's expiry.
     let key = unique("reuse");

@@ -5,30 +5,93 @@ use std::time::Duration;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::{CounterStore, Op};
 
-use super::{buckets, contract, hit, leases};
+use turnstile::storage::redis::{RedisStore, RedisTarget};
+
+use super::{Fixture, hit};
+use crate::redis_support::{
+    RedisCluster, RedisProcess, RedisSentinel, SENTINEL_MASTER, redis_store,
+};
 use crate::support::unique;
 
-/// Redis: the same suite on one server, on a 3-master cluster, and through Sentinel; plus the
-/// reference's TTL rule (every counter has a TTL, set when it is created).
-async fn redis_suite(store: turnstile::storage::redis::RedisStore, clock: &ManualClock) {
-    contract(store.clone(), &clock.clone()).await;
-    leases(&store, clock).await;
-    let other = store.clone();
-    buckets(&[store.clone(), other], clock).await;
-    super::edges::saturation(&store, clock, true).await;
-    super::edges::past_2038(&store, clock, true).await;
+/// Redis: the same cases on one server, on a 3-master cluster, and through Sentinel; plus the
+/// reference's TTL rule (every counter has a TTL, set when it is created) and a failover.
+fn fixture(target: RedisTarget, server: Box<dyn std::any::Any + Send>) -> Fixture<RedisStore> {
+    let clock = ManualClock::new(SystemClock.now());
+    let store = redis_store(target, &clock);
+    Fixture {
+        stores: vec![store.clone(), store],
+        clock,
+        leases: true,
+        _server: server,
+    }
 }
 
+async fn single() -> Option<Fixture<RedisStore>> {
+    let redis = RedisProcess::start()?;
+    Some(fixture(RedisTarget::Tcp(redis.addr()), Box::new(redis)))
+}
+
+async fn cluster() -> Option<Fixture<RedisStore>> {
+    let cluster = RedisCluster::start()?;
+    Some(fixture(
+        RedisTarget::Cluster(cluster.seeds()),
+        Box::new(cluster),
+    ))
+}
+
+fn sentinel_target(set: &RedisSentinel) -> RedisTarget {
+    RedisTarget::Sentinel {
+        master: SENTINEL_MASTER.into(),
+        sentinels: vec![set.sentinel.addr()],
+        sentinel_username: None,
+        sentinel_password: None,
+    }
+}
+
+async fn sentinel() -> Option<Fixture<RedisStore>> {
+    let set = RedisSentinel::start()?;
+    Some(fixture(sentinel_target(&set), Box::new(set)))
+}
+
+contract_cases!(
+    single,
+    super::single,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+contract_cases!(
+    cluster,
+    super::cluster,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+contract_cases!(
+    sentinel,
+    super::sentinel,
+    counts,
+    race,
+    leases,
+    buckets,
+    saturation,
+    past_2038
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_single_store() {
-    use crate::redis_support::{RedisProcess, cli, redis_store};
-    use turnstile::storage::redis::RedisTarget;
+async fn redis_single_ttl_is_set_at_creation() {
+    use crate::redis_support::cli;
     let Some(redis) = RedisProcess::start() else {
         return;
     };
     let clock = ManualClock::new(SystemClock.now());
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
-    redis_suite(store.clone(), &clock).await;
     // A counter is created with its TTL, and the TTL is not pushed back by later hits.
     let key = unique("ttl");
     store
@@ -49,33 +112,13 @@ async fn redis_single_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cluster_store() {
-    use crate::redis_support::{RedisCluster, redis_store};
-    use turnstile::storage::redis::RedisTarget;
-    let Some(cluster) = RedisCluster::start() else {
-        return;
-    };
-    let clock = ManualClock::new(SystemClock.now());
-    let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
-    redis_suite(store, &clock).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_sentinel_store() {
-    use crate::redis_support::{RedisSentinel, SENTINEL_MASTER, cli, redis_store};
-    use turnstile::storage::redis::RedisTarget;
+async fn redis_sentinel_failover() {
+    use crate::redis_support::cli;
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
     let clock = ManualClock::new(SystemClock.now());
-    let target = RedisTarget::Sentinel {
-        master: SENTINEL_MASTER.into(),
-        sentinels: vec![set.sentinel.addr()],
-        sentinel_username: None,
-        sentinel_password: None,
-    };
-    let store = redis_store(target, &clock);
-    redis_suite(store.clone(), &clock).await;
+    let store = redis_store(sentinel_target(&set), &clock);
     // Failover: the master dies, Sentinel promotes the replica, and the same store finds the
     // new master without a restart (calls fail meanwhile; none is answered wrongly).
     let key = unique("failover");
