@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::deploy::envoy;
 use crate::process::{Process, http_get, rules_root, temp_dir};
@@ -100,12 +100,8 @@ pub(crate) fn start_envoy(
     Envoy(child)
 }
 
-pub(crate) fn wait_for(what: &str, mut probe: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !probe() {
-        assert!(Instant::now() < deadline, "{what} within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+pub(crate) fn wait_for(what: &str, probe: impl FnMut() -> bool) {
+    crate::wait::blocking(Duration::from_secs(30), what, probe);
 }
 
 #[test]

@@ -42,4 +42,5 @@ mod storage_contract;
 mod support;
 mod tls;
 mod tracing;
+mod wait;
 mod xds;

@@ -110,14 +110,11 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !probe().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not happen within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::wait::until_some(Duration::from_secs(10), what, || {
+        let probe = probe();
+        async move { probe.await.then_some(()) }
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -90,14 +90,9 @@ impl Process {
     /// Starts the service with rules under `root` plus `env`, and waits until it is healthy.
     pub fn start(root: &Path, env: &[(&str, &str)]) -> Process {
         let p = Self::spawn(root, env);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "turnstile did not become healthy"
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        crate::wait::blocking(Duration::from_secs(20), "turnstile healthy", || {
+            http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200)
+        });
         p
     }
 
@@ -299,27 +294,24 @@ async fn http_endpoints_and_metrics() {
 }
 
 async fn eventually_limit(p: &Process, domain: &str, want: Option<u32>) {
-    let mut client = p.client().await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let resp = client
-            .should_rate_limit(req1(domain, &[("user", &unique("u"))]))
-            .await
-            .expect("call")
-            .into_inner();
-        let got = resp.statuses[0]
-            .current_limit
-            .as_ref()
-            .map(|l| l.requests_per_unit);
-        if got == want {
-            return;
+    let client = p.client().await;
+    let what = format!("limit {want:?} applied");
+    crate::wait::until_some(Duration::from_secs(15), &what, || {
+        let mut client = client.clone();
+        async move {
+            let resp = client
+                .should_rate_limit(req1(domain, &[("user", &unique("u"))]))
+                .await
+                .expect("call")
+                .into_inner();
+            let got = resp.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit);
+            (got == want).then_some(())
         }
-        assert!(
-            Instant::now() < deadline,
-            "limit {want:?} never applied (still {got:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,14 +332,10 @@ async fn hot_reload_good_broken_and_symlink_swap() {
         "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n",
     )
     .expect("write");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while metric(&p.metrics(), "ratelimit_service_config_load_error") != Some(1) {
-        assert!(
-            Instant::now() < deadline,
-            "the broken reload was not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::wait::until(Duration::from_secs(15), "the broken reload counted", || {
+        metric(&p.metrics(), "ratelimit_service_config_load_error") == Some(1)
+    })
+    .await;
     eventually_limit(&p, "ops", Some(7)).await;
 
     // A Kubernetes ConfigMap volume: files are symlinks into `..data`, which is swapped.

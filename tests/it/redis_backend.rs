@@ -99,14 +99,11 @@ fn starts_without_redis_and_connects_when_it_appears() {
     assert_ne!(status, Some(200), "not ready without Redis");
 
     let _redis = RedisProcess::start_on(port).expect("redis-server");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "ready once Redis is up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    crate::wait::blocking(
+        std::time::Duration::from_secs(20),
+        "ready once Redis is up",
+        || http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200),
+    );
     let answered = call().expect("answered once Redis is up").into_inner();
     assert_eq!(answered.statuses[0].limit_remaining, 4);
     drop(runtime);
@@ -135,17 +132,20 @@ async fn survives_redis_dying_and_coming_back() {
     assert_eq!(refused.code(), tonic::Code::Unavailable);
     assert!(refused.message().contains("redis"), "{}", refused.message());
     let _back = RedisProcess::start_on(port).expect("redis-server again");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let answered = loop {
-        match s.try_call(request.clone()).await {
-            Ok(response) => break response,
-            Err(e) => {
-                assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
-                assert!(std::time::Instant::now() < deadline, "no recovery: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let answered = crate::wait::until_some(
+        std::time::Duration::from_secs(20),
+        "recovery once Redis is back",
+        || async {
+            match s.try_call(request.clone()).await {
+                Ok(response) => Some(response),
+                Err(e) => {
+                    assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+                    None
+                }
             }
-        }
-    };
+        },
+    )
+    .await;
     // A fresh Redis (no persistence here): the count starts again, and goes on.
     assert_eq!(answered.statuses[0].limit_remaining, 4);
     assert_eq!(s.call(request).await.statuses[0].limit_remaining, 3);
@@ -231,15 +231,14 @@ async fn sentinel_failover_under_load() {
     let killed_at = started.elapsed().as_millis();
     set.master.kill();
     // Until every caller has succeeded again after the kill (or 30 s).
-    let deadline = Instant::now() + Duration::from_secs(30);
     let probe = req1("cut", &[("user", "probe")]);
-    let recovered_at = loop {
-        if s.try_call(probe.clone()).await.is_ok() {
-            break started.elapsed().as_millis();
-        }
-        assert!(Instant::now() < deadline, "no new master within 30 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let recovered_at = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
+        s.try_call(probe.clone())
+            .await
+            .is_ok()
+            .then(|| started.elapsed().as_millis())
+    })
+    .await;
     // Load after the failover too: every caller answered a few times more.
     let at_recovery = answered_so_far();
     crate::support::until(

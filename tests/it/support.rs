@@ -200,14 +200,8 @@ pub fn req1(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
     req(domain, vec![desc(entries)])
 }
 
-/// Polls `done` every 10 ms until it holds, failing with `what` after `limit`.
-pub async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// Waiting on a condition (the one helper, in `wait`).
+pub use crate::wait::until;
 
 /// A unique string for test isolation on shared memcached.
 pub fn unique(tag: &str) -> String {

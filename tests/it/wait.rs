@@ -1,0 +1,44 @@
+//! The one way tests wait for something: poll a condition until it holds, and fail after a
+//! limit saying what was awaited. Blocking for tests on plain threads, async for the rest; an
+//! async probe may hand back what it found. Never a fixed sleep as synchronisation.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// How often a condition is polled.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Blocks until `done()` holds; fails after `limit` with `what`.
+pub fn blocking(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Waits until `done()` holds; fails after `limit` with `what`.
+pub async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the async `probe()` finds something, and returns it; fails after `limit` with
+/// `what`.
+pub async fn until_some<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
+        tokio::time::sleep(POLL).await;
+    }
+}
