@@ -295,14 +295,12 @@ async fn starting_without_a_valid_config_then_fixing_it() {
     );
 
     std::fs::write(p.dir.join("rules.yaml"), RULES).expect("fix the rules");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "the fixed configuration was not loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::wait::until(
+        Duration::from_secs(15),
+        "the fixed configuration loaded",
+        || http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200),
+    )
+    .await;
     let resp = client
         .should_rate_limit(req1("ops", &[("user", "x")]))
         .await

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::UdpSocket;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
@@ -118,24 +118,20 @@ async fn discovery_refresh_and_failed_lookups() {
         w.sort();
         w
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while store.servers() != want {
-        assert!(
-            Instant::now() < deadline,
-            "refresh did not pick up the new server: {:?}",
-            store.servers()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::wait::until(
+        Duration::from_secs(5),
+        "the refresh picked up the new server",
+        || store.servers() == want,
+    )
+    .await;
     // The name disappears: wait until the refresh has asked (and been told NXDOMAIN) at least
     // twice more, then the servers must be unchanged.
     *records.lock().expect("records") = None;
     let asked = questions.load(Ordering::SeqCst);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while questions.load(Ordering::SeqCst) < asked + 2 {
-        assert!(Instant::now() < deadline, "the refresh stopped asking");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::wait::until(Duration::from_secs(5), "the refresh still asking", || {
+        questions.load(Ordering::SeqCst) >= asked + 2
+    })
+    .await;
     assert_eq!(
         store.servers(),
         want,

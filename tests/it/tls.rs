@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::process::{Process, RULES, rules_root, temp_dir};
 use crate::support::peers_venv;
@@ -150,14 +150,11 @@ fn tls_mtls_and_certificate_reload() {
     std::fs::copy(dir.join("server2.pem"), dir.join("new.pem")).expect("copy");
     std::fs::rename(dir.join("new.key"), &key).expect("rename");
     std::fs::rename(dir.join("new.pem"), &cert).expect("rename");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while check(&p, &[&dir.join("two-ca.pem")]).as_deref() != Some("ok") {
-        assert!(
-            Instant::now() < deadline,
-            "the renewed certificate was not served within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    crate::wait::blocking(
+        Duration::from_secs(10),
+        "the renewed certificate served",
+        || check(&p, &[&dir.join("two-ca.pem")]).as_deref() == Some("ok"),
+    );
     assert_eq!(
         check(&p, &[&dir.join("one-ca.pem")]).as_deref(),
         Some("error UNAVAILABLE"),
