@@ -122,14 +122,11 @@ impl Netns {
             .spawn()
             .expect("memcached in the namespace");
         self.memcached = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect((MEMCACHED_IP, 11211)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "memcached did not start in the namespace"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::wait::blocking(
+            Duration::from_secs(10),
+            "memcached started in the namespace",
+            || std::net::TcpStream::connect((MEMCACHED_IP, 11211)).is_ok(),
+        );
     }
 
     /// Replaces the packet filter of the namespace: drop incoming packets with `probability`

@@ -128,19 +128,14 @@ async fn redis_sentinel_failover() {
         .await
         .expect("before failover");
     set.master.kill();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let count = loop {
-        match store.hit(&[hit(&key, Op::Add(0), end)]).await {
-            Ok(counts) => break counts[0],
-            Err(e) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no new master within 30 s: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let count = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
+        store
+            .hit(&[hit(&key, Op::Add(0), end)])
+            .await
+            .ok()
+            .map(|counts| counts[0])
+    })
+    .await;
     assert!(
         cli(set.replica.port, &["ROLE"]).is_some_and(|r| r.starts_with("master")),
         "the replica was promoted"
