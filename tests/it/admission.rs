@@ -15,6 +15,27 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::overload::slow_relay;
 use crate::process::{Process, RULES, metric, rules_root};
 use crate::support::{Memcached, missing, req1, unique, until};
+use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// The adaptive limit on, held at one decision in flight.
+const LIMIT_OF_ONE: [(&str, &str); 3] = [
+    ("GRPC_ADAPTIVE_CONCURRENCY", "true"),
+    ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "1"),
+    ("GRPC_ADAPTIVE_CONCURRENCY_MAX", "1"),
+];
+
+/// One decision in flight (its answer held by the relay), so the limit of one is full.
+async fn hold_the_place(
+    p: &Process,
+) -> tokio::task::JoinHandle<Result<tonic::Response<RateLimitResponse>, tonic::Status>> {
+    let mut client = p.client().await;
+    let held = tokio::spawn(async move { client.should_rate_limit(call("held", None)).await });
+    until(Duration::from_secs(10), "a decision in flight", || {
+        metric(&p.metrics(), "turnstile_concurrency_in_flight") == Some(1)
+    })
+    .await;
+    held
+}
 
 /// A service whose memcached answers only after `delay` (a relay holds every answer).
 async fn behind_a_relay(mc: &Memcached, delay: Duration, env: &[(&str, &str)]) -> Process {
@@ -28,10 +49,7 @@ async fn behind_a_relay(mc: &Memcached, delay: Duration, env: &[(&str, &str)]) -
     Process::spawn(&rules_root(RULES), &all)
 }
 
-fn call(
-    user: &str,
-    deadline: Option<Duration>,
-) -> tonic::Request<turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest> {
+fn call(user: &str, deadline: Option<Duration>) -> tonic::Request<RateLimitRequest> {
     let mut request = tonic::Request::new(req1("ops", &[("user", user)]));
     if let Some(deadline) = deadline {
         request.set_timeout(deadline);
@@ -44,12 +62,7 @@ async fn a_decision_beyond_the_limit_waits_then_is_refused_before_its_deadline()
     let Some(mc) = Memcached::start() else {
         return missing("memcached");
     };
-    let limit_of_one = [
-        ("GRPC_ADAPTIVE_CONCURRENCY", "true"),
-        ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "1"),
-        ("GRPC_ADAPTIVE_CONCURRENCY_MAX", "1"),
-    ];
-    let p = behind_a_relay(&mc, Duration::from_secs(2), &limit_of_one).await;
+    let p = behind_a_relay(&mc, Duration::from_secs(2), &LIMIT_OF_ONE).await;
     let metrics_of = |p: &Process, series: &str| metric(&p.metrics(), series);
     until(
         Duration::from_secs(10),
@@ -59,14 +72,7 @@ async fn a_decision_beyond_the_limit_waits_then_is_refused_before_its_deadline()
     .await;
 
     // The one place: a decision whose answer the relay holds two seconds.
-    let mut client = p.client().await;
-    let held = tokio::spawn(async move { client.should_rate_limit(call("held", None)).await });
-    until(
-        Duration::from_secs(10),
-        "the first decision in flight",
-        || metrics_of(&p, "turnstile_concurrency_in_flight") == Some(1),
-    )
-    .await;
+    let held = hold_the_place(&p).await;
 
     // Without a deadline, a second decision waits for the place (not refused).
     let mut client = p.client().await;
@@ -120,24 +126,14 @@ async fn a_store_slower_than_the_deadline_is_unavailable_not_overload() {
     let Some(mc) = Memcached::start() else {
         return missing("memcached");
     };
-    let limit_of_one = [
-        ("GRPC_ADAPTIVE_CONCURRENCY", "true"),
-        ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "1"),
-        ("GRPC_ADAPTIVE_CONCURRENCY_MAX", "1"),
-    ];
-    let p = behind_a_relay(&mc, Duration::from_millis(300), &limit_of_one).await;
+    let p = behind_a_relay(&mc, Duration::from_millis(300), &LIMIT_OF_ONE).await;
     let mut client = p.client().await;
     // One decision measured: it took the relay's 300 ms at least.
     client
         .should_rate_limit(call("first", None))
         .await
         .expect("answered");
-    let held = tokio::spawn(async move { client.should_rate_limit(call("held", None)).await });
-    until(Duration::from_secs(10), "a decision in flight", || {
-        metric(&p.metrics(), "turnstile_concurrency_in_flight") == Some(1)
-    })
-    .await;
-    let mut client = p.client().await;
+    let held = hold_the_place(&p).await;
     let refused = client
         .should_rate_limit(call("late", Some(Duration::from_millis(150))))
         .await

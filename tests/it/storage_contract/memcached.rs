@@ -36,26 +36,8 @@ async fn classic() -> Option<Fixture<MemcachedStore>> {
     fixture(MemcachedTransport::Classic).await
 }
 
-contract_cases!(
-    pipelined,
-    super::pipelined,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
-contract_cases!(
-    pooled,
-    super::pooled,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
+contract_cases!(pipelined, super::pipelined);
+contract_cases!(pooled, super::pooled);
 // No leases or buckets on the classic protocol: `classic_store` checks they are refused.
 contract_cases!(classic, super::classic, counts, race, saturation, past_2038);
 

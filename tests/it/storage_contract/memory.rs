@@ -20,16 +20,7 @@ async fn fixture() -> Option<Fixture<Arc<MemoryStore>>> {
     })
 }
 
-contract_cases!(
-    memory,
-    super::fixture,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
+contract_cases!(memory, super::fixture);
 
 #[tokio::test]
 async fn memory_store_expiry_and_sweeping() {

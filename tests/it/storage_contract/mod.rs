@@ -4,11 +4,15 @@
 //! backend ([`contract_cases!`]: `storage_contract::memcached::pipelined::buckets`), so a failure
 //! names both.
 
-/// One `#[tokio::test]` per case for one backend: `contract_cases!(name, fixture, case, …)`
-/// makes a module `name` whose tests each run `cases::<case>` on a fresh `fixture()` (an async
-/// fn returning `Option<Fixture<_>>`; `None` when the backend's server is missing, which its
-/// start reports).
+/// One `#[tokio::test]` per case for one backend: `contract_cases!(name, fixture)` (every
+/// case) or `contract_cases!(name, fixture, case, …)` makes a module `name` whose tests each
+/// run `cases::<case>` on a fresh `fixture()` (an async fn returning `Option<Fixture<_>>`;
+/// `None` when the backend's server is missing, which its start reports).
 macro_rules! contract_cases {
+    // Every case.
+    ($backend:ident, $fixture:path) => {
+        contract_cases!($backend, $fixture, counts, race, leases, buckets, saturation, past_2038);
+    };
     ($backend:ident, $fixture:path, $($case:ident),+ $(,)?) => {
         mod $backend {
             $(

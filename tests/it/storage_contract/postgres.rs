@@ -28,16 +28,7 @@ async fn fixture() -> Option<Fixture<PostgresStore>> {
     })
 }
 
-contract_cases!(
-    postgres,
-    super::fixture,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
+contract_cases!(postgres, super::fixture);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_rows_reused_in_place() {

@@ -53,36 +53,9 @@ async fn sentinel() -> Option<Fixture<RedisStore>> {
     Some(fixture(sentinel_target(&set), Box::new(set)))
 }
 
-contract_cases!(
-    single,
-    super::single,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
-contract_cases!(
-    cluster,
-    super::cluster,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
-contract_cases!(
-    sentinel,
-    super::sentinel,
-    counts,
-    race,
-    leases,
-    buckets,
-    saturation,
-    past_2038
-);
+contract_cases!(single, super::single);
+contract_cases!(cluster, super::cluster);
+contract_cases!(sentinel, super::sentinel);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_single_ttl_is_set_at_creation() {
