@@ -9,12 +9,12 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
-use turnstile::grpc::request_from_pb;
 use turnstile::limiter::{Limiter, counter_key};
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::rls::request_from_pb;
 use turnstile::rules::RuleSet;
 use turnstile::storage::memory::MemoryStore;
 

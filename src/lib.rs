@@ -6,7 +6,7 @@
 //! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
 //!   │ server::admission  adaptive limit on    │
 //!   │ calls in flight (GRPC_ADAPTIVE_…)       │
-//!   │ grpc::convert  pb → Request,            │ rlqs::convert  reports → Usage; bounds and
+//!   │ rls::convert  pb → Request,             │ rlqs::convert  reports → Usage; bounds and
 //!   │ INVALID_ARGUMENT naming the field       │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
 //!   ▼                                         ▼
 //! limiter::Limiter::check                   quota::QuotaStream::on_report (fair share)
@@ -25,7 +25,7 @@
 //!   ONE batched call per store: [Hit{key, op, expires_at}] → [count after], bucket steps
 //!   → answers; a late answer on a busy runtime is overload (storage::lateness)
 //!   ▼
-//! limiter::Verdict → grpc::response (StorageError → UNAVAILABLE / RESOURCE_EXHAUSTED)
+//! limiter::Verdict → rls::response (StorageError → UNAVAILABLE / RESOURCE_EXHAUSTED)
 //!                  → quota assignments → rlqs::convert → responses on the stream
 //! ```
 //!
@@ -55,18 +55,17 @@
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
-//! | `grpc` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
+//! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
-//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `grpc`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
+//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
-//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `grpc`, `limiter`, `pb`, `quota`, `rules`, `storage` |
-//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `grpc`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
+//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `quota`, `rules`, `storage` |
+//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build, bind, serve, drain | every module |
 
 pub mod app;
 pub mod clock;
 pub mod config;
-pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod limiter;
@@ -75,6 +74,7 @@ pub mod pb;
 pub mod quota;
 pub mod reload;
 pub mod rlqs;
+pub mod rls;
 pub mod rules;
 pub mod server;
 pub mod settings;

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
-use turnstile::grpc::{ResponseSettings, request_from_pb, response_to_pb};
 use turnstile::limiter::Limiter;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::rls::{ResponseSettings, request_from_pb, response_to_pb};
 use turnstile::storage::memory::MemoryStore;
 
 /// The system allocator, counting (stats_alloc: no allocator code of our own).

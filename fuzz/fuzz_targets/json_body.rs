@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use turnstile::grpc::request_from_pb;
+use turnstile::rls::request_from_pb;
 use turnstile::http::json_request;
 
 fuzz_target!(|data: &[u8]| {

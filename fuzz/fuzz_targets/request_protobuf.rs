@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use turnstile::grpc::{request_from_pb, request_from_wire};
+use turnstile::rls::{request_from_pb, request_from_wire};
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use turnstile::pb::turnstile::wire::v1::LenientRequest;
 

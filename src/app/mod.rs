@@ -35,12 +35,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, SystemClock};
-use crate::grpc::{ResponseSettings, ServiceState};
 use crate::health::Health;
 use crate::limiter::Limiter;
 use crate::metrics::mogrify::Mogrifiers;
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::RulesHandle;
+use crate::rls::{ResponseSettings, ServiceState};
 use crate::server::ServerOptions;
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;

@@ -13,7 +13,7 @@ use crate::settings::{
     Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, PgMigrate, PgSslMode,
     PostgresRoute, PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
 };
-use crate::storage::memcached::srv::Resolver;
+use crate::storage::memcached::discovery::Resolver;
 use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
 use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};

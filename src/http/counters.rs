@@ -18,8 +18,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::grpc::ServiceState;
 use crate::limiter::{Code, Counting, Descriptor, Entry, Request, Status};
+use crate::rls::ServiceState;
 use crate::rules::Algorithm;
 use crate::storage::CounterStore;
 

@@ -23,8 +23,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
-use crate::grpc::{RateLimitHandler, ServiceState};
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use crate::rls::{RateLimitHandler, ServiceState};
 use crate::rules::{Algorithm, PerUnit, Rate};
 use crate::storage::CounterStore;
 

@@ -63,7 +63,7 @@ pub(crate) enum Tail {
 }
 
 /// Everything a plan needs to know about its descriptor.
-pub(crate) struct Planned<'a> {
+pub(crate) struct PlanInput<'a> {
     pub(crate) rate: PerUnit,
     pub(crate) hits: Hits,
     pub(crate) now_ms: u64,
@@ -82,7 +82,7 @@ fn previous_window_op(hits: Hits) -> Op {
 }
 
 /// Adds the descriptor's store operations to the batch and returns how to read the answers.
-pub(crate) fn plan(p: &Planned<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketStep>) -> Plan {
+pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketStep>) -> Plan {
     let period = p.rate.period.seconds();
     let op = match p.hits {
         Hits::Take(n) => Op::Add(n),

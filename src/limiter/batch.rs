@@ -89,11 +89,11 @@ impl Batch {
     /// first hit.
     pub(crate) fn plan(
         &mut self,
-        planned: &algorithm::Planned<'_>,
+        input: &algorithm::PlanInput<'_>,
         to: Destination,
     ) -> (Plan, usize) {
         let (first, first_step) = (self.hits.len(), self.steps.len());
-        let plan = algorithm::plan(planned, &mut self.hits, &mut self.steps);
+        let plan = algorithm::plan(input, &mut self.hits, &mut self.steps);
         // Destinations are kept only once some operation goes elsewhere than the main store
         // (no allocation otherwise); a missing entry means the main store.
         let elsewhere = to != Destination::Main;

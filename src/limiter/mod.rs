@@ -278,7 +278,7 @@ impl<S: CounterStore> Limiter<S> {
         let key = |tail| base.tail(tail);
         let to = self.destination(&rate);
         let (plan, hit_at) = batch.plan(
-            &algorithm::Planned {
+            &algorithm::PlanInput {
                 rate,
                 hits,
                 now_ms,

@@ -11,7 +11,7 @@
 //! Must not touch: protobuf types, tonic, YAML, store crates. Time comes in as an argument, so a
 //! simulation drives this with an injected clock and the in-process store.
 
-mod bucket;
+mod bucket_id;
 mod describe;
 mod fold;
 mod held;
@@ -19,7 +19,7 @@ pub mod share;
 mod stream;
 mod usage;
 
-pub use bucket::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
+pub use bucket_id::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
 pub use describe::describe;
 pub use held::HeldBytes;
 pub use stream::{Decided, QuotaError, QuotaStream};

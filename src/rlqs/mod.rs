@@ -21,12 +21,12 @@ use futures_util::Stream;
 use opentelemetry::Context;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::grpc::ServiceState;
 use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use crate::quota::{Decided, HeldBytes, QuotaError, QuotaStream};
+use crate::rls::ServiceState;
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::CounterStore;

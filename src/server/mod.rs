@@ -29,9 +29,9 @@ mod incoming;
 
 pub use incoming::ConnectionLimits;
 
-use crate::grpc::{RateLimitHandler, RlsServer, ServiceState};
 use crate::pb::FILE_DESCRIPTOR_SET;
 use crate::rlqs::{RlqsHandler, RlqsServer};
+use crate::rls::{RateLimitHandler, RlsServer, ServiceState};
 use crate::storage::CounterStore;
 
 /// The health-check service names Envoy and Kubernetes probes use for readiness.

@@ -11,7 +11,6 @@
 //! hit, taken atomically with the hit itself; the decision is made from it, never from a read
 //! taken before the write. That is what makes counting exact under concurrency.
 
-pub mod bucket;
 mod error;
 pub(crate) mod expiry;
 mod lateness;
@@ -19,9 +18,10 @@ pub mod memcached;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
+pub mod token_bucket;
 
-pub use bucket::{BucketAnswer, BucketStep, Take};
 pub use error::{ErrorKind, StorageError};
+pub use token_bucket::{BucketAnswer, BucketStep, Take};
 
 use std::future::Future;
 

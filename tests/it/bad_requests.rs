@@ -66,7 +66,7 @@ async fn no_configuration_loaded_is_unavailable() {
     assert!(empty.load().is_none());
     let clock = turnstile::clock::ManualClock::new(crate::support::T0);
     let store = turnstile::storage::memory::MemoryStore::new(10, Arc::new(clock.clone()));
-    let state = Arc::new(turnstile::grpc::ServiceState {
+    let state = Arc::new(turnstile::rls::ServiceState {
         rules: Arc::new(empty),
         limiter: turnstile::limiter::Limiter::new(store, Arc::new(clock), Default::default()),
         metrics: Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),

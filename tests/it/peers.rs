@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use prost::Message;
-use turnstile::grpc::{HeaderNames, ResponseSettings};
 use turnstile::pb::envoy::config::core::v3::HeaderValue;
 use turnstile::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse, rate_limit_response as rr,
 };
+use turnstile::rls::{HeaderNames, ResponseSettings};
 
 use crate::support::{Options, TestServer, peers_venv, start_memory};
 

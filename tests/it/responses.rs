@@ -8,9 +8,9 @@ use crate::semantics::BASIC;
 use crate::support::{desc, req, req1};
 use prost_types::value::Kind;
 use turnstile::clock::Clock;
-use turnstile::grpc::{HeaderNames, ResponseSettings};
 use turnstile::limiter::LimiterSettings;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::rls::{HeaderNames, ResponseSettings};
 
 const EXAMPLE: &str = include_str!("../../config/example.yaml");
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
-use turnstile::grpc::request_from_pb;
 use turnstile::limiter::Limiter;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use turnstile::rls::request_from_pb;
 use turnstile::storage::memory::MemoryStore;
 
 /// Fragments that make random text look like rule files, so the parser goes deep.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::net::UdpSocket;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
-use turnstile::storage::memcached::srv::Resolver;
+use turnstile::storage::memcached::discovery::Resolver;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
 use turnstile::storage::{CounterStore, Hit, Op};
 

@@ -13,7 +13,6 @@ use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use turnstile::clock::{Clock, ManualClock};
 use turnstile::config::{LoadOptions, parse_files};
-use turnstile::grpc::{ResponseSettings, ServiceState};
 use turnstile::limiter::{Limiter, LimiterSettings};
 use turnstile::metrics::{Instrumented, Metrics};
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
@@ -22,6 +21,7 @@ use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use turnstile::reload::RulesHandle;
+use turnstile::rls::{ResponseSettings, ServiceState};
 use turnstile::storage::CounterStore;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 use turnstile::storage::memory::MemoryStore;

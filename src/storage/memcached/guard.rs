@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
-use super::server::Server;
+use super::health::Server;
 use super::transport::{Sent, TransportError};
 use super::{Inner, PROBE_DEADLINE};
 use crate::storage::StorageError;

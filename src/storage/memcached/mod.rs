@@ -10,19 +10,19 @@
 //! server, and put it into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
-mod bucket;
+pub mod discovery;
 mod guard;
+mod health;
 mod hits;
 mod meta;
-mod pipelined;
+mod pipeline;
 #[cfg(fuzzing)]
-pub use pipelined::fuzz_replies;
-mod pipelined_transport;
+pub use pipeline::fuzz_replies;
+mod pipelined;
 mod pooled;
 mod pooled_commands;
 mod ring;
-mod server;
-pub mod srv;
+mod token_bucket;
 mod transport;
 
 use std::sync::Arc;
@@ -33,11 +33,11 @@ use futures_util::future::try_join_all;
 
 use super::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 use crate::clock::Clock;
-use pipelined_transport::Pipelined;
+use discovery::Resolver;
+use health::Server;
+use pipelined::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
-use server::Server;
-use srv::Resolver;
 use transport::{Command, Sent, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
@@ -97,7 +97,7 @@ struct Topology {
 struct Inner {
     topology: ArcSwap<Topology>,
     /// Token-bucket steps waiting per key while one update of that key is out.
-    buckets: bucket::Coalescer,
+    buckets: token_bucket::Coalescer,
     transport: MemcachedTransport,
     pool_size: u32,
     timeout: Duration,
@@ -120,7 +120,7 @@ impl MemcachedStore {
         let store = Self {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
-                buckets: bucket::Coalescer::default(),
+                buckets: token_bucket::Coalescer::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
                 timeout: options.timeout,

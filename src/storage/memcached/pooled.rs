@@ -32,7 +32,9 @@ impl bb8::ManageConnection for Manager {
     type Error = Error;
 
     async fn connect(&self) -> Result<Client, Error> {
-        let addr = resolve(&self.server).await.map_err(Error::Connect)?;
+        let addr = super::discovery::resolve(&self.server)
+            .await
+            .map_err(Error::Connect)?;
         Client::new(format!("tcp://{addr}")).await
     }
 
@@ -43,22 +45,6 @@ impl bb8::ManageConnection for Manager {
     fn has_broken(&self, conn: &mut Client) -> bool {
         conn.is_closed()
     }
-}
-
-/// Resolves `host:port`, preferring IPv4 (the client crate speaks IPv4 only).
-pub(super) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAddr> {
-    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(server).await?.collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{server} has no address"),
-            )
-        })
 }
 
 impl From<Error> for TransportError {

@@ -1,5 +1,5 @@
 //! How counter commands reach one memcached server: the [`Transport`] trait and its error type.
-//! Two transports implement it: [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol
+//! Two transports implement it: [`Pipelined`](super::pipeline::Pipelined) (our own meta-protocol
 //! connections shared by every caller, one write per batch; the default) and
 //! [`Pooled`](super::pooled::Pooled) (async-memcached connections in a bb8 pool, one command in
 //! flight each; meta commands, or the classic `incr`/`add` family for memcached < 1.6). The

@@ -9,7 +9,7 @@
 //! asks the sentinels for the master again).
 //!
 //! Must not touch: rules, limits, the algorithms' arithmetic (the bucket script mirrors
-//! `storage::bucket`, which the contract suite checks), key layout.
+//! `storage::token_bucket`, which the contract suite checks), key layout.
 
 mod connect;
 mod options;

@@ -47,7 +47,7 @@ end
 return out
 ";
 
-/// GCRA steps (as `storage::bucket`), one per key, in order; ARGV holds six values per key:
+/// GCRA steps (as `storage::token_bucket`), one per key, in order; ARGV holds six values per key:
 /// now (ms), rate L, period P (ms), capacity C, n, refund (0/1). The state is `q:r` with
 /// TAT = q + r/L ms (0 ≤ r < L), so every number in the script stays a whole number below 2^53
 /// while C × P does (checked by the caller). Returns `admitted, q, r` per step.

@@ -6,7 +6,7 @@
 //! retry storm of one per caller. A lost race re-reads and re-applies, at most
 //! [`MAX_ATTEMPTS`] times; then every waiting step gets an error, never an unearned answer.
 //!
-//! Must not touch: the GCRA arithmetic (that is `storage::bucket`'s), rules, the limiter.
+//! Must not touch: the GCRA arithmetic (that is `storage::token_bucket`'s), rules, the limiter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

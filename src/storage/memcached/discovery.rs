@@ -3,7 +3,8 @@
 //! `nameserver` of `/etc/resolv.conf` in turn, its `search` domains and `ndots`, UDP with
 //! retries and random query ids, TCP when an answer is truncated. Answers are not cached here,
 //! so every refresh asks again and a changed Service is seen at the next refresh. Targets come
-//! back as `host:port`, sorted, so every replica builds the same list.
+//! back as `host:port`, sorted, so every replica builds the same list. Also where a server's
+//! `host:port` becomes the address a transport connects to.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -111,4 +112,20 @@ impl Resolver {
         targets.dedup();
         Ok(targets)
     }
+}
+
+/// Resolves `host:port`, preferring IPv4 (the client crate speaks IPv4 only).
+pub(super) async fn resolve(server: &str) -> std::io::Result<std::net::SocketAddr> {
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(server).await?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{server} has no address"),
+            )
+        })
 }
