@@ -1,10 +1,11 @@
 //! The in-process counter store (the embedded default, `BACKEND_TYPE=memory`). Keys are hashed
 //! to 128 bits (xxh3) and kept in sharded maps, so memory per counter is small and fixed
 //! whatever the descriptor values. The store is bounded: a shard that is full first drops its
-//! expired windows, and if it is still full refuses new counters with
-//! [`StorageError::Full`] rather than silently forgetting live ones. Each shard indexes its
-//! counters by expiry second (`expiry`), so dropping expired ones costs O(1) each and a full
-//! shard with nothing expired refuses at once, never scanning its live counters under the lock.
+//! expired windows, and if it is still full refuses new counters with a [`StorageError`] of
+//! kind [`ErrorKind::Full`](super::ErrorKind::Full) rather than silently forgetting live ones.
+//! Each shard indexes its counters by expiry second (`expiry`), so dropping expired ones costs
+//! O(1) each and a full shard with nothing expired refuses at once, never scanning its live
+//! counters under the lock.
 //! A sweeper (see [`MemoryStore::sweep`]) drops expired windows in the background.
 
 use std::collections::HashMap;
