@@ -43,7 +43,7 @@
 //! | module | owns | may use |
 //! |---|---|---|
 //! | `clock` | the injected wall clock | |
-//! | `settings` | process settings from the environment and flags | |
+//! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage` |
 //! | `telemetry` | log set-up (text or reference-style JSON) | |
 //! | `health` | readiness components (backend, config, shutdown) | |
 //! | `pb` | the generated protobuf types | |

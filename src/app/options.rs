@@ -90,10 +90,8 @@ pub(super) fn limiter_settings(s: &Settings) -> LimiterSettings {
         fail_open: s.fail_open,
         local_cache_bytes: s.local_cache_bytes,
         key_layout: match &s.backend {
-            Backend::Redis(redis) if redis.key_layout == KeyLayout::Reference => {
-                crate::limiter::KeyLayout::Reference
-            }
-            _ => crate::limiter::KeyLayout::Turnstile,
+            Backend::Redis(redis) => redis.key_layout,
+            _ => KeyLayout::Turnstile,
         },
         stop_increment_when_over_limit: match &s.backend {
             Backend::Redis(redis) => redis.stop_increment_when_over_limit,

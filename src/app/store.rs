@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::settings::{
-    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, PgMigrate, PgSslMode,
-    PostgresRoute, PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
+    Backend, MemcachedServers, MemcachedSettings, PgMigrate, PgSslMode, PostgresRoute,
+    PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
 };
 use crate::storage::memcached::discovery::Resolver;
-use crate::storage::memcached::{self, MemcachedOptions, MemcachedStore};
+use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
 use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
 use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
@@ -194,11 +194,7 @@ async fn memcached_store(
         pool_size: s.pool_size,
         timeout: s.timeout,
         jitter_max_seconds: s.jitter_max_seconds,
-        transport: match s.transport {
-            MemcachedTransport::Pipelined => memcached::MemcachedTransport::Pipelined,
-            MemcachedTransport::Pool => memcached::MemcachedTransport::Pool,
-            MemcachedTransport::Classic => memcached::MemcachedTransport::Classic,
-        },
+        transport: s.transport,
     };
     match &s.servers {
         MemcachedServers::List(servers) => {

@@ -54,17 +54,9 @@ pub enum MemcachedServers {
     },
 }
 
-/// How commands reach memcached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemcachedTransport {
-    /// Pipelined meta commands on a few shared connections (`MEMCACHE_CLIENT=pipelined`, the
-    /// default).
-    Pipelined,
-    /// Meta commands on a pool, one in flight per connection (`MEMCACHE_CLIENT=pool`).
-    Pool,
-    /// Classic `incr`/`add` on a pool (`MEMCACHE_CLASSIC_PROTOCOL=true`, memcached < 1.6).
-    Classic,
-}
+/// How commands reach memcached (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`): the store's
+/// own type, built here directly.
+pub use crate::storage::memcached::MemcachedTransport;
 
 /// `BACKEND_TYPE`, lower-cased. Unset, it is `memory`, unless `REDIS_URL` is set: the
 /// reference's default is `redis`, and deployments written for it (Envoy Gateway's, the

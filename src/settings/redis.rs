@@ -93,15 +93,9 @@ pub enum RedisAddress {
     Unix(String),
 }
 
-/// Which key bytes fixed-window counters use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KeyLayout {
-    /// The reference's `prefix + domain + "_" + (key + "_" + value + "_")… + window start`.
-    #[default]
-    Reference,
-    /// Turnstile's escaped, unambiguous layout (as on memcached).
-    Turnstile,
-}
+/// Which key bytes fixed-window counters use (`REDIS_KEY_LAYOUT`; the reference's by default on
+/// Redis): the limiter's own type, built here directly.
+pub use crate::limiter::KeyLayout;
 
 pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     let mut settings = one_redis(r)?;

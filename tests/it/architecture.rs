@@ -315,3 +315,55 @@ fn the_cycle_checker_sees_a_ring_and_reads_braces() {
     line.insert("c".into(), BTreeSet::new());
     assert_eq!(find_cycle(&line), None);
 }
+
+/// The type names a file declares (`pub`/`pub(crate)`/private `struct` and `enum`), outside its
+/// `#[cfg(test)]` part.
+fn declared_types(text: &str) -> BTreeSet<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut out = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.trim_start();
+        let rest = line
+            .strip_prefix("pub ")
+            .or_else(|| line.strip_prefix("pub(crate) "))
+            .or_else(|| line.strip_prefix("pub(super) "))
+            .unwrap_or(line);
+        for kind in ["struct ", "enum "] {
+            if let Some(after) = rest.strip_prefix(kind) {
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A setting's type is declared once: the types the `settings` module declares are declared
+/// nowhere else (where a component has its own options type, `settings` builds that one, as
+/// it does `MemcachedTransport` and `KeyLayout`, instead of a copy mapped by hand in `app`).
+#[test]
+fn settings_types_are_not_redeclared_elsewhere() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let read = |f: &PathBuf| std::fs::read_to_string(f).expect("read");
+    let in_settings = |f: &PathBuf| f.starts_with(src().join("settings"));
+    let settings: BTreeSet<String> = files
+        .iter()
+        .filter(|f| in_settings(f))
+        .flat_map(|f| declared_types(&read(f)))
+        .collect();
+    assert!(settings.contains("AdaptiveConcurrency"), "{settings:?}");
+    let mut twice = Vec::new();
+    for file in files.iter().filter(|f| !in_settings(f)) {
+        for name in declared_types(&read(file)).intersection(&settings) {
+            let relative = file.strip_prefix(src()).unwrap_or(file);
+            twice.push(format!("{name} in settings and in {}", relative.display()));
+        }
+    }
+    assert!(twice.is_empty(), "{}", twice.join("\n"));
+}
