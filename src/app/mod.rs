@@ -72,6 +72,12 @@ impl App {
     /// Builds the service from `settings`: rules, store, listeners, background tasks. Must be
     /// called inside a Tokio runtime; nothing is served until [`App::run_until`].
     pub async fn build(settings: Settings) -> Result<App, AppError> {
+        App::build_with(settings, Arc::new(SystemClock)).await
+    }
+
+    /// [`App::build`] with the clock the limiter and the stores read time from: the production
+    /// wiring with time a test can move (a `ManualClock`).
+    pub async fn build_with(settings: Settings, clock: Arc<dyn Clock>) -> Result<App, AppError> {
         let mut tasks = JoinSet::new();
         let metrics = Arc::new(metrics(&settings)?);
         let initial = initial_load(&settings, &metrics)?;
@@ -93,7 +99,6 @@ impl App {
         }
         let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let limiter = limiter(&settings, &clock, &metrics, tracer.as_ref(), &mut tasks).await?;
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),

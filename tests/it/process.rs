@@ -11,8 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use tokio::sync::oneshot;
 use turnstile::app::{App, AppError};
+use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use turnstile::settings::Settings;
 
@@ -103,6 +106,15 @@ impl Process {
 
     /// Builds and runs an `App` from `settings`; the build's error if it fails.
     pub fn try_spawn(settings: Settings, root: &Path) -> Result<Process, AppError> {
+        Self::try_spawn_with(settings, root, Arc::new(SystemClock))
+    }
+
+    /// The same, reading time from `clock` (the production wiring with time a test moves).
+    pub fn try_spawn_with(
+        settings: Settings,
+        root: &Path,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Process, AppError> {
         let (stop, stopped) = oneshot::channel::<()>();
         let (built_tx, built_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -112,7 +124,7 @@ impl Process {
                 .build()
                 .expect("runtime");
             runtime.block_on(async move {
-                let app = match App::build(settings).await {
+                let app = match App::build_with(settings, clock).await {
                     Ok(app) => app,
                     Err(e) => {
                         let _ = built_tx.send(Err(e));
@@ -416,6 +428,40 @@ pub fn receive_lines(socket: &std::net::UdpSocket, want: &[&str]) -> String {
         }
     }
     received
+}
+
+/// The production wiring (`App::build_with`) with a clock the test moves: a window ends when
+/// the clock says so, with no waiting for wall time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_reads_time_from_the_clock_it_is_given() {
+    let root = rules_root(RULES);
+    let clock = ManualClock::new(crate::support::T0);
+    let p = Process::try_spawn_with(settings(&root, &[]), &root, Arc::new(clock.clone()))
+        .expect("the service starts");
+    let mut client = p.client().await;
+    let user = unique("clocked");
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let answer = client
+            .should_rate_limit(req1("ops", &[("user", &user)]))
+            .await
+            .expect("call")
+            .into_inner();
+        codes.push(answer.overall_code);
+    }
+    // 2 a minute: OK, OK, OVER_LIMIT (codes 1, 1, 2).
+    assert_eq!(codes, [1, 1, 2]);
+    clock.advance(60);
+    let next = client
+        .should_rate_limit(req1("ops", &[("user", &user)]))
+        .await
+        .expect("call")
+        .into_inner();
+    assert_eq!(
+        next.overall_code, 1,
+        "a new window once the clock moved a minute"
+    );
+    assert_eq!(next.statuses[0].limit_remaining, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
