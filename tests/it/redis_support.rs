@@ -264,15 +264,10 @@ impl RedisProcess {
             .expect("spawn redis-server");
         let mine = format!("process_id:{}", child.id());
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !cli(self.port, &["INFO", "server"]).is_some_and(|i| i.contains(&mine)) {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server restarts on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("redis-server restarted on {}", self.port);
+        crate::wait::blocking(Duration::from_secs(10), &what, || {
+            cli(self.port, &["INFO", "server"]).is_some_and(|i| i.contains(&mine))
+        });
     }
 
     pub fn kill(&mut self) {
@@ -339,16 +334,11 @@ impl RedisCluster {
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
         cli(nodes[0].port, &args).expect("redis-cli --cluster create");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !nodes.iter().all(|n| {
-            cli(n.port, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"))
-        }) {
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not reach cluster_state:ok"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait::blocking(Duration::from_secs(20), "cluster_state:ok", || {
+            nodes.iter().all(|n| {
+                cli(n.port, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"))
+            })
+        });
         Some(RedisCluster { nodes })
     }
 
@@ -385,13 +375,10 @@ impl RedisSentinel {
         let replica = RedisProcess::spawn_with(tls, &["--replicaof", "127.0.0.1", &master_port])?;
         // The sentinel learns the replicas from the master's INFO, which it asks every 10 s:
         // let the replica connect first, so the first INFO already names it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !cli(master.port, &["INFO", "replication"])
-            .is_some_and(|i| i.contains("connected_slaves:1"))
-        {
-            assert!(Instant::now() < deadline, "the replica did not connect");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::wait::blocking(Duration::from_secs(10), "the replica connected", || {
+            cli(master.port, &["INFO", "replication"])
+                .is_some_and(|i| i.contains("connected_slaves:1"))
+        });
         let sentinel = RedisProcess::spawn_with(tls, &["--sentinel"])?;
         let port = master_port;
         cli(
@@ -418,19 +405,17 @@ impl RedisSentinel {
         }
         // A failover needs a replica the sentinel knows (it learns them from the master's INFO,
         // every 10 s) and that is in sync.
-        let deadline = Instant::now() + Duration::from_secs(30);
         let replica_port = format!("{}", replica.data_port());
-        while !cli(sentinel.port, &["SENTINEL", "REPLICAS", SENTINEL_MASTER])
-            .is_some_and(|r| r.contains(&replica_port))
-            || !cli(replica.port, &["INFO", "replication"])
-                .is_some_and(|i| i.contains("master_link_status:up"))
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the sentinel did not see an in-sync replica"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::wait::blocking(
+            Duration::from_secs(30),
+            "the sentinel seeing an in-sync replica",
+            || {
+                cli(sentinel.port, &["SENTINEL", "REPLICAS", SENTINEL_MASTER])
+                    .is_some_and(|r| r.contains(&replica_port))
+                    && cli(replica.port, &["INFO", "replication"])
+                        .is_some_and(|i| i.contains("master_link_status:up"))
+            },
+        );
         Some(RedisSentinel {
             master,
             replica,
