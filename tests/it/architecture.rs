@@ -50,20 +50,20 @@ fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The identifier `text` starts with (empty when it starts with something else).
+fn ident(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
 /// The crate modules named by `crate::X` in `text`, up to its `#[cfg(test)]` part.
 fn uses(text: &str) -> BTreeSet<String> {
     let code = text.split("#[cfg(test)]").next().unwrap_or("");
-    let mut out = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        let name: String = code[at + 7..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if !name.is_empty() {
-            out.insert(name);
-        }
-    }
-    out
+    code.match_indices("crate::")
+        .map(|(at, _)| ident(&code[at + 7..]))
+        .filter(|name| !name.is_empty())
+        .collect()
 }
 
 #[test]
@@ -199,11 +199,7 @@ fn sibling_uses(text: &str, parent: &str, siblings: &BTreeSet<String>) -> BTreeS
                     .split(',')
                     .map(|p| p.trim().split("::").next().unwrap_or("").to_owned())
                     .collect(),
-                None => vec![
-                    rest.chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect(),
-                ],
+                None => vec![ident(rest)],
             };
             out.extend(names.into_iter().filter(|n| siblings.contains(n)));
         }
@@ -328,17 +324,12 @@ fn declared_types(text: &str) -> BTreeSet<String> {
             .or_else(|| line.strip_prefix("pub(crate) "))
             .or_else(|| line.strip_prefix("pub(super) "))
             .unwrap_or(line);
-        for kind in ["struct ", "enum "] {
-            if let Some(after) = rest.strip_prefix(kind) {
-                let name: String = after
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() {
-                    out.insert(name);
-                }
-            }
-        }
+        let named = ["struct ", "enum "]
+            .iter()
+            .filter_map(|kind| rest.strip_prefix(kind))
+            .map(ident)
+            .filter(|name| !name.is_empty());
+        out.extend(named);
     }
     out
 }
