@@ -88,21 +88,23 @@ pub struct ServerOptions {
 }
 
 impl Default for ServerOptions {
+    /// The `GRPC_*` settings' defaults (written once, in `settings`), no TLS, no ageing.
     fn default() -> Self {
+        let limits = crate::settings::GrpcLimits::default();
         Self {
             max_connection_age: None,
             tls: None,
             connections: ConnectionLimits {
-                max_connections: 10_000,
-                handshake_timeout: Duration::from_secs(10),
-                idle_timeout: Duration::from_secs(300),
+                max_connections: limits.max_connections,
+                handshake_timeout: limits.handshake_timeout,
+                idle_timeout: limits.idle_timeout,
             },
-            max_concurrent_streams: 1_024,
-            max_requests_in_flight: 16_384,
-            adaptive: crate::settings::AdaptiveConcurrency::default(),
+            max_concurrent_streams: limits.max_concurrent_streams,
+            max_requests_in_flight: limits.max_requests_in_flight,
+            adaptive: limits.adaptive,
             admission: Arc::default(),
-            request_timeout: Duration::from_secs(10),
-            max_header_list_size: 64 * 1024,
+            request_timeout: limits.request_timeout,
+            max_header_list_size: limits.max_header_list_size,
             open_connections: Arc::default(),
             rlqs: crate::settings::RlqsSettings::default(),
         }

@@ -27,6 +27,23 @@ pub struct GrpcLimits {
     pub adaptive: AdaptiveConcurrency,
 }
 
+impl Default for GrpcLimits {
+    /// The defaults of every `GRPC_*` limit: the one place they are written (the reader and
+    /// the server's own defaults both start from here).
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_concurrent_streams: 1_024,
+            max_requests_in_flight: 16_384,
+            request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            handshake_timeout: Duration::from_secs(10),
+            max_header_list_size: 65_536,
+            adaptive: AdaptiveConcurrency::default(),
+        }
+    }
+}
+
 /// The adaptive limit on `ShouldRateLimit` decisions in flight (the server's `admission`
 /// module): it shrinks while admitted calls take longer than unloaded calls plus the tolerance,
 /// and grows back while they do not; calls beyond it wait for a place at most `max_wait`, then
@@ -111,33 +128,44 @@ pub struct ConnectionAge {
 
 pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
     let ms = Duration::from_millis;
+    let d = GrpcLimits::default();
     Ok(GrpcLimits {
-        max_connections: r.number("GRPC_MAX_CONNECTIONS", 10_000usize, 1, 1_000_000)?,
-        max_concurrent_streams: r.number("GRPC_MAX_CONCURRENT_STREAMS", 1_024u32, 1, 1_000_000)?,
+        max_connections: r.number("GRPC_MAX_CONNECTIONS", d.max_connections, 1, 1_000_000)?,
+        max_concurrent_streams: r.number(
+            "GRPC_MAX_CONCURRENT_STREAMS",
+            d.max_concurrent_streams,
+            1,
+            1_000_000,
+        )?,
         max_requests_in_flight: r.number(
             "GRPC_MAX_REQUESTS_IN_FLIGHT",
-            16_384usize,
+            d.max_requests_in_flight,
             1,
             10_000_000,
         )?,
         request_timeout: r.duration(
             "GRPC_REQUEST_TIMEOUT",
-            Duration::from_secs(10),
+            d.request_timeout,
             Span::within(ms(10), LONGEST),
         )?,
         idle_timeout: r.duration(
             "GRPC_IDLE_TIMEOUT",
-            Duration::from_secs(300),
+            d.idle_timeout,
             Span::within(ms(100), LONGEST),
         )?,
         handshake_timeout: r.duration(
             "GRPC_HANDSHAKE_TIMEOUT",
-            Duration::from_secs(10),
+            d.handshake_timeout,
             Span::within(ms(100), LONGEST),
         )?,
         // A call's headers from Envoy (tracing headers included) take about 1 KiB as HTTP/2
         // counts them; less than 4 KiB would refuse ordinary calls with GOAWAY.
-        max_header_list_size: r.number("GRPC_MAX_HEADER_LIST_SIZE", 65_536u32, 4_096, 16 << 20)?,
+        max_header_list_size: r.number(
+            "GRPC_MAX_HEADER_LIST_SIZE",
+            d.max_header_list_size,
+            4_096,
+            16 << 20,
+        )?,
         adaptive: adaptive(r)?,
     })
 }

@@ -358,3 +358,13 @@ fn the_adaptive_concurrency_limit_is_off_by_default_and_its_bounds_are_checked()
         assert_eq!(e.name, name, "{e}");
     }
 }
+
+#[test]
+fn the_grpc_limits_defaults_are_written_once() {
+    let limits = with(&[]).expect("defaults").grpc_limits;
+    assert_eq!(limits, GrpcLimits::default());
+    assert_eq!(
+        (limits.max_requests_in_flight, limits.max_header_list_size),
+        (16_384, 65_536)
+    );
+}
