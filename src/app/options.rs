@@ -9,7 +9,7 @@ use super::AppError;
 use crate::config::{self, LoadOptions, StoreBounds};
 use crate::limiter::LimiterSettings;
 use crate::metrics::Metrics;
-use crate::server::{ConnectionLimits, ServerOptions};
+use crate::server::ServerOptions;
 use crate::settings::{Backend, ConfigSource, KeyLayout, Settings};
 
 pub(super) fn load_options(settings: &Settings) -> LoadOptions {
@@ -62,23 +62,13 @@ pub(super) fn server_options(
     open_connections: Arc<crate::metrics::OpenConnections>,
     admission: Arc<crate::metrics::AdmissionReadings>,
 ) -> ServerOptions {
-    let (age, limits) = (s.max_connection_age, s.grpc_limits);
     ServerOptions {
-        max_connection_age: Some((age.age, age.grace)),
+        max_connection_age: Some((s.max_connection_age.age, s.max_connection_age.grace)),
         tls,
-        connections: ConnectionLimits {
-            max_connections: limits.max_connections,
-            handshake_timeout: limits.handshake_timeout,
-            idle_timeout: limits.idle_timeout,
-        },
-        max_concurrent_streams: limits.max_concurrent_streams,
-        max_requests_in_flight: limits.max_requests_in_flight,
-        adaptive: limits.adaptive,
-        admission,
-        request_timeout: limits.request_timeout,
-        max_header_list_size: limits.max_header_list_size,
         open_connections,
+        admission,
         rlqs: s.rlqs,
+        ..ServerOptions::from_limits(s.grpc_limits)
     }
 }
 

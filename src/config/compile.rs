@@ -91,7 +91,7 @@ impl FileCompiler<'_> {
 
     fn descriptor(
         &mut self,
-        raw: RawDescriptor,
+        mut raw: RawDescriptor,
         pos: Pos,
         level: &mut Level,
         parent: &[PathLevel],
@@ -134,19 +134,11 @@ impl FileCompiler<'_> {
             value_to_metric: raw.value_to_metric,
         });
 
-        let mut raw = raw;
-        let limit = raw.rate_limit.take().map(|rl| {
-            let rl_pos = Pos::from(rl.referenced);
-            self.limit(
-                rl.value.0,
-                rl_pos,
-                &raw,
-                &node_path,
-                &composite,
-                &format!("{path}.rate_limit"),
-            )
+        let limit = raw.rate_limit.take().and_then(|rl| {
+            let at = Pos::from(rl.referenced);
+            let rl_path = format!("{path}.rate_limit");
+            self.limit(rl.value.0, at, &raw, &node_path, &composite, &rl_path)
         });
-        let limit = limit.flatten();
 
         let mut node = Node {
             limit,

@@ -90,7 +90,14 @@ pub struct ServerOptions {
 impl Default for ServerOptions {
     /// The `GRPC_*` settings' defaults (written once, in `settings`), no TLS, no ageing.
     fn default() -> Self {
-        let limits = crate::settings::GrpcLimits::default();
+        Self::from_limits(crate::settings::GrpcLimits::default())
+    }
+}
+
+impl ServerOptions {
+    /// Options with these `GRPC_*` limits; no TLS, no connection ageing, fresh gauges, the
+    /// default RLQS sharing.
+    pub fn from_limits(limits: crate::settings::GrpcLimits) -> Self {
         Self {
             max_connection_age: None,
             tls: None,
@@ -130,16 +137,10 @@ pub async fn serve<S: CounterStore>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    let status = |healthy| {
-        if healthy {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        }
-    };
+    // Set before anything is served; `publish_health` keeps it in step afterwards.
     for name in HEALTH_SERVICE_NAMES {
         reporter
-            .set_service_status(name, status(state.health.is_healthy()))
+            .set_service_status(name, serving(state.health.is_healthy()))
             .await;
     }
     let open = Arc::clone(&options.open_connections);
@@ -225,15 +226,19 @@ async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
 }
 
 /// Mirrors overall health into the gRPC readiness service names.
+/// The readiness services' status for a health state.
+fn serving(healthy: bool) -> ServingStatus {
+    if healthy {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    }
+}
+
 async fn publish_health<S>(reporter: HealthReporter, state: Arc<ServiceState<S>>) {
     let mut changes = state.health.subscribe();
     loop {
-        let healthy = *changes.borrow_and_update();
-        let status = if healthy {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        };
+        let status = serving(*changes.borrow_and_update());
         for name in HEALTH_SERVICE_NAMES {
             reporter.set_service_status(name, status).await;
         }
