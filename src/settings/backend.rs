@@ -71,14 +71,17 @@ pub fn backend_type(env: &dyn Fn(&str) -> Option<String>) -> String {
     }
 }
 
+/// `MEMORY_MAX_KEYS`'s default.
+pub(super) const MEMORY_MAX_KEYS: usize = 1_000_000;
+
 pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
     let kind = backend_type(r.env);
     match kind.as_str() {
         "" | "memory" => Ok(Backend::Memory {
-            max_keys: r.number("MEMORY_MAX_KEYS", 1_000_000usize, 1, 1_000_000_000)?,
+            max_keys: r.number("MEMORY_MAX_KEYS", MEMORY_MAX_KEYS, 1, 1_000_000_000),
         }),
-        "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r)?)),
-        "redis" => Ok(Backend::Redis(super::redis::redis(r)?)),
+        "memcache" | "memcached" => Ok(Backend::Memcached(memcached(r))),
+        "redis" => Ok(Backend::Redis(super::redis::redis(r))),
         "postgres" | "postgresql" => Ok(Backend::Postgres(Box::new(super::postgres::postgres(r)?))),
         other => Err(err(
             "BACKEND_TYPE",
@@ -88,12 +91,15 @@ pub(super) fn backend(r: &Reader<'_>) -> Result<Backend, SettingsError> {
     }
 }
 
-fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
+fn memcached(r: &Reader<'_>) -> MemcachedSettings {
     let text = r.string("MEMCACHE_HOST_PORT", "");
     let list = if text.trim().is_empty() {
         Vec::new()
     } else {
-        super::address::host_ports("MEMCACHE_HOST_PORT", &text)?
+        r.or(
+            super::address::host_ports("MEMCACHE_HOST_PORT", &text),
+            vec![text.clone()],
+        )
     };
     let srv = r.string("MEMCACHE_SRV", "");
     let servers = match (list.is_empty(), srv.is_empty()) {
@@ -104,43 +110,50 @@ fn memcached(r: &Reader<'_>) -> Result<MemcachedSettings, SettingsError> {
                 "MEMCACHE_SRV_REFRESH",
                 Duration::ZERO,
                 Span::off_or(Duration::from_secs(1), LONGEST),
-            )?)
+            ))
             .filter(|d| !d.is_zero()),
             resolver: match r.string("MEMCACHE_SRV_RESOLVER", "") {
                 v if v.is_empty() => None,
-                v => Some(
+                v => r.or(
                     v.parse()
-                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port"))?,
+                        .map(Some)
+                        .map_err(|_| err("MEMCACHE_SRV_RESOLVER", &v, "expected ip:port")),
+                    None,
                 ),
             },
         },
         _ => {
-            return Err(err(
+            r.report(err(
                 "MEMCACHE_HOST_PORT",
                 &list.join(","),
                 "BACKEND_TYPE=memcache needs exactly one of MEMCACHE_HOST_PORT and MEMCACHE_SRV",
             ));
+            MemcachedServers::List(list)
         }
     };
-    let pool_size = r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000)?;
-    let client = r.string("MEMCACHE_CLIENT", "pipelined");
-    let transport = match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false)?, client.as_str()) {
-        (true, _) => MemcachedTransport::Classic,
-        (false, "pipelined") => MemcachedTransport::Pipelined,
-        (false, "pool") => MemcachedTransport::Pool,
-        (false, other) => {
-            return Err(err("MEMCACHE_CLIENT", other, "expected pipelined or pool"));
-        }
-    };
-    Ok(MemcachedSettings {
+    MemcachedSettings {
         servers,
-        pool_size,
+        pool_size: r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000),
         timeout: r.duration(
             "MEMCACHE_TIMEOUT",
             Duration::from_millis(100),
             super::reader::STORE_TIMEOUT,
-        )?,
-        jitter_max_seconds: super::reader::jitter(r)?,
-        transport,
-    })
+        ),
+        jitter_max_seconds: super::reader::jitter(r),
+        transport: transport(r),
+    }
+}
+
+/// `MEMCACHE_CLASSIC_PROTOCOL` and `MEMCACHE_CLIENT`.
+fn transport(r: &Reader<'_>) -> MemcachedTransport {
+    let client = r.string("MEMCACHE_CLIENT", "pipelined");
+    match (r.bool("MEMCACHE_CLASSIC_PROTOCOL", false), client.as_str()) {
+        (true, _) => MemcachedTransport::Classic,
+        (false, "pipelined") => MemcachedTransport::Pipelined,
+        (false, "pool") => MemcachedTransport::Pool,
+        (false, other) => {
+            let problem = err("MEMCACHE_CLIENT", other, "expected pipelined or pool");
+            r.or(Err(problem), MemcachedTransport::Pipelined)
+        }
+    }
 }

@@ -83,13 +83,13 @@ impl Default for AdaptiveConcurrency {
 
 fn adaptive(r: &Reader<'_>) -> Result<AdaptiveConcurrency, SettingsError> {
     let d = AdaptiveConcurrency::default();
-    let min = r.number("GRPC_ADAPTIVE_CONCURRENCY_MIN", d.min, 1, 1_000_000)?;
+    let min = r.number("GRPC_ADAPTIVE_CONCURRENCY_MIN", d.min, 1, 1_000_000);
     let max = r.number(
         "GRPC_ADAPTIVE_CONCURRENCY_MAX",
         d.max.max(min),
         1,
         10_000_000,
-    )?;
+    );
     if max < min {
         return Err(super::err(
             "GRPC_ADAPTIVE_CONCURRENCY_MAX",
@@ -98,21 +98,21 @@ fn adaptive(r: &Reader<'_>) -> Result<AdaptiveConcurrency, SettingsError> {
         ));
     }
     Ok(AdaptiveConcurrency {
-        enabled: r.bool("GRPC_ADAPTIVE_CONCURRENCY", d.enabled)?,
+        enabled: r.bool("GRPC_ADAPTIVE_CONCURRENCY", d.enabled),
         min,
         max,
         tolerance: r.duration(
             "GRPC_ADAPTIVE_CONCURRENCY_TOLERANCE",
             d.tolerance,
             Span::within(Duration::from_micros(100), Duration::from_secs(10)),
-        )?,
+        ),
         max_wait: match r.non_empty("GRPC_ADAPTIVE_CONCURRENCY_MAX_WAIT") {
             None => d.max_wait,
             Some(_) => Some(r.duration(
                 "GRPC_ADAPTIVE_CONCURRENCY_MAX_WAIT",
                 Duration::ZERO,
                 Span::within(Duration::ZERO, Duration::from_secs(10)),
-            )?),
+            )),
         },
     })
 }
@@ -126,38 +126,38 @@ pub struct ConnectionAge {
     pub grace: Duration,
 }
 
-pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
+pub(super) fn grpc_limits(r: &Reader<'_>) -> GrpcLimits {
     let ms = Duration::from_millis;
     let d = GrpcLimits::default();
-    Ok(GrpcLimits {
-        max_connections: r.number("GRPC_MAX_CONNECTIONS", d.max_connections, 1, 1_000_000)?,
+    GrpcLimits {
+        max_connections: r.number("GRPC_MAX_CONNECTIONS", d.max_connections, 1, 1_000_000),
         max_concurrent_streams: r.number(
             "GRPC_MAX_CONCURRENT_STREAMS",
             d.max_concurrent_streams,
             1,
             1_000_000,
-        )?,
+        ),
         max_requests_in_flight: r.number(
             "GRPC_MAX_REQUESTS_IN_FLIGHT",
             d.max_requests_in_flight,
             1,
             10_000_000,
-        )?,
+        ),
         request_timeout: r.duration(
             "GRPC_REQUEST_TIMEOUT",
             d.request_timeout,
             Span::within(ms(10), LONGEST),
-        )?,
+        ),
         idle_timeout: r.duration(
             "GRPC_IDLE_TIMEOUT",
             d.idle_timeout,
             Span::within(ms(100), LONGEST),
-        )?,
+        ),
         handshake_timeout: r.duration(
             "GRPC_HANDSHAKE_TIMEOUT",
             d.handshake_timeout,
             Span::within(ms(100), LONGEST),
-        )?,
+        ),
         // A call's headers from Envoy (tracing headers included) take about 1 KiB as HTTP/2
         // counts them; less than 4 KiB would refuse ordinary calls with GOAWAY.
         max_header_list_size: r.number(
@@ -165,7 +165,7 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> Result<GrpcLimits, SettingsError> {
             d.max_header_list_size,
             4_096,
             16 << 20,
-        )?,
-        adaptive: adaptive(r)?,
-    })
+        ),
+        adaptive: r.or(adaptive(r), d.adaptive),
+    }
 }

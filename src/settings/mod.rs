@@ -30,6 +30,48 @@ use reader::{LONGEST, Reader, Span, err};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Every setting of an environment that cannot be used, in the order read: a start names
+/// them all at once rather than one per attempt. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SettingsErrors(Vec<SettingsError>);
+
+impl SettingsErrors {
+    /// The problems, in the order the settings were read.
+    pub fn iter(&self) -> impl Iterator<Item = &SettingsError> {
+        self.0.iter()
+    }
+
+    /// How many settings cannot be used (at least 1).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false: there is at least one problem.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The problem, when there is exactly one.
+    pub fn single(&self) -> Option<&SettingsError> {
+        match self.0.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            all => {
+                write!(f, "{} invalid settings:", all.len())?;
+                all.iter().try_for_each(|e| write!(f, "\n  {e}"))
+            }
+        }
+    }
+}
+
 /// A setting with a value we cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid setting {name}={value:?}: {problem}")]
@@ -222,21 +264,19 @@ fn parse_tags(text: &str) -> Result<Vec<(String, String)>, SettingsError> {
     Ok(tags)
 }
 
-fn near_limit_ratio(r: &Reader<'_>) -> Result<f64, SettingsError> {
-    let ratio: f64 = r.parsed("NEAR_LIMIT_RATIO", 0.8)?;
+fn near_limit_ratio(r: &Reader<'_>) -> f64 {
+    const DEFAULT: f64 = 0.8;
+    let ratio: f64 = r.parsed("NEAR_LIMIT_RATIO", DEFAULT);
     if (0.0..=1.0).contains(&ratio) {
-        Ok(ratio)
+        ratio
     } else {
-        Err(err(
-            "NEAR_LIMIT_RATIO",
-            &ratio.to_string(),
-            "between 0 and 1",
-        ))
+        let problem = err("NEAR_LIMIT_RATIO", &ratio.to_string(), "between 0 and 1");
+        r.or(Err(problem), DEFAULT)
     }
 }
 
 fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
-    if !r.bool("GRPC_SERVER_USE_TLS", false)? {
+    if !r.bool("GRPC_SERVER_USE_TLS", false) {
         return Ok(None);
     }
     let file = |name: &str| -> Result<PathBuf, SettingsError> {
@@ -249,9 +289,12 @@ fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     let client_ca = Some(r.string("GRPC_CLIENT_TLS_CACERT", ""))
         .filter(|s| !s.is_empty())
         .map(PathBuf::from);
-    Ok(Some(TlsSettings {
-        cert: file("GRPC_SERVER_TLS_CERT")?,
-        key: file("GRPC_SERVER_TLS_KEY")?,
+    let (cert, key) = (file("GRPC_SERVER_TLS_CERT"), file("GRPC_SERVER_TLS_KEY"));
+    let cert = r.or(cert.map(Some), None);
+    let key = r.or(key.map(Some), None);
+    Ok(cert.zip(key).map(|(cert, key)| TlsSettings {
+        cert,
+        key,
         client_ca,
     }))
 }
@@ -269,29 +312,46 @@ fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
 const STATS_FLUSH: Span = Span::within(Duration::from_millis(10), LONGEST);
 
 /// `GRPC_MAX_CONNECTION_AGE` (from 100 ms) and `GRPC_MAX_CONNECTION_AGE_GRACE` (from 0).
-fn connection_age(r: &Reader<'_>) -> Result<ConnectionAge, SettingsError> {
-    Ok(ConnectionAge {
+fn connection_age(r: &Reader<'_>) -> ConnectionAge {
+    ConnectionAge {
         age: r.duration(
             "GRPC_MAX_CONNECTION_AGE",
             Duration::from_secs(24 * 3600),
             Span::within(Duration::from_millis(100), LONGEST),
-        )?,
+        ),
         grace: r.duration(
             "GRPC_MAX_CONNECTION_AGE_GRACE",
             Duration::from_secs(3600),
             Span::within(Duration::ZERO, LONGEST),
-        )?,
-    })
+        ),
+    }
 }
 
 impl Settings {
     /// Reads settings from `env`; `config_dir` (from `--config-dir`) wins over `RUNTIME_*`.
+    /// Every setting is read: the error names each one that cannot be used.
     pub fn from_env(
         env: &dyn Fn(&str) -> Option<String>,
         config_dir: Option<PathBuf>,
-    ) -> Result<Settings, SettingsError> {
-        let r = Reader { env };
-        let backend = backend::backend(&r)?;
+    ) -> Result<Settings, SettingsErrors> {
+        let r = Reader::new(env);
+        let settings = Self::read(&r, config_dir);
+        let problems = r.into_problems();
+        if problems.is_empty() {
+            Ok(settings)
+        } else {
+            Err(SettingsErrors(problems))
+        }
+    }
+
+    /// Every setting, with a stand-in (the default) for each value reported to `r`.
+    fn read(r: &Reader<'_>, config_dir: Option<PathBuf>) -> Settings {
+        let backend = r.or(
+            backend::backend(r),
+            Backend::Memory {
+                max_keys: backend::MEMORY_MAX_KEYS,
+            },
+        );
         let config_dir = config_dir.unwrap_or_else(|| {
             let mut dir = PathBuf::from(r.string("RUNTIME_ROOT", "/srv/runtime_data/current"));
             dir.push(r.string("RUNTIME_SUBDIRECTORY", ""));
@@ -300,48 +360,48 @@ impl Settings {
         });
         let key_prefix = r.string("CACHE_KEY_PREFIX", "");
         if key_prefix.len() > 64 {
-            return Err(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
+            r.report(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
         }
         // Accepted for compatibility: Turnstile always watches the directory and its two
         // parents, which covers what the reference's flag chooses between.
-        r.bool("RUNTIME_WATCH_ROOT", true)?;
-        let sinks = stats::sinks(&r)?;
-        Ok(Settings {
+        r.bool("RUNTIME_WATCH_ROOT", true);
+        let sinks = stats::sinks(r);
+        Settings {
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
-            grpc_port: r.parsed("GRPC_PORT", 8081)?,
+            grpc_port: r.parsed("GRPC_PORT", 8081),
             grpc_uds: Some(r.string("GRPC_UDS", ""))
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from),
             config_dir,
-            config_source: xds::config_source(&r)?,
-            postgres_route: postgres::route(&r, &backend)?,
-            ignore_dotfiles: r.bool("RUNTIME_IGNOREDOTFILES", false)?,
-            merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false)?,
-            force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            config_source: r.or(xds::config_source(r), ConfigSource::File),
+            postgres_route: r.or(postgres::route(r, &backend), None),
+            ignore_dotfiles: r.bool("RUNTIME_IGNOREDOTFILES", false),
+            merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false),
+            force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
             backend,
             key_prefix,
-            shadow_mode: r.bool("SHADOW_MODE", false)?,
-            quota_mode: r.bool("QUOTA_MODE", false)?,
-            dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false)?,
-            response_headers: r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+            shadow_mode: r.bool("SHADOW_MODE", false),
+            quota_mode: r.bool("QUOTA_MODE", false),
+            dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
+            response_headers: r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
             header_names: HeaderNames {
                 limit: r.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
                 remaining: r.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
                 reset: r.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
             },
-            fail_open: r.bool("BACKEND_FAIL_OPEN", false)?,
+            fail_open: r.bool("BACKEND_FAIL_OPEN", false),
             log_level: r.string("LOG_LEVEL", "WARN"),
-            log_json: log_json(&r)?,
-            http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)?),
+            log_json: r.or(log_json(r), false),
+            http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)),
             debug_addr: listen_address(
                 &r.string("DEBUG_HOST", "0.0.0.0"),
-                r.parsed("DEBUG_PORT", 6070u16)?,
+                r.parsed("DEBUG_PORT", 6070u16),
             ),
             prometheus: sinks.prometheus,
             dogstatsd: sinks.dogstatsd,
             disable_stats: sinks.disabled,
-            response_time_ms: r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
-            tracing: tracing::tracing(&r)?,
+            response_time_ms: r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false),
+            tracing: tracing::tracing(r),
             admin_token_file: Some(r.string("ADMIN_TOKEN_FILE", ""))
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
@@ -349,22 +409,18 @@ impl Settings {
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from),
             statsd: sinks.statsd,
-            stats_flush: r.duration(
-                "STATS_FLUSH_INTERVAL",
-                Duration::from_secs(10),
-                STATS_FLUSH,
-            )?,
-            extra_tags: parse_tags(&r.string("EXTRA_TAGS", ""))?,
-            near_limit_ratio: near_limit_ratio(&r)?,
-            stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000)?,
-            healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40)?,
-            drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)?),
-            max_connection_age: connection_age(&r)?,
-            grpc_limits: grpc::grpc_limits(&r)?,
-            rlqs: rlqs::rlqs(&r)?,
-            tls: tls(&r)?,
-        })
+            stats_flush: r.duration("STATS_FLUSH_INTERVAL", Duration::from_secs(10), STATS_FLUSH),
+            extra_tags: r.or(parse_tags(&r.string("EXTRA_TAGS", "")), Vec::new()),
+            near_limit_ratio: near_limit_ratio(r),
+            stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000),
+            healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+            local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
+            drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)),
+            max_connection_age: connection_age(r),
+            grpc_limits: grpc::grpc_limits(r),
+            rlqs: rlqs::rlqs(r),
+            tls: r.or(tls(r), None),
+        }
     }
 }
 

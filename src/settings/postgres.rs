@@ -92,6 +92,12 @@ const LIBPQ_ONLY: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey", "pa
 /// `POSTGRES_URL` and the other `POSTGRES_*` settings.
 pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError> {
     const NAME: &str = "POSTGRES_URL";
+    // Read before the connection string, so that their problems are reported with its.
+    let schema = r.or(schema(r), String::new());
+    let migrate = r.or(migrate(r), PgMigrate::Auto);
+    let pool_size = r.number("POSTGRES_POOL_SIZE", 10usize, 1, 10_000);
+    let timeout = r.duration("POSTGRES_TIMEOUT", Duration::from_secs(1), STORE_TIMEOUT);
+    let stop_increment_when_over_limit = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false);
     let url = r.string(NAME, "");
     if url.trim().is_empty() {
         return Err(err(
@@ -128,17 +134,16 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
         (None, None) => None,
         _ => return Err(err(NAME, &shown, "sslcert and sslkey go together")),
     };
-    let (schema, migrate) = (schema(r)?, migrate(r)?);
     Ok(PostgresSettings {
         config,
         ssl_mode,
         ssl_root_cert: get("sslrootcert").map(PathBuf::from),
         ssl_client,
-        pool_size: r.number("POSTGRES_POOL_SIZE", 10usize, 1, 10_000)?,
-        timeout: r.duration("POSTGRES_TIMEOUT", Duration::from_secs(1), STORE_TIMEOUT)?,
+        pool_size,
+        timeout,
         schema,
         migrate,
-        stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+        stop_increment_when_over_limit,
     })
 }
 

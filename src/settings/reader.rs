@@ -1,11 +1,42 @@
-//! Reading typed values from the environment, with errors that name the variable.
+//! Reading typed values from the environment, with errors that name the variable. A value
+//! that cannot be used is reported to the reader, which keeps every problem, and the read goes
+//! on with the default: one start-up names every bad setting at once.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use super::SettingsError;
 
 pub(super) struct Reader<'a> {
     pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    problems: RefCell<Vec<SettingsError>>,
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Reader {
+            env,
+            problems: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Keeps `problem`; the settings will not be built.
+    pub(super) fn report(&self, problem: SettingsError) {
+        self.problems.borrow_mut().push(problem);
+    }
+
+    /// The value of `result`, or `fallback` with its error reported.
+    pub(super) fn or<T>(&self, result: Result<T, SettingsError>, fallback: T) -> T {
+        result.unwrap_or_else(|problem| {
+            self.report(problem);
+            fallback
+        })
+    }
+
+    /// Every problem reported, in the order found.
+    pub(super) fn into_problems(self) -> Vec<SettingsError> {
+        self.problems.into_inner()
+    }
 }
 
 impl Reader<'_> {
@@ -18,51 +49,49 @@ impl Reader<'_> {
         (self.env)(name).filter(|v| !v.trim().is_empty())
     }
 
-    pub(super) fn parsed<T: std::str::FromStr>(
-        &self,
-        name: &str,
-        default: T,
-    ) -> Result<T, SettingsError>
+    pub(super) fn parsed<T: std::str::FromStr>(&self, name: &str, default: T) -> T
     where
         T::Err: std::fmt::Display,
     {
         match (self.env)(name) {
-            None => Ok(default),
-            Some(v) if v.is_empty() => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|e: T::Err| err(name, &v, e.to_string())),
+            None => default,
+            Some(v) if v.is_empty() => default,
+            Some(v) => {
+                let parsed = v
+                    .trim()
+                    .parse()
+                    .map_err(|e: T::Err| err(name, &v, e.to_string()));
+                self.or(parsed, default)
+            }
         }
     }
 
     /// Go's `strconv.ParseBool`, as the reference's envconfig uses.
-    pub(super) fn bool(&self, name: &str, default: bool) -> Result<bool, SettingsError> {
+    pub(super) fn bool(&self, name: &str, default: bool) -> bool {
         match (self.env)(name).as_deref() {
-            None | Some("") => Ok(default),
-            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
-            Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-            Some(v) => Err(err(name, v, "expected true or false")),
+            None | Some("") => default,
+            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+            Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
+            Some(v) => self.or(Err(err(name, v, "expected true or false")), default),
         }
     }
 
     /// A duration within `span`, so that no value accepted here can overflow a deadline or
     /// fail every call.
-    pub(super) fn duration(
-        &self,
-        name: &str,
-        default: Duration,
-        span: Span,
-    ) -> Result<Duration, SettingsError> {
+    pub(super) fn duration(&self, name: &str, default: Duration, span: Span) -> Duration {
         let value = match (self.env)(name) {
-            None => return Ok(default),
-            Some(v) if v.trim().is_empty() => return Ok(default),
+            None => return default,
+            Some(v) if v.trim().is_empty() => return default,
             Some(v) => v,
         };
-        let Some(parsed) = parse_duration(&value) else {
+        self.or(Self::checked_duration(name, &value, span), default)
+    }
+
+    fn checked_duration(name: &str, value: &str, span: Span) -> Result<Duration, SettingsError> {
+        let Some(parsed) = parse_duration(value) else {
             return Err(err(
                 name,
-                &value,
+                value,
                 format!(
                     "expected a duration such as 500ms, 10s, 1m or 1h, {}",
                     span.describe()
@@ -72,30 +101,26 @@ impl Reader<'_> {
         if span.admits(parsed) {
             Ok(parsed)
         } else {
-            Err(err(name, &value, span.describe()))
+            Err(err(name, value, span.describe()))
         }
     }
 
     /// A whole number within `min..=max`.
-    pub(super) fn number<T>(
-        &self,
-        name: &str,
-        default: T,
-        min: T,
-        max: T,
-    ) -> Result<T, SettingsError>
+    pub(super) fn number<T>(&self, name: &str, default: T, min: T, max: T) -> T
     where
         T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
     {
-        let within = format!("a whole number from {min} to {max}");
         let value = match (self.env)(name) {
-            None => return Ok(default),
-            Some(v) if v.trim().is_empty() => return Ok(default),
+            None => return default,
+            Some(v) if v.trim().is_empty() => return default,
             Some(v) => v,
         };
         match value.trim().parse::<T>() {
-            Ok(n) if n >= min && n <= max => Ok(n),
-            _ => Err(err(name, &value, within)),
+            Ok(n) if n >= min && n <= max => n,
+            _ => {
+                let within = format!("a whole number from {min} to {max}");
+                self.or(Err(err(name, &value, within)), default)
+            }
         }
     }
 }
@@ -119,7 +144,7 @@ pub(super) const STORE_TIMEOUT: Span =
 
 /// `EXPIRATION_JITTER_MAX_SECONDS`: at most a day, so that an expiry stays a time the store
 /// can hold.
-pub(super) fn jitter(r: &Reader<'_>) -> Result<u64, SettingsError> {
+pub(super) fn jitter(r: &Reader<'_>) -> u64 {
     r.number("EXPIRATION_JITTER_MAX_SECONDS", 300u64, 0, 86_400)
 }
 

@@ -97,41 +97,45 @@ pub enum RedisAddress {
 /// Redis): the limiter's own type, built here directly.
 pub use crate::limiter::KeyLayout;
 
-pub(super) fn redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
-    let mut settings = one_redis(r)?;
-    settings.per_second = per_second(r)?.map(|mut second| {
+pub(super) fn redis(r: &Reader<'_>) -> RedisSettings {
+    let mut settings = one_redis(r);
+    settings.per_second = per_second(r).map(|mut second| {
         // One key layout for every counter the limiter keeps.
         second.key_layout = settings.key_layout;
         second
     });
-    Ok(settings)
+    settings
 }
 
-/// `REDIS_PERSECOND=true`: a second Redis for SECOND limits, described by the same settings
-/// under `REDIS_PERSECOND_*` (`REDIS_PERSECOND_URL`, `_TYPE`, `_SOCKET_TYPE`, `_AUTH`,
-/// `_SENTINEL_AUTH`, `_POOL_SIZE`, `_TIMEOUT`, `_TLS*`, ...). The key layout is the main one's.
-fn per_second(r: &Reader<'_>) -> Result<Option<Box<RedisSettings>>, SettingsError> {
-    if !r.bool("REDIS_PERSECOND", false)? {
-        return Ok(None);
+/// `REDIS_PERSECOND` with the `REDIS_PERSECOND_*` settings, read as the main ones are; each
+/// problem is reported under its `REDIS_PERSECOND_*` name.
+fn per_second(r: &Reader<'_>) -> Option<Box<RedisSettings>> {
+    if !r.bool("REDIS_PERSECOND", false) {
+        return None;
     }
     let mirror = |name: &str| match name.strip_prefix("REDIS_") {
         Some(rest) => (r.env)(&format!("REDIS_PERSECOND_{rest}")),
         None => (r.env)(name),
     };
-    let named = |mut e: SettingsError| {
-        if let Some(rest) = e.name.strip_prefix("REDIS_") {
-            e.name = format!("REDIS_PERSECOND_{rest}");
+    let second = Reader::new(&mirror);
+    let settings = one_redis(&second);
+    for mut problem in second.into_problems() {
+        if let Some(rest) = problem.name.strip_prefix("REDIS_") {
+            problem.name = format!("REDIS_PERSECOND_{rest}");
         }
-        e
-    };
-    let settings = one_redis(&Reader { env: &mirror }).map_err(named)?;
-    Ok(Some(Box::new(settings)))
+        // Settings without the prefix (`EXPIRATION_JITTER_MAX_SECONDS`, …) are the main
+        // ones, already reported.
+        if problem.name.starts_with("REDIS_PERSECOND_") {
+            r.report(problem);
+        }
+    }
+    Some(Box::new(settings))
 }
 
-fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
+fn one_redis(r: &Reader<'_>) -> RedisSettings {
     let empty = r.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT");
     if !empty.eq_ignore_ascii_case("wait") {
-        return Err(err(
+        r.report(err(
             "REDIS_POOL_ON_EMPTY_BEHAVIOR",
             &empty,
             "only WAIT (connections are multiplexed; requests never wait for a pool)",
@@ -142,21 +146,22 @@ fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     // and the start never waits for Redis (connections are made lazily, with a backoff of
     // 50 ms doubling to 1 s between attempts).
     let any = Span::within(Duration::ZERO, LONGEST);
-    r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO, any)?;
-    r.number("REDIS_PIPELINE_LIMIT", 0u64, 0, u64::MAX)?;
-    r.number("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1u64, 0, u64::MAX)?;
+    r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO, any);
+    r.number("REDIS_PIPELINE_LIMIT", 0u64, 0, u64::MAX);
+    r.number("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1u64, 0, u64::MAX);
     r.duration(
         "REDIS_STARTUP_INITIAL_INTERVAL",
         Duration::from_secs(1),
         any,
-    )?;
-    r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30), any)?;
-    r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO, any)?;
-    let pool_size = r.number("REDIS_POOL_SIZE", 10u32, 1, 10_000)?;
-    let topology = topology(r)?;
-    let tls = tls(r)?;
+    );
+    r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30), any);
+    r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO, any);
+    let pool_size = r.number("REDIS_POOL_SIZE", 10u32, 1, 10_000);
+    let unix = || RedisTopology::Single(RedisAddress::Unix(String::new()));
+    let topology = r.or(topology(r), unix());
+    let tls = r.or(tls(r), None);
     if tls.is_some() && matches!(topology, RedisTopology::Single(RedisAddress::Unix(_))) {
-        return Err(err(
+        r.report(err(
             "REDIS_TLS",
             "true",
             "false with REDIS_SOCKET_TYPE=unix (TLS needs REDIS_SOCKET_TYPE=tcp)",
@@ -164,32 +169,34 @@ fn one_redis(r: &Reader<'_>) -> Result<RedisSettings, SettingsError> {
     }
     // Accepted and validated: readiness always follows Redis (a PING every 500 ms; NOT_SERVING
     // while no connection answers), which is what `true` asks of the reference.
-    r.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?;
-    Ok(RedisSettings {
+    r.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false);
+    RedisSettings {
         per_second: None,
-        stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+        stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
         topology,
         tls,
         auth: auth(&r.string("REDIS_AUTH", "")),
         pool_size,
-        timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10), STORE_TIMEOUT)?,
-        jitter_max_seconds: jitter(r)?,
-        key_layout: match r.string("REDIS_KEY_LAYOUT", "reference").as_str() {
-            "reference" => KeyLayout::Reference,
-            "turnstile" => KeyLayout::Turnstile,
-            other => {
-                return Err(err(
-                    "REDIS_KEY_LAYOUT",
-                    other,
-                    "expected reference or turnstile",
-                ));
-            }
-        },
-    })
+        timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10), STORE_TIMEOUT),
+        jitter_max_seconds: jitter(r),
+        key_layout: key_layout(r),
+    }
+}
+
+/// `REDIS_KEY_LAYOUT`.
+fn key_layout(r: &Reader<'_>) -> KeyLayout {
+    match r.string("REDIS_KEY_LAYOUT", "reference").as_str() {
+        "reference" => KeyLayout::Reference,
+        "turnstile" => KeyLayout::Turnstile,
+        other => {
+            let problem = err("REDIS_KEY_LAYOUT", other, "expected reference or turnstile");
+            r.or(Err(problem), KeyLayout::Reference)
+        }
+    }
 }
 
 fn tls(r: &Reader<'_>) -> Result<Option<RedisTls>, SettingsError> {
-    if !r.bool("REDIS_TLS", false)? {
+    if !r.bool("REDIS_TLS", false) {
         return Ok(None);
     }
     let path = |name: &str| {
@@ -218,7 +225,7 @@ fn tls(r: &Reader<'_>) -> Result<Option<RedisTls>, SettingsError> {
     Ok(Some(RedisTls {
         ca: path("REDIS_TLS_CACERT"),
         client,
-        skip_hostname_verification: r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+        skip_hostname_verification: r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
     }))
 }
 

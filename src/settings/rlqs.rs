@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use super::SettingsError;
 use super::reader::{LONGEST, Reader, Span, err};
 
 /// What a bucket that matches no limit (or an unknown domain) is assigned.
@@ -49,56 +48,60 @@ impl Default for RlqsSettings {
     }
 }
 
-pub(super) fn rlqs(r: &Reader<'_>) -> Result<RlqsSettings, SettingsError> {
-    let defaults = RlqsSettings::default();
+pub(super) fn rlqs(r: &Reader<'_>) -> RlqsSettings {
+    let d = RlqsSettings::default();
     let unmatched = match r.string("RLQS_UNMATCHED_ACTION", "allow").as_str() {
         "allow" => Unmatched::Allow,
         "deny" => Unmatched::Deny,
-        other => return Err(err("RLQS_UNMATCHED_ACTION", other, "allow or deny")),
+        other => r.or(
+            Err(err("RLQS_UNMATCHED_ACTION", other, "allow or deny")),
+            d.unmatched,
+        ),
     };
     // At most 10 years: well inside protobuf's Duration (315,576,000,000 s).
-    let assignment_ttl = r.duration(
+    let mut assignment_ttl = r.duration(
         "RLQS_ASSIGNMENT_TTL",
-        defaults.assignment_ttl,
+        d.assignment_ttl,
         Span::within(Duration::from_secs(1), LONGEST),
-    )?;
+    );
     if assignment_ttl.subsec_nanos() != 0 {
-        return Err(err(
+        r.report(err(
             "RLQS_ASSIGNMENT_TTL",
             &humantime::format_duration(assignment_ttl).to_string(),
             "whole seconds, at least 1s (Envoy reads only the seconds)",
         ));
+        assignment_ttl = d.assignment_ttl;
     }
-    let min_share: f64 = r.parsed("RLQS_MIN_SHARE", defaults.min_share)?;
+    let mut min_share: f64 = r.parsed("RLQS_MIN_SHARE", d.min_share);
     if !(0.0..=1.0).contains(&min_share) {
-        return Err(err(
+        r.report(err(
             "RLQS_MIN_SHARE",
             &min_share.to_string(),
             "between 0 and 1",
         ));
+        min_share = d.min_share;
     }
-    let max_buckets_per_stream = r.number(
-        "RLQS_MAX_BUCKETS_PER_STREAM",
-        defaults.max_buckets_per_stream,
-        1,
-        1_000_000,
-    )?;
-    Ok(RlqsSettings {
+    RlqsSettings {
         unmatched,
         assignment_ttl,
         min_share,
-        max_buckets_per_stream,
+        max_buckets_per_stream: r.number(
+            "RLQS_MAX_BUCKETS_PER_STREAM",
+            d.max_buckets_per_stream,
+            1,
+            1_000_000,
+        ),
         max_bucket_id_bytes: r.number(
             "RLQS_MAX_BUCKET_ID_BYTES",
-            defaults.max_bucket_id_bytes,
+            d.max_bucket_id_bytes,
             64,
             1 << 20,
-        )?,
+        ),
         max_bucket_bytes: r.number(
             "RLQS_MAX_BUCKET_BYTES",
-            defaults.max_bucket_bytes,
+            d.max_bucket_bytes,
             1 << 16,
             1 << 36,
-        )?,
-    })
+        ),
+    }
 }

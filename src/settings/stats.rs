@@ -13,44 +13,44 @@ pub(super) struct Sinks {
 }
 
 /// Every sink setting; `DISABLE_STATS` wins over every sink, as in the reference.
-pub(super) fn sinks(r: &Reader<'_>) -> Result<Sinks, SettingsError> {
-    let disabled = r.bool("DISABLE_STATS", false)?;
-    let (prometheus, statsd) = (prometheus(r)?, statsd(r)?);
-    let dogstatsd = dogstatsd(r, statsd.is_some(), prometheus.is_some())?;
+pub(super) fn sinks(r: &Reader<'_>) -> Sinks {
+    let disabled = r.bool("DISABLE_STATS", false);
+    let (prometheus, statsd) = (prometheus(r), statsd(r));
+    let dogstatsd = r.or(dogstatsd(r, statsd.is_some(), prometheus.is_some()), None);
     if disabled {
-        return Ok(Sinks {
+        return Sinks {
             prometheus: None,
             statsd: None,
             dogstatsd: None,
             disabled,
-        });
+        };
     }
-    Ok(Sinks {
+    Sinks {
         prometheus,
         statsd,
         dogstatsd,
         disabled,
-    })
+    }
 }
 
 /// `USE_PROMETHEUS` with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
-fn prometheus(r: &Reader<'_>) -> Result<Option<Prometheus>, SettingsError> {
-    Ok(r.bool("USE_PROMETHEUS", false)?.then(|| Prometheus {
+fn prometheus(r: &Reader<'_>) -> Option<Prometheus> {
+    r.bool("USE_PROMETHEUS", false).then(|| Prometheus {
         addr: listen_addr(&r.string("PROMETHEUS_ADDR", ":9090")),
         path: r.string("PROMETHEUS_PATH", "/metrics"),
-    }))
+    })
 }
 
 /// `USE_STATSD` with `STATSD_HOST` and `STATSD_PORT`.
-fn statsd(r: &Reader<'_>) -> Result<Option<String>, SettingsError> {
-    if !r.bool("USE_STATSD", false)? {
-        return Ok(None);
+fn statsd(r: &Reader<'_>) -> Option<String> {
+    if !r.bool("USE_STATSD", false) {
+        return None;
     }
-    Ok(Some(format!(
+    Some(format!(
         "{}:{}",
         r.string("STATSD_HOST", "localhost"),
-        r.parsed("STATSD_PORT", 8125u16)?
-    )))
+        r.parsed("STATSD_PORT", 8125u16)
+    ))
 }
 
 /// The DogStatsD sink (`USE_DOG_STATSD`): UDP to `STATSD_HOST:STATSD_PORT`, tags in
@@ -84,7 +84,7 @@ fn dogstatsd(
     statsd: bool,
     prometheus: bool,
 ) -> Result<Option<DogStatsd>, SettingsError> {
-    if !r.bool("USE_DOG_STATSD", false)? {
+    if !r.bool("USE_DOG_STATSD", false) {
         return Ok(None);
     }
     if statsd || prometheus {
@@ -102,13 +102,15 @@ fn dogstatsd(
     let mut mogrifiers = Vec::new();
     let names = r.string("USE_DOG_STATSD_MOGRIFIERS", "");
     for id in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        mogrifiers.push(mogrifier(r, id)?);
+        if let Some(m) = r.or(mogrifier(r, id).map(Some), None) {
+            mogrifiers.push(m);
+        }
     }
     Ok(Some(DogStatsd {
         addr: format!(
             "{}:{}",
             r.string("STATSD_HOST", "localhost"),
-            r.parsed("STATSD_PORT", 8125u16)?
+            r.parsed("STATSD_PORT", 8125u16)
         ),
         mogrifiers,
     }))

@@ -8,7 +8,11 @@ fn with(pairs: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         .iter()
         .map(|(k, v)| ((*k).into(), (*v).into()))
         .collect();
-    Settings::from_env(&move |k| map.get(k).cloned(), None)
+    Settings::from_env(&move |k| map.get(k).cloned(), None).map_err(|all| {
+        all.single()
+            .cloned()
+            .unwrap_or_else(|| panic!("one problem expected: {all}"))
+    })
 }
 
 #[test]
@@ -61,6 +65,48 @@ fn bad_values_name_the_setting() {
     assert_eq!(e.name, "SHADOW_MODE");
     let e = with(&[("BACKEND_TYPE", "memcache")]).expect_err("no servers");
     assert_eq!(e.name, "MEMCACHE_HOST_PORT");
+}
+
+#[test]
+fn every_bad_setting_is_named_at_once() {
+    let map: HashMap<&str, &str> = HashMap::from([
+        ("GRPC_PORT", "80x"),
+        ("SHADOW_MODE", "yes"),
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "localhost:6379"),
+        ("REDIS_TIMEOUT", "soon"),
+        ("REDIS_KEY_LAYOUT", "mine"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+        ("REDIS_PERSECOND_URL", "localhost:0"),
+        ("GRPC_ADAPTIVE_CONCURRENCY_MIN", "0"),
+        ("NEAR_LIMIT_RATIO", "2"),
+        ("TRACING_ENABLED", "true"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "many"),
+    ]);
+    let all = Settings::from_env(&|k| map.get(k).map(|v| (*v).to_owned()), None)
+        .expect_err("eight bad settings");
+    let mut names: Vec<&str> = all.iter().map(|e| e.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "GRPC_ADAPTIVE_CONCURRENCY_MIN",
+            "GRPC_PORT",
+            "NEAR_LIMIT_RATIO",
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+            "REDIS_KEY_LAYOUT",
+            "REDIS_PERSECOND_URL",
+            "REDIS_TIMEOUT",
+            "SHADOW_MODE",
+        ],
+        "{all}"
+    );
+    let text = all.to_string();
+    assert!(text.starts_with("8 invalid settings:"), "{text}");
+    assert!(text.contains("invalid setting GRPC_PORT=\"80x\""), "{text}");
+    assert!(all.single().is_none());
 }
 
 #[test]

@@ -63,76 +63,87 @@ pub struct TracingSettings {
 /// Spans per export unless `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` says otherwise.
 const DEFAULT_BATCH: usize = 128;
 
-pub(super) fn tracing(r: &Reader<'_>) -> Result<Option<TracingSettings>, SettingsError> {
-    if !r.bool("TRACING_ENABLED", false)? {
-        return Ok(None);
+pub(super) fn tracing(r: &Reader<'_>) -> Option<TracingSettings> {
+    if !r.bool("TRACING_ENABLED", false) {
+        return None;
     }
     let protocol = match r.string("TRACING_EXPORTER_PROTOCOL", "http").trim() {
         "" | "http" => OtlpProtocol::Http,
         "grpc" => OtlpProtocol::Grpc,
-        other => return Err(err("TRACING_EXPORTER_PROTOCOL", other, "http or grpc")),
+        other => r.or(
+            Err(err("TRACING_EXPORTER_PROTOCOL", other, "http or grpc")),
+            OtlpProtocol::Http,
+        ),
     };
-    let sampling_rate: f64 = r.parsed("TRACING_SAMPLING_RATE", 1.0)?;
+    let sampling_rate: f64 = r.parsed("TRACING_SAMPLING_RATE", 1.0);
     if sampling_rate.is_nan() {
-        return Err(err("TRACING_SAMPLING_RATE", "NaN", "a number from 0 to 1"));
+        r.report(err("TRACING_SAMPLING_RATE", "NaN", "a number from 0 to 1"));
     }
     let otel = |name: &str| otlp_var(r, name);
     if let Some((name, value)) = otel("COMPRESSION").filter(|(_, v)| v != "none") {
-        return Err(err(
+        r.report(err(
             &name,
             &value,
             "Turnstile sends spans uncompressed; unset it or set none",
         ));
     }
-    let queue_size = r.number("OTEL_BSP_MAX_QUEUE_SIZE", 2048usize, 1, 1 << 20)?;
-    // The default batch shrinks to a smaller queue; a batch set larger is an error.
-    let batch_size = r.number(
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-        DEFAULT_BATCH.min(queue_size),
-        1,
-        1 << 20,
-    )?;
-    if batch_size > queue_size {
-        return Err(err(
-            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-            &batch_size.to_string(),
-            "at most OTEL_BSP_MAX_QUEUE_SIZE",
-        ));
-    }
-    let client_identity = match (otel("CLIENT_CERTIFICATE"), otel("CLIENT_KEY")) {
-        (None, None) => None,
-        (Some((_, cert)), Some((_, key))) => Some((cert.into(), key.into())),
-        (Some((name, value)), None) | (None, Some((name, value))) => {
-            return Err(err(
-                &name,
-                &value,
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together",
-            ));
-        }
-    };
-    Ok(Some(TracingSettings {
+    let (queue_size, batch_size) = batching(r);
+    let ms = |set, default_ms| r.or(millis(set, default_ms), Duration::from_millis(default_ms));
+    Some(TracingSettings {
         protocol,
         service_name: r.string("TRACING_SERVICE_NAME", "RateLimit"),
         service_namespace: r.string("TRACING_SERVICE_NAMESPACE", ""),
         service_instance_id: r.string("TRACING_SERVICE_INSTANCE_ID", ""),
         sampling_rate,
-        include_values: r.bool("TRACING_INCLUDE_VALUES", false)?,
-        endpoint: endpoint(r, protocol)?,
+        include_values: r.bool("TRACING_INCLUDE_VALUES", false),
+        endpoint: r.or(endpoint(r, protocol), String::new()),
         headers: match otel("HEADERS") {
             None => Vec::new(),
-            Some((name, value)) => headers(&name, &value)?,
+            Some((name, value)) => r.or(headers(&name, &value), Vec::new()),
         },
-        timeout: millis(otel("TIMEOUT"), 10_000)?,
+        timeout: ms(otel("TIMEOUT"), 10_000),
         ca_file: otel("CERTIFICATE").map(|(_, v)| v.into()),
-        client_identity,
+        client_identity: client_identity(r),
         queue_size,
         batch_size,
-        schedule_delay: millis(
+        schedule_delay: ms(
             r.non_empty("OTEL_BSP_SCHEDULE_DELAY")
                 .map(|v| ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), v)),
             5_000,
-        )?,
-    }))
+        ),
+    })
+}
+
+/// `OTEL_BSP_MAX_QUEUE_SIZE` and `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: the default batch shrinks
+/// to a smaller queue; a batch set larger is an error.
+fn batching(r: &Reader<'_>) -> (usize, usize) {
+    let queue_size = r.number("OTEL_BSP_MAX_QUEUE_SIZE", 2048usize, 1, 1 << 20);
+    let fitting = DEFAULT_BATCH.min(queue_size);
+    let batch_size = r.number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", fitting, 1, 1 << 20);
+    if batch_size > queue_size {
+        r.report(err(
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            &batch_size.to_string(),
+            "at most OTEL_BSP_MAX_QUEUE_SIZE",
+        ));
+    }
+    (queue_size, batch_size.min(queue_size))
+}
+
+/// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `_CLIENT_KEY`, which go together.
+fn client_identity(r: &Reader<'_>) -> Option<(PathBuf, PathBuf)> {
+    match (otlp_var(r, "CLIENT_CERTIFICATE"), otlp_var(r, "CLIENT_KEY")) {
+        (None, None) => None,
+        (Some((_, cert)), Some((_, key))) => Some((cert.into(), key.into())),
+        (Some((name, value)), None) | (None, Some((name, value))) => {
+            r.report(err(
+                &name,
+                &value,
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together",
+            ));
+            None
+        }
+    }
 }
 
 /// `OTEL_EXPORTER_OTLP_TRACES_<name>`, else `OTEL_EXPORTER_OTLP_<name>`: the variable that

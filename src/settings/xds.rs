@@ -80,7 +80,7 @@ pub(super) fn config_source(r: &Reader<'_>) -> Result<ConfigSource, SettingsErro
         .as_str()
     {
         "" | "FILE" => Ok(ConfigSource::File),
-        "GRPC_XDS_SOTW" => xds(r).map(|x| ConfigSource::Xds(Box::new(x))),
+        "GRPC_XDS_SOTW" => Ok(ConfigSource::Xds(Box::new(xds(r)))),
         other => Err(err(
             "CONFIG_TYPE",
             other,
@@ -89,24 +89,27 @@ pub(super) fn config_source(r: &Reader<'_>) -> Result<ConfigSource, SettingsErro
     }
 }
 
-fn xds(r: &Reader<'_>) -> Result<XdsSettings, SettingsError> {
+fn xds(r: &Reader<'_>) -> XdsSettings {
     let server = r.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000");
-    super::address::host_port("CONFIG_GRPC_XDS_SERVER_URL", &server, &server)?;
+    r.or(
+        super::address::host_port("CONFIG_GRPC_XDS_SERVER_URL", &server, &server),
+        (),
+    );
     let node_id = r.string("CONFIG_GRPC_XDS_NODE_ID", "default");
-    let max = r.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0usize, 0, 1 << 30)?;
-    Ok(XdsSettings {
+    let max = r.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0usize, 0, 1 << 30);
+    XdsSettings {
         server,
         node_id,
-        node_metadata: pairs(r, "CONFIG_GRPC_XDS_NODE_METADATA", '=')?,
-        headers: headers(r)?,
-        tls: tls(r)?,
-        backoff: backoff(r)?,
+        node_metadata: r.or(pairs(r, "CONFIG_GRPC_XDS_NODE_METADATA", '='), Vec::new()),
+        headers: r.or(headers(r), Vec::new()),
+        tls: r.or(tls(r), None),
+        backoff: backoff(r),
         max_message_bytes: if max == 0 {
             DEFAULT_MAX_MESSAGE_BYTES
         } else {
             max
         },
-    })
+    }
 }
 
 /// `k<sep>v,k<sep>v` pairs (empty: none).
@@ -155,7 +158,7 @@ fn headers(r: &Reader<'_>) -> Result<Vec<(String, String)>, SettingsError> {
 }
 
 fn tls(r: &Reader<'_>) -> Result<Option<XdsTls>, SettingsError> {
-    if !r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
+    if !r.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
         return Ok(None);
     }
     let path = |name: &str| Some(r.string(name, "")).filter(|s| !s.is_empty());
@@ -187,41 +190,41 @@ fn tls(r: &Reader<'_>) -> Result<Option<XdsTls>, SettingsError> {
     }))
 }
 
-fn backoff(r: &Reader<'_>) -> Result<XdsBackoff, SettingsError> {
+fn backoff(r: &Reader<'_>) -> XdsBackoff {
     let initial = r.duration(
         "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
         Duration::from_secs(10),
         PAUSE,
-    )?;
+    );
     let max = r.duration(
         "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
         Duration::from_secs(60),
         PAUSE,
-    )?;
+    );
     if max < initial {
-        return Err(err(
+        r.report(err(
             "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
             &format!("{max:?}"),
             format!("must not be shorter than XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({initial:?})"),
         ));
     }
-    let random_factor: f64 = r.parsed("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)?;
+    let random_factor: f64 = r.parsed("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5);
     if !(0.0..=1.0).contains(&random_factor) {
-        return Err(err(
+        r.report(err(
             "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
             &random_factor.to_string(),
             "between 0 and 1",
         ));
     }
-    Ok(XdsBackoff {
+    XdsBackoff {
         initial,
         max,
         random_factor,
-        jitter: r.bool("XDS_CLIENT_BACKOFF_JITTER", true)?,
+        jitter: r.bool("XDS_CLIENT_BACKOFF_JITTER", true),
         stream_retry: r.duration(
             "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
             Duration::from_secs(3),
             PAUSE,
-        )?,
-    })
+        ),
+    }
 }

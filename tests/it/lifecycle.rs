@@ -317,6 +317,17 @@ fn bad_settings_and_bad_config_stop_start_up_with_distinct_codes() {
     let (code, stderr) = exit_of(&[("NEAR_LIMIT_RATIO", "1.5".into())]);
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("NEAR_LIMIT_RATIO"), "{stderr}");
+    // Every bad setting in one message, not one per attempt.
+    let (code, stderr) = exit_of(&[
+        ("GRPC_PORT", "80x".into()),
+        ("NEAR_LIMIT_RATIO", "1.5".into()),
+        ("LOG_FORMAT", "xml".into()),
+    ]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("3 invalid settings"), "{stderr}");
+    for name in ["GRPC_PORT", "NEAR_LIMIT_RATIO", "LOG_FORMAT"] {
+        assert!(stderr.contains(name), "{name} missing: {stderr}");
+    }
     let root =
         rules_root("domain: x\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight }\n");
     let (code, stderr) = exit_of(&[

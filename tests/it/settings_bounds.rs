@@ -103,7 +103,11 @@ fn read(name: &str, backend: &str, value: &str) -> Result<Settings, SettingsErro
     env.insert("BACKEND_TYPE".into(), kind.into());
     env.insert(extra.0.into(), extra.1.into());
     env.insert(name.into(), value.into());
-    Settings::from_env(&move |k| env.get(k).cloned(), None)
+    Settings::from_env(&move |k| env.get(k).cloned(), None).map_err(|all| {
+        all.single()
+            .cloned()
+            .unwrap_or_else(|| panic!("one problem expected: {all}"))
+    })
 }
 
 fn value_strategy() -> impl Strategy<Value = String> {
@@ -257,6 +261,7 @@ fn a_cluster_list_with_an_empty_entry_is_refused() {
     ]);
     let e = Settings::from_env(&move |k| env.get(k).map(|v| (*v).to_owned()), None)
         .expect_err("an empty entry");
+    let e = e.single().expect("one problem");
     assert_eq!(e.name, "REDIS_URL");
     assert!(e.problem.contains("empty"), "{e}");
 }

@@ -71,6 +71,7 @@ fn dogstatsd_beside_another_sink_or_with_a_broken_mogrifier_is_refused_by_name()
     let env = all.clone();
     let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
         .expect_err("two sinks");
+    let err = err.single().expect("one problem").clone();
     assert_eq!(err.name, "USE_DOG_STATSD");
     assert!(err.problem.contains("USE_PROMETHEUS"), "{err}");
     all.insert("USE_PROMETHEUS".into(), "false".into());
@@ -80,12 +81,14 @@ fn dogstatsd_beside_another_sink_or_with_a_broken_mogrifier_is_refused_by_name()
     let env = all.clone();
     let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
         .expect_err("bad pattern");
+    let err = err.single().expect("one problem").clone();
     assert_eq!(err.name, "DOG_STATSD_MOGRIFIER_X_PATTERN");
     all.remove("DOG_STATSD_MOGRIFIER_X_NAME");
     all.insert("DOG_STATSD_MOGRIFIER_X_PATTERN".into(), "^a$".into());
     let env = all;
     let err = turnstile::settings::Settings::from_env(&move |k| env.get(k).cloned(), None)
         .expect_err("no name");
+    let err = err.single().expect("one problem").clone();
     assert_eq!(err.name, "DOG_STATSD_MOGRIFIER_X_NAME");
 }
 

@@ -9,7 +9,11 @@ fn with(pairs: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         .iter()
         .map(|(k, v)| ((*k).into(), (*v).into()))
         .collect();
-    Settings::from_env(&move |k| map.get(k).cloned(), None)
+    Settings::from_env(&move |k| map.get(k).cloned(), None).map_err(|all| {
+        all.single()
+            .cloned()
+            .unwrap_or_else(|| panic!("one problem expected: {all}"))
+    })
 }
 
 fn postgres(pairs: &[(&str, &str)]) -> Result<PostgresSettings, SettingsError> {

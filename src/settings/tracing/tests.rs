@@ -9,7 +9,13 @@ fn read(pairs: &[(&str, &str)]) -> Result<Option<TracingSettings>, SettingsError
             .find(|(name, _)| *name == k)
             .map(|(_, v)| (*v).to_owned())
     };
-    tracing(&Reader { env: &env })
+    let reader = Reader::new(&env);
+    let settings = tracing(&reader);
+    match reader.into_problems().as_slice() {
+        [] => Ok(settings),
+        [one] => Err(one.clone()),
+        all => panic!("one problem expected: {all:?}"),
+    }
 }
 
 fn on(pairs: &[(&str, &str)]) -> TracingSettings {
