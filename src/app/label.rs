@@ -3,9 +3,7 @@
 
 use super::Store;
 use crate::metrics::StoreLabel;
-use crate::settings::{
-    Backend, MemcachedServers, RedisAddress, RedisSettings, RedisTopology, Settings,
-};
+use crate::settings::{Backend, MemcachedServers, RedisSettings, Settings};
 
 /// The label of `store` in `role` (`main`, `per_second`, `durable`).
 pub(super) fn store_label(store: &Store, settings: &Settings, role: &'static str) -> StoreLabel {
@@ -43,13 +41,7 @@ pub(super) fn store_label(store: &Store, settings: &Settings, role: &'static str
 }
 
 fn redis_servers(redis: &RedisSettings) -> String {
-    match &redis.topology {
-        RedisTopology::Single(RedisAddress::Tcp(addr) | RedisAddress::Unix(addr)) => addr.clone(),
-        RedisTopology::Cluster(nodes) => nodes.join(","),
-        RedisTopology::Sentinel {
-            master, sentinels, ..
-        } => format!("{master} via {}", sentinels.join(",")),
-    }
+    redis.target.addresses()
 }
 
 fn postgres_hosts(config: &tokio_postgres::Config) -> String {

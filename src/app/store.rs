@@ -11,14 +11,14 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::settings::{
     Backend, MemcachedServers, MemcachedSettings, PgMigrate, PgSslMode, PostgresRoute,
-    PostgresSettings, RedisAddress, RedisSettings, RedisTls, RedisTopology,
+    PostgresSettings, RedisSettings, RedisTls,
 };
 use crate::storage::memcached::discovery::Resolver;
 use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
 use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
 use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
-use crate::storage::redis::{RedisOptions, RedisStore, RedisTarget, RedisTlsOptions};
+use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
 use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
 
 /// How often the memory store drops expired counters.
@@ -253,25 +253,9 @@ fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
 }
 
 fn redis_options(s: &RedisSettings) -> Result<RedisOptions, StorageError> {
-    let target = match &s.topology {
-        RedisTopology::Single(RedisAddress::Tcp(a)) => RedisTarget::Tcp(a.clone()),
-        RedisTopology::Single(RedisAddress::Unix(p)) => RedisTarget::Unix(p.clone()),
-        RedisTopology::Cluster(nodes) => RedisTarget::Cluster(nodes.clone()),
-        RedisTopology::Sentinel {
-            master,
-            sentinels,
-            sentinel_auth,
-        } => RedisTarget::Sentinel {
-            master: master.clone(),
-            sentinels: sentinels.clone(),
-            sentinel_username: sentinel_auth.as_ref().and_then(|a| a.user.clone()),
-            sentinel_password: sentinel_auth.as_ref().map(|a| a.password.clone()),
-        },
-    };
     Ok(RedisOptions {
-        target,
-        username: s.auth.as_ref().and_then(|a| a.user.clone()),
-        password: s.auth.as_ref().map(|a| a.password.clone()),
+        target: s.target.clone(),
+        auth: s.auth.clone(),
         timeout: s.timeout,
         jitter_max_seconds: s.jitter_max_seconds,
         tls: s.tls.as_ref().map(redis_tls).transpose()?,

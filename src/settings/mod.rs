@@ -18,7 +18,7 @@ mod xds;
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
 pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits};
 pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
-pub use redis::{KeyLayout, RedisAddress, RedisAuth, RedisSettings, RedisTls, RedisTopology};
+pub use redis::{KeyLayout, RedisAuth, RedisSettings, RedisTarget, RedisTls};
 pub use rlqs::{RlqsSettings, Unmatched};
 pub use stats::{DogStatsd, Mogrifier};
 pub use tracing::{OtlpProtocol, TracingSettings};

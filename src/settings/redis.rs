@@ -11,7 +11,7 @@ use super::{SettingsError, address};
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
     /// Where Redis is (`REDIS_TYPE`, `REDIS_URL`, `REDIS_SOCKET_TYPE`).
-    pub topology: RedisTopology,
+    pub target: RedisTarget,
     /// `REDIS_AUTH`: `pass` or `user:pass`.
     pub auth: Option<RedisAuth>,
     /// `REDIS_POOL_SIZE`: accepted; connections are multiplexed (one per node carries every
@@ -48,50 +48,9 @@ pub struct RedisTls {
     pub skip_hostname_verification: bool,
 }
 
-/// `REDIS_AUTH` / `REDIS_SENTINEL_AUTH`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RedisAuth {
-    /// The ACL user, when given as `user:pass`.
-    pub user: Option<String>,
-    /// The password.
-    pub password: String,
-}
-
-impl std::fmt::Debug for RedisAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisAuth")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
-
-/// How Redis is deployed (`REDIS_TYPE`) and where (`REDIS_URL`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum RedisTopology {
-    /// `single`: one server, `host:port` (tcp) or a socket path (unix).
-    Single(RedisAddress),
-    /// `cluster`: seed nodes `host:port,host:port,...` (the rest is discovered).
-    Cluster(Vec<String>),
-    /// `sentinel`: `master_name,host:port,host:port,...` (the sentinels).
-    Sentinel {
-        /// The monitored master's name.
-        master: String,
-        /// The sentinels' `host:port`.
-        sentinels: Vec<String>,
-        /// `REDIS_SENTINEL_AUTH`.
-        sentinel_auth: Option<RedisAuth>,
-    },
-}
-
-/// One server's address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisAddress {
-    /// `host:port`.
-    Tcp(String),
-    /// A unix socket path (`REDIS_SOCKET_TYPE=unix`).
-    Unix(String),
-}
+/// Where Redis is (`REDIS_TYPE`, `REDIS_SOCKET_TYPE`, `REDIS_URL`) and its credentials: the
+/// store's own types, built here directly.
+pub use crate::storage::redis::{RedisAuth, RedisTarget};
 
 /// Which key bytes fixed-window counters use (`REDIS_KEY_LAYOUT`; the reference's by default on
 /// Redis): the limiter's own type, built here directly.
@@ -157,10 +116,9 @@ fn one_redis(r: &Reader<'_>) -> RedisSettings {
     r.duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30), any);
     r.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO, any);
     let pool_size = r.number("REDIS_POOL_SIZE", 10u32, 1, 10_000);
-    let unix = || RedisTopology::Single(RedisAddress::Unix(String::new()));
-    let topology = r.or(topology(r), unix());
+    let target = r.or(target(r), RedisTarget::Unix(String::new()));
     let tls = r.or(tls(r), None);
-    if tls.is_some() && matches!(topology, RedisTopology::Single(RedisAddress::Unix(_))) {
+    if tls.is_some() && matches!(target, RedisTarget::Unix(_)) {
         r.report(err(
             "REDIS_TLS",
             "true",
@@ -173,9 +131,9 @@ fn one_redis(r: &Reader<'_>) -> RedisSettings {
     RedisSettings {
         per_second: None,
         stop_increment_when_over_limit: r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
-        topology,
+        target,
         tls,
-        auth: auth(&r.string("REDIS_AUTH", "")),
+        auth: RedisAuth::parse(&r.string("REDIS_AUTH", "")),
         pool_size,
         timeout: r.duration("REDIS_TIMEOUT", Duration::from_secs(10), STORE_TIMEOUT),
         jitter_max_seconds: jitter(r),
@@ -229,21 +187,7 @@ fn tls(r: &Reader<'_>) -> Result<Option<RedisTls>, SettingsError> {
     }))
 }
 
-fn auth(text: &str) -> Option<RedisAuth> {
-    match text.split_once(':') {
-        _ if text.is_empty() => None,
-        Some((user, password)) => Some(RedisAuth {
-            user: Some(user.to_owned()),
-            password: password.to_owned(),
-        }),
-        None => Some(RedisAuth {
-            user: None,
-            password: text.to_owned(),
-        }),
-    }
-}
-
-fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
+fn target(r: &Reader<'_>) -> Result<RedisTarget, SettingsError> {
     let url = r.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock");
     let socket = r.string("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase();
     let list: Vec<String> = url
@@ -257,16 +201,14 @@ fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
         "single" => match socket.as_str() {
             "tcp" if list.len() == 1 => {
                 address::host_port("REDIS_URL", &url, url.trim())?;
-                Ok(RedisTopology::Single(RedisAddress::Tcp(
-                    url.trim().to_owned(),
-                )))
+                Ok(RedisTarget::Tcp(url.trim().to_owned()))
             }
             "unix" if url.trim().is_empty() => Err(err(
                 "REDIS_URL",
                 &url,
                 "a unix socket path (REDIS_SOCKET_TYPE=unix)",
             )),
-            "unix" => Ok(RedisTopology::Single(RedisAddress::Unix(url))),
+            "unix" => Ok(RedisTarget::Unix(url)),
             "tcp" => Err(err(
                 "REDIS_URL",
                 &url,
@@ -274,18 +216,18 @@ fn topology(r: &Reader<'_>) -> Result<RedisTopology, SettingsError> {
             )),
             other => Err(err("REDIS_SOCKET_TYPE", other, "expected tcp or unix")),
         },
-        "cluster" if socket == "tcp" && !list.is_empty() => Ok(RedisTopology::Cluster(
+        "cluster" if socket == "tcp" && !list.is_empty() => Ok(RedisTarget::Cluster(
             address::host_ports("REDIS_URL", &url)?,
         )),
         "sentinel" if socket == "tcp" && list.len() >= 2 => {
             let (master, sentinels) = url.split_once(',').unwrap_or((&url, ""));
-            Ok(RedisTopology::Sentinel {
+            Ok(RedisTarget::Sentinel {
                 master: master.trim().to_owned(),
                 sentinels: address::host_ports("REDIS_URL", sentinels).map_err(|mut e| {
                     e.value = url.clone();
                     e
                 })?,
-                sentinel_auth: auth(&r.string("REDIS_SENTINEL_AUTH", "")),
+                sentinel_auth: RedisAuth::parse(&r.string("REDIS_SENTINEL_AUTH", "")),
             })
         }
         "cluster" | "sentinel" if socket != "tcp" => Err(err(

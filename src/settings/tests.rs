@@ -129,10 +129,8 @@ fn redis(pairs: &[(&str, &str)]) -> Result<RedisSettings, SettingsError> {
 fn redis_settings_take_the_references_forms() {
     let d = redis(&[]).expect("defaults");
     assert_eq!(
-        d.topology,
-        RedisTopology::Single(RedisAddress::Unix(
-            "/var/run/nutcracker/ratelimit.sock".into()
-        ))
+        d.target,
+        RedisTarget::Unix("/var/run/nutcracker/ratelimit.sock".into())
     );
     assert_eq!((d.pool_size, d.timeout), (10, Duration::from_secs(10)));
     assert_eq!(d.key_layout, KeyLayout::Reference);
@@ -142,10 +140,7 @@ fn redis_settings_take_the_references_forms() {
         ("REDIS_AUTH", "u:p"),
     ])
     .expect("tcp");
-    assert_eq!(
-        tcp.topology,
-        RedisTopology::Single(RedisAddress::Tcp("r:6379".into()))
-    );
+    assert_eq!(tcp.target, RedisTarget::Tcp("r:6379".into()));
     let auth = tcp.auth.expect("auth");
     assert_eq!(
         (auth.user.as_deref(), auth.password.as_str()),
@@ -162,8 +157,8 @@ fn redis_settings_take_the_references_forms() {
     ])
     .expect("cluster");
     assert_eq!(
-        cluster.topology,
-        RedisTopology::Cluster(vec!["a:1".into(), "b:2".into()])
+        cluster.target,
+        RedisTarget::Cluster(vec!["a:1".into(), "b:2".into()])
     );
     let sentinel = redis(&[
         ("REDIS_SOCKET_TYPE", "tcp"),
@@ -172,11 +167,13 @@ fn redis_settings_take_the_references_forms() {
         ("REDIS_SENTINEL_AUTH", "secret"),
     ])
     .expect("sentinel");
-    let RedisTopology::Sentinel {
+    let shown = format!("{sentinel:?}");
+    assert!(!shown.contains("secret"), "a password in Debug: {shown}");
+    let RedisTarget::Sentinel {
         master,
         sentinels,
         sentinel_auth,
-    } = sentinel.topology
+    } = sentinel.target
     else {
         panic!("sentinel expected");
     };
@@ -255,8 +252,8 @@ fn the_per_second_redis_mirrors_the_settings() {
     .expect("both");
     let second = both.per_second.expect("a per-second Redis");
     assert_eq!(
-        second.topology,
-        RedisTopology::Cluster(vec!["a:7000".into(), "b:7000".into()])
+        second.target,
+        RedisTarget::Cluster(vec!["a:7000".into(), "b:7000".into()])
     );
     assert_eq!(second.auth.map(|a| a.password), Some("pw".into()));
     assert_eq!(second.key_layout, KeyLayout::Turnstile, "the main layout");

@@ -85,8 +85,7 @@ impl Backend {
                 let target = RedisTarget::Sentinel {
                     master: SENTINEL_MASTER.into(),
                     sentinels: vec![set.sentinel.addr()],
-                    sentinel_username: None,
-                    sentinel_password: None,
+                    sentinel_auth: None,
                 };
                 let store = redis_store(target, &clock);
                 Some(Harness {

@@ -274,10 +274,8 @@ fn redis_overlay_validates_and_its_settings_load() {
         panic!("the overlay selects Redis");
     };
     assert_eq!(
-        redis.topology,
-        turnstile::settings::RedisTopology::Single(turnstile::settings::RedisAddress::Tcp(
-            "valkey.turnstile.svc.cluster.local:6379".into()
-        ))
+        redis.target,
+        turnstile::settings::RedisTarget::Tcp("valkey.turnstile.svc.cluster.local:6379".into())
     );
     if let Ok(out) = Command::new("kubectl").arg("kustomize").arg(&dir).output() {
         assert!(

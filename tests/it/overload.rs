@@ -171,8 +171,7 @@ async fn a_stalled_turnstile_does_not_blame_redis() {
     let clock = ManualClock::new(SystemClock.now());
     let options = RedisOptions {
         target: RedisTarget::Tcp(redis.addr()),
-        username: None,
-        password: None,
+        auth: None,
         timeout: Duration::from_millis(10),
         jitter_max_seconds: 0,
         tls: None,

@@ -165,8 +165,7 @@ async fn sentinel_failover_under_load() {
     let target = RedisTarget::Sentinel {
         master: SENTINEL_MASTER.into(),
         sentinels: vec![set.sentinel.addr()],
-        sentinel_username: None,
-        sentinel_password: None,
+        sentinel_auth: None,
     };
     let store = redis_store(target, &clock);
     let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;

@@ -27,8 +27,7 @@ async fn a_master_down_is_answered_with_the_clusters_state_not_after_the_timeout
     let timeout = Duration::from_secs(10);
     let options = RedisOptions {
         target: RedisTarget::Cluster(cluster.seeds()),
-        username: None,
-        password: None,
+        auth: None,
         timeout,
         jitter_max_seconds: 0,
         tls: None,

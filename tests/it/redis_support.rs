@@ -428,8 +428,7 @@ impl RedisSentinel {
 pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
     let options = RedisOptions {
         target,
-        username: None,
-        password: None,
+        auth: None,
         timeout: Duration::from_secs(2),
         jitter_max_seconds: 0,
         tls: None,

@@ -63,11 +63,11 @@ impl std::fmt::Debug for Connector {
 
 fn settings(options: &RedisOptions) -> RedisConnectionInfo {
     let mut info = RedisConnectionInfo::default();
-    if let Some(user) = &options.username {
-        info = info.set_username(user);
-    }
-    if let Some(password) = &options.password {
-        info = info.set_password(password);
+    if let Some(auth) = &options.auth {
+        if let Some(user) = &auth.user {
+            info = info.set_username(user);
+        }
+        info = info.set_password(&auth.password);
     }
     info
 }
@@ -115,11 +115,11 @@ fn sentinel_builder(
         })
         .collect::<RedisResult<Vec<_>>>()?;
     let mut builder = SentinelClientBuilder::new(addresses, master, SentinelServerType::Master)?;
-    if let Some(user) = &o.username {
-        builder = builder.set_client_to_redis_username(user);
-    }
-    if let Some(password) = &o.password {
-        builder = builder.set_client_to_redis_password(password);
+    if let Some(auth) = &o.auth {
+        if let Some(user) = &auth.user {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        builder = builder.set_client_to_redis_password(&auth.password);
     }
     if let Some(tls) = &o.tls {
         builder = builder
@@ -291,11 +291,11 @@ impl Connector {
                 if let Some(tls) = &o.tls {
                     builder = builder.tls(tls_mode(tls)).certs(certificates(tls));
                 }
-                if let Some(user) = &o.username {
-                    builder = builder.username(user);
-                }
-                if let Some(password) = &o.password {
-                    builder = builder.password(password);
+                if let Some(auth) = &o.auth {
+                    if let Some(user) = &auth.user {
+                        builder = builder.username(user);
+                    }
+                    builder = builder.password(&auth.password);
                 }
                 Ok(Conn::Cluster(
                     builder.build()?.get_async_connection().await?,
@@ -304,15 +304,14 @@ impl Connector {
             RedisTarget::Sentinel {
                 master,
                 sentinels,
-                sentinel_username,
-                sentinel_password,
+                sentinel_auth,
             } => {
                 let mut client = sentinel_builder(o, master, sentinels)?;
-                if let Some(user) = sentinel_username {
-                    client = client.set_client_to_sentinel_username(user);
-                }
-                if let Some(password) = sentinel_password {
-                    client = client.set_client_to_sentinel_password(password);
+                if let Some(auth) = sentinel_auth {
+                    if let Some(user) = &auth.user {
+                        client = client.set_client_to_sentinel_username(user);
+                    }
+                    client = client.set_client_to_sentinel_password(&auth.password);
                 }
                 Ok(Conn::Sentinel(
                     client.build()?.get_async_connection().await?,

@@ -26,7 +26,7 @@ use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Hit, Op, Stor
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use connect::{Conn, Connector};
-pub use options::{RedisOptions, RedisTarget, RedisTlsOptions};
+pub use options::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
 
 /// A token bucket's `capacity × period (ms)` must stay below this here: the script's numbers

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-/// Where Redis is.
+/// Where Redis is (`REDIS_TYPE`, `REDIS_SOCKET_TYPE`, `REDIS_URL`; the settings build it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One server at `host:port`.
@@ -21,11 +21,58 @@ pub enum RedisTarget {
         master: String,
         /// The sentinels' `host:port`.
         sentinels: Vec<String>,
-        /// `REDIS_SENTINEL_AUTH` user.
-        sentinel_username: Option<String>,
-        /// `REDIS_SENTINEL_AUTH` password.
-        sentinel_password: Option<String>,
+        /// `REDIS_SENTINEL_AUTH`: credentials for the sentinels themselves.
+        sentinel_auth: Option<RedisAuth>,
     },
+}
+
+impl RedisTarget {
+    /// The address or addresses, for labels and messages (never credentials).
+    pub fn addresses(&self) -> String {
+        match self {
+            RedisTarget::Tcp(a) | RedisTarget::Unix(a) => a.clone(),
+            RedisTarget::Cluster(nodes) => nodes.join(","),
+            RedisTarget::Sentinel {
+                master, sentinels, ..
+            } => format!("{master} via {}", sentinels.join(",")),
+        }
+    }
+}
+
+/// Credentials (`REDIS_AUTH`, `REDIS_SENTINEL_AUTH`: `password` or `user:password`); `Debug`
+/// never prints the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisAuth {
+    /// The ACL user, when one was named.
+    pub user: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl RedisAuth {
+    /// `password` or `user:password`; `None` when empty.
+    pub fn parse(text: &str) -> Option<RedisAuth> {
+        match text.split_once(':') {
+            _ if text.is_empty() => None,
+            Some((user, password)) => Some(RedisAuth {
+                user: Some(user.to_owned()),
+                password: password.to_owned(),
+            }),
+            None => Some(RedisAuth {
+                user: None,
+                password: text.to_owned(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// How to reach Redis.
@@ -33,10 +80,8 @@ pub enum RedisTarget {
 pub struct RedisOptions {
     /// Where.
     pub target: RedisTarget,
-    /// ACL user (`REDIS_AUTH=user:pass`).
-    pub username: Option<String>,
-    /// Password (`REDIS_AUTH`).
-    pub password: Option<String>,
+    /// `REDIS_AUTH`.
+    pub auth: Option<RedisAuth>,
     /// Deadline of one operation, and of a connection attempt.
     pub timeout: Duration,
     /// Extra TTL of up to this many seconds, spread per key.
@@ -73,7 +118,7 @@ impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisOptions")
             .field("target", &self.target)
-            .field("username", &self.username)
+            .field("auth", &self.auth)
             .field("timeout", &self.timeout)
             .field("tls", &self.tls)
             .finish_non_exhaustive()

@@ -259,8 +259,7 @@ fn every_algorithm_matches_its_model_through_sentinel() {
     let target = turnstile::storage::redis::RedisTarget::Sentinel {
         master: crate::redis_support::SENTINEL_MASTER.into(),
         sentinels: vec![set.sentinel.addr()],
-        sentinel_username: None,
-        sentinel_password: None,
+        sentinel_auth: None,
     };
     models_on_redis(target, 20);
 }

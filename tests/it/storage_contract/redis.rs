@@ -43,8 +43,7 @@ fn sentinel_target(set: &RedisSentinel) -> RedisTarget {
     RedisTarget::Sentinel {
         master: SENTINEL_MASTER.into(),
         sentinels: vec![set.sentinel.addr()],
-        sentinel_username: None,
-        sentinel_password: None,
+        sentinel_auth: None,
     }
 }
 
