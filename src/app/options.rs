@@ -63,12 +63,12 @@ pub(super) fn server_options(
     admission: Arc<crate::metrics::AdmissionReadings>,
 ) -> ServerOptions {
     ServerOptions {
-        max_connection_age: Some((s.max_connection_age.age, s.max_connection_age.grace)),
+        limits: s.grpc_limits,
+        max_connection_age: Some(s.max_connection_age),
         tls,
         open_connections,
         admission,
         rlqs: s.rlqs,
-        ..ServerOptions::from_limits(s.grpc_limits)
     }
 }
 

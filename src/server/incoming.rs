@@ -21,23 +21,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
 use crate::metrics::OpenConnections;
+use crate::settings::GrpcLimits;
 
 /// The HTTP/2 client preface is this long; a connection that has not sent it within the
 /// handshake timeout is closed.
 const PREFACE_LEN: u64 = 24;
 /// The longest pause after repeated accept errors.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Connection limits.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    /// Connections open at once.
-    pub max_connections: usize,
-    /// Until the preface has arrived.
-    pub handshake_timeout: Duration,
-    /// With nothing read.
-    pub idle_timeout: Duration,
-}
 
 /// An accepted connection: a permit of the connection limit, the open count, and the stall
 /// deadlines.
@@ -47,7 +37,7 @@ pub(super) struct Conn<S> {
     _permit: OwnedSemaphorePermit,
     open: Arc<OpenConnections>,
     read: u64,
-    limits: ConnectionLimits,
+    limits: GrpcLimits,
     deadline: Pin<Box<Sleep>>,
 }
 
@@ -57,7 +47,7 @@ impl<S> Conn<S> {
         inner: S,
         permit: OwnedSemaphorePermit,
         open: Arc<OpenConnections>,
-        limits: ConnectionLimits,
+        limits: GrpcLimits,
     ) -> Self {
         open.opened();
         Self {
@@ -156,7 +146,7 @@ impl<S: Connected> Connected for Conn<S> {
 /// the returned stream is dropped.
 pub(super) fn accept<S, W, F>(
     listener: TcpListener,
-    limits: ConnectionLimits,
+    limits: GrpcLimits,
     open: Arc<OpenConnections>,
     wrap: W,
 ) -> ReceiverStream<io::Result<Conn<S>>>

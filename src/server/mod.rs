@@ -27,11 +27,10 @@ mod admission;
 mod content_type;
 mod incoming;
 
-pub use incoming::ConnectionLimits;
-
 use crate::pb::FILE_DESCRIPTOR_SET;
 use crate::rlqs::{RlqsHandler, RlqsServer};
 use crate::rls::{RateLimitHandler, RlsServer, ServiceState};
+use crate::settings::{ConnectionAge, GrpcLimits, RlqsSettings};
 use crate::storage::CounterStore;
 
 /// The health-check service names Envoy and Kubernetes probes use for readiness.
@@ -62,58 +61,33 @@ impl From<TcpListener> for GrpcListener {
 /// Transport options.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
+    /// The `GRPC_*` limits (connections, streams, requests in flight, deadlines, header size,
+    /// the adaptive limit), as the settings read them.
+    pub limits: GrpcLimits,
     /// Send GOAWAY after a connection is this old (`GRPC_MAX_CONNECTION_AGE`), then give it
     /// the grace period (`GRPC_MAX_CONNECTION_AGE_GRACE`) to finish, so clients rebalance.
-    pub max_connection_age: Option<(Duration, Duration)>,
+    pub max_connection_age: Option<ConnectionAge>,
     /// Serve TLS (and mTLS) with this configuration (see [`crate::tls`]).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    /// Connection limits.
-    pub connections: ConnectionLimits,
-    /// `SETTINGS_MAX_CONCURRENT_STREAMS` of every connection.
-    pub max_concurrent_streams: u32,
-    /// Requests in flight across all connections; more are refused with RESOURCE_EXHAUSTED.
-    pub max_requests_in_flight: usize,
-    /// The adaptive limit on `ShouldRateLimit` calls in flight (below the cap above).
-    pub adaptive: crate::settings::AdaptiveConcurrency,
     /// Where the adaptive limit reports its value, the calls in flight and the calls shed.
     pub admission: Arc<crate::metrics::AdmissionReadings>,
-    /// Deadline of one request, reading its body included.
-    pub request_timeout: Duration,
-    /// Largest header list a client may send (bytes).
-    pub max_header_list_size: u32,
     /// Counts open connections (for `/metrics`).
     pub open_connections: Arc<crate::metrics::OpenConnections>,
     /// How the Rate Limit Quota Service shares quotas out.
-    pub rlqs: crate::settings::RlqsSettings,
+    pub rlqs: RlqsSettings,
 }
 
 impl Default for ServerOptions {
-    /// The `GRPC_*` settings' defaults (written once, in `settings`), no TLS, no ageing.
+    /// The `GRPC_*` settings' defaults (written once, in `settings`), no TLS, no ageing, fresh
+    /// gauges, the default RLQS sharing.
     fn default() -> Self {
-        Self::from_limits(crate::settings::GrpcLimits::default())
-    }
-}
-
-impl ServerOptions {
-    /// Options with these `GRPC_*` limits; no TLS, no connection ageing, fresh gauges, the
-    /// default RLQS sharing.
-    pub fn from_limits(limits: crate::settings::GrpcLimits) -> Self {
         Self {
+            limits: GrpcLimits::default(),
             max_connection_age: None,
             tls: None,
-            connections: ConnectionLimits {
-                max_connections: limits.max_connections,
-                handshake_timeout: limits.handshake_timeout,
-                idle_timeout: limits.idle_timeout,
-            },
-            max_concurrent_streams: limits.max_concurrent_streams,
-            max_requests_in_flight: limits.max_requests_in_flight,
-            adaptive: limits.adaptive,
             admission: Arc::default(),
-            request_timeout: limits.request_timeout,
-            max_header_list_size: limits.max_header_list_size,
             open_connections: Arc::default(),
-            rlqs: crate::settings::RlqsSettings::default(),
+            rlqs: RlqsSettings::default(),
         }
     }
 }
@@ -144,6 +118,7 @@ pub async fn serve<S: CounterStore>(
             .await;
     }
     let open = Arc::clone(&options.open_connections);
+    let limits = options.limits;
     let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
     let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -155,10 +130,10 @@ pub async fn serve<S: CounterStore>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let mut builder = Server::builder()
-        .max_concurrent_streams(options.max_concurrent_streams)
-        .http2_max_header_list_size(options.max_header_list_size)
-        .timeout(options.request_timeout);
-    if let Some((age, grace)) = options.max_connection_age {
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_max_header_list_size(limits.max_header_list_size)
+        .timeout(limits.request_timeout);
+    if let Some(ConnectionAge { age, grace }) = options.max_connection_age {
         builder = builder
             .max_connection_age(age)
             .max_connection_age_grace(grace);
@@ -166,12 +141,12 @@ pub async fn serve<S: CounterStore>(
     let mut builder = builder
         .layer(content_type::GrpcOnlyLayer)
         .layer(admission::AdmissionLayer::new(
-            options.adaptive,
+            limits.adaptive,
             Arc::clone(&options.admission),
         ))
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-            options.max_requests_in_flight,
+            limits.max_requests_in_flight,
         ));
     let router = builder
         .add_service(RlsServer::new(RateLimitHandler::new(Arc::clone(&state))))
@@ -182,14 +157,14 @@ pub async fn serve<S: CounterStore>(
     let served = match (listener.into(), options.tls) {
         (GrpcListener::Tcp(listener), None) => {
             let plain = |stream| std::future::ready(Some(stream));
-            let incoming = incoming::accept(listener, options.connections, open, plain);
+            let incoming = incoming::accept(listener, limits, open, plain);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         }
         (GrpcListener::Tcp(listener), Some(config)) => {
-            let tls = crate::tls::handshake(config, options.connections.handshake_timeout);
-            let incoming = incoming::accept(listener, options.connections, open, tls);
+            let tls = crate::tls::handshake(config, limits.handshake_timeout);
+            let incoming = incoming::accept(listener, limits, open, tls);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await

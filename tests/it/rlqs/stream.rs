@@ -304,7 +304,10 @@ async fn refusals_name_the_field_and_end_the_stream() {
 async fn a_stream_outlives_the_request_deadline_and_leaves_no_state() {
     let options = Options {
         server: turnstile::server::ServerOptions {
-            request_timeout: Duration::from_millis(200),
+            limits: turnstile::settings::GrpcLimits {
+                request_timeout: Duration::from_millis(200),
+                ..Default::default()
+            },
             ..Default::default()
         },
         ..Default::default()
