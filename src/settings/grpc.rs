@@ -1,9 +1,10 @@
 //! The gRPC server's connection, stream and request limits, and connection ageing.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::SettingsError;
-use super::reader::{LONGEST, Reader, Span};
+use super::reader::{LONGEST, Reader, Span, err};
 
 /// Limits of the gRPC server against overload and abuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,5 +168,57 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> GrpcLimits {
             16 << 20,
         ),
         adaptive: r.or(adaptive(r), d.adaptive),
+    }
+}
+
+/// gRPC server TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle that client certificates must chain to (mTLS), if any.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// `GRPC_SERVER_USE_TLS` with its files.
+pub(super) fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
+    if !r.bool("GRPC_SERVER_USE_TLS", false) {
+        return Ok(None);
+    }
+    let file = |name: &str| -> Result<PathBuf, SettingsError> {
+        let value = r.string(name, "");
+        if value.is_empty() {
+            return Err(err(name, "", "required when GRPC_SERVER_USE_TLS=true"));
+        }
+        Ok(PathBuf::from(value))
+    };
+    let client_ca = Some(r.string("GRPC_CLIENT_TLS_CACERT", ""))
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from);
+    let (cert, key) = (file("GRPC_SERVER_TLS_CERT"), file("GRPC_SERVER_TLS_KEY"));
+    let cert = r.or(cert.map(Some), None);
+    let key = r.or(key.map(Some), None);
+    Ok(cert.zip(key).map(|(cert, key)| TlsSettings {
+        cert,
+        key,
+        client_ca,
+    }))
+}
+
+/// `GRPC_MAX_CONNECTION_AGE` (from 100 ms) and `GRPC_MAX_CONNECTION_AGE_GRACE` (from 0).
+pub(super) fn connection_age(r: &Reader<'_>) -> ConnectionAge {
+    ConnectionAge {
+        age: r.duration(
+            "GRPC_MAX_CONNECTION_AGE",
+            Duration::from_secs(24 * 3600),
+            Span::within(Duration::from_millis(100), LONGEST),
+        ),
+        grace: r.duration(
+            "GRPC_MAX_CONNECTION_AGE_GRACE",
+            Duration::from_secs(3600),
+            Span::within(Duration::ZERO, LONGEST),
+        ),
     }
 }

@@ -6,6 +6,7 @@
 
 mod address;
 mod backend;
+mod error;
 mod grpc;
 mod postgres;
 mod reader;
@@ -16,7 +17,8 @@ mod tracing;
 mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
-pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits};
+pub use error::{SettingsError, SettingsErrors};
+pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits, TlsSettings};
 pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
 pub use redis::{KeyLayout, RedisAuth, RedisSettings, RedisTarget, RedisTls};
 pub use rlqs::{RlqsSettings, Unmatched};
@@ -29,60 +31,6 @@ use reader::{LONGEST, Reader, Span, err};
 
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Every setting of an environment that cannot be used, in the order read: a start names
-/// them all at once rather than one per attempt. Never empty.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct SettingsErrors(Vec<SettingsError>);
-
-impl SettingsErrors {
-    /// The problems, in the order the settings were read.
-    pub fn iter(&self) -> impl Iterator<Item = &SettingsError> {
-        self.0.iter()
-    }
-
-    /// How many settings cannot be used (at least 1).
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Always false: there is at least one problem.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The problem, when there is exactly one.
-    pub fn single(&self) -> Option<&SettingsError> {
-        match self.0.as_slice() {
-            [one] => Some(one),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for SettingsErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_slice() {
-            [one] => write!(f, "{one}"),
-            all => {
-                write!(f, "{} invalid settings:", all.len())?;
-                all.iter().try_for_each(|e| write!(f, "\n  {e}"))
-            }
-        }
-    }
-}
-
-/// A setting with a value we cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid setting {name}={value:?}: {problem}")]
-pub struct SettingsError {
-    /// The environment variable or flag, e.g. `GRPC_PORT`.
-    pub name: String,
-    /// The value as given.
-    pub value: String,
-    /// Why it cannot be used, in the setting's terms.
-    pub problem: String,
-}
 
 /// The names of the `RateLimit-*` response headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,17 +152,6 @@ pub struct Settings {
     pub tls: Option<TlsSettings>,
 }
 
-/// gRPC server TLS files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
-    /// PEM CA bundle that client certificates must chain to (mTLS), if any.
-    pub client_ca: Option<PathBuf>,
-}
-
 /// The address to listen on for `host` and `port`: an IPv6 host (`::`, `::1`, or bracketed as
 /// Istio's sample writes it, `[::]`) in brackets, anything else as it is.
 pub fn listen_address(host: &str, port: u16) -> String {
@@ -239,66 +176,6 @@ fn listen_addr(addr: &str) -> String {
     }
 }
 
-fn parse_tags(text: &str) -> Result<Vec<(String, String)>, SettingsError> {
-    let mut tags = Vec::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((k, v)) = pair.split_once(':') else {
-            return Err(err(
-                "EXTRA_TAGS",
-                text,
-                "expected key:value pairs separated by commas",
-            ));
-        };
-        let valid = !k.is_empty()
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !k.starts_with(|c: char| c.is_ascii_digit());
-        if !valid {
-            return Err(err(
-                "EXTRA_TAGS",
-                text,
-                format!("'{k}' is not a valid label name"),
-            ));
-        }
-        tags.push((k.to_owned(), v.to_owned()));
-    }
-    Ok(tags)
-}
-
-fn near_limit_ratio(r: &Reader<'_>) -> f64 {
-    const DEFAULT: f64 = 0.8;
-    let ratio: f64 = r.parsed("NEAR_LIMIT_RATIO", DEFAULT);
-    if (0.0..=1.0).contains(&ratio) {
-        ratio
-    } else {
-        let problem = err("NEAR_LIMIT_RATIO", &ratio.to_string(), "between 0 and 1");
-        r.or(Err(problem), DEFAULT)
-    }
-}
-
-fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
-    if !r.bool("GRPC_SERVER_USE_TLS", false) {
-        return Ok(None);
-    }
-    let file = |name: &str| -> Result<PathBuf, SettingsError> {
-        let value = r.string(name, "");
-        if value.is_empty() {
-            return Err(err(name, "", "required when GRPC_SERVER_USE_TLS=true"));
-        }
-        Ok(PathBuf::from(value))
-    };
-    let client_ca = Some(r.string("GRPC_CLIENT_TLS_CACERT", ""))
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from);
-    let (cert, key) = (file("GRPC_SERVER_TLS_CERT"), file("GRPC_SERVER_TLS_KEY"));
-    let cert = r.or(cert.map(Some), None);
-    let key = r.or(key.map(Some), None);
-    Ok(cert.zip(key).map(|(cert, key)| TlsSettings {
-        cert,
-        key,
-        client_ca,
-    }))
-}
-
 /// `LOG_FORMAT`: `text` (false) or `json` (true).
 fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     match r.string("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
@@ -308,24 +185,18 @@ fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     }
 }
 
-/// `STATS_FLUSH_INTERVAL`: from 10 ms.
-const STATS_FLUSH: Span = Span::within(Duration::from_millis(10), LONGEST);
-
-/// `GRPC_MAX_CONNECTION_AGE` (from 100 ms) and `GRPC_MAX_CONNECTION_AGE_GRACE` (from 0).
-fn connection_age(r: &Reader<'_>) -> ConnectionAge {
-    ConnectionAge {
-        age: r.duration(
-            "GRPC_MAX_CONNECTION_AGE",
-            Duration::from_secs(24 * 3600),
-            Span::within(Duration::from_millis(100), LONGEST),
-        ),
-        grace: r.duration(
-            "GRPC_MAX_CONNECTION_AGE_GRACE",
-            Duration::from_secs(3600),
-            Span::within(Duration::ZERO, LONGEST),
-        ),
+/// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
+fn header_names(r: &Reader<'_>) -> HeaderNames {
+    let d = HeaderNames::default();
+    HeaderNames {
+        limit: r.string("LIMIT_LIMIT_HEADER", &d.limit),
+        remaining: r.string("LIMIT_REMAINING_HEADER", &d.remaining),
+        reset: r.string("LIMIT_RESET_HEADER", &d.reset),
     }
 }
+
+/// `STATS_FLUSH_INTERVAL`: from 10 ms.
+const STATS_FLUSH: Span = Span::within(Duration::from_millis(10), LONGEST);
 
 impl Settings {
     /// Reads settings from `env`; `config_dir` (from `--config-dir`) wins over `RUNTIME_*`.
@@ -384,11 +255,7 @@ impl Settings {
             quota_mode: r.bool("QUOTA_MODE", false),
             dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
             response_headers: r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
-            header_names: HeaderNames {
-                limit: r.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-                remaining: r.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-                reset: r.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            },
+            header_names: header_names(r),
             fail_open: r.bool("BACKEND_FAIL_OPEN", false),
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: r.or(log_json(r), false),
@@ -410,16 +277,16 @@ impl Settings {
                 .map(PathBuf::from),
             statsd: sinks.statsd,
             stats_flush: r.duration("STATS_FLUSH_INTERVAL", Duration::from_secs(10), STATS_FLUSH),
-            extra_tags: r.or(parse_tags(&r.string("EXTRA_TAGS", "")), Vec::new()),
-            near_limit_ratio: near_limit_ratio(r),
+            extra_tags: r.or(stats::parse_tags(&r.string("EXTRA_TAGS", "")), Vec::new()),
+            near_limit_ratio: stats::near_limit_ratio(r),
             stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000),
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
             local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
             drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)),
-            max_connection_age: connection_age(r),
+            max_connection_age: grpc::connection_age(r),
             grpc_limits: grpc::grpc_limits(r),
             rlqs: rlqs::rlqs(r),
-            tls: r.or(tls(r), None),
+            tls: r.or(grpc::tls(r), None),
         }
     }
 }

@@ -159,3 +159,41 @@ fn mogrifier(r: &Reader<'_>, id: &str) -> Result<Mogrifier, SettingsError> {
         tags,
     })
 }
+
+/// `EXTRA_TAGS`: `key:value` pairs whose keys are label names.
+pub(super) fn parse_tags(text: &str) -> Result<Vec<(String, String)>, SettingsError> {
+    let mut tags = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once(':') else {
+            return Err(err(
+                "EXTRA_TAGS",
+                text,
+                "expected key:value pairs separated by commas",
+            ));
+        };
+        let valid = !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !k.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(err(
+                "EXTRA_TAGS",
+                text,
+                format!("'{k}' is not a valid label name"),
+            ));
+        }
+        tags.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(tags)
+}
+
+/// `NEAR_LIMIT_RATIO`: from 0 to 1.
+pub(super) fn near_limit_ratio(r: &Reader<'_>) -> f64 {
+    const DEFAULT: f64 = 0.8;
+    let ratio: f64 = r.parsed("NEAR_LIMIT_RATIO", DEFAULT);
+    if (0.0..=1.0).contains(&ratio) {
+        ratio
+    } else {
+        let problem = err("NEAR_LIMIT_RATIO", &ratio.to_string(), "between 0 and 1");
+        r.or(Err(problem), DEFAULT)
+    }
+}
