@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::expiry::DueIndex;
+use super::remote::lock;
 use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError};
 use crate::clock::Clock;
 
@@ -193,12 +194,6 @@ impl MemoryStore {
         }
         Ok(answer)
     }
-}
-
-/// A poisoned shard only means another thread panicked mid-update of plain integers; the data
-/// is still usable.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl CounterStore for MemoryStore {

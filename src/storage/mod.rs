@@ -18,6 +18,7 @@ pub mod memcached;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
+mod remote;
 pub mod token_bucket;
 
 pub use error::{ErrorKind, StorageError};

@@ -12,7 +12,7 @@ use super::health::Server;
 use super::transport::{Sent, TransportError};
 use super::{Inner, PROBE_DEADLINE};
 use crate::storage::StorageError;
-use crate::storage::lateness::saturated_runtime;
+use crate::storage::remote::late;
 
 impl Inner {
     /// Runs `call` (which sets `sent` once its commands are written) under the operation
@@ -49,17 +49,8 @@ impl Inner {
                 // Written, not answered in time: ask the server on the side before calling it
                 // down (Turnstile may have been too busy to read the answer).
                 self.probe_later(server);
-                if let Some(late) = saturated_runtime(started, self.timeout, &self.scheduling) {
-                    return Err(StorageError::overloaded(format!(
-                        "the answer of memcached {} was not read within {:?}: Turnstile's \
-                         runtime ran {late:?} late",
-                        server.name, self.timeout
-                    )));
-                }
-                return Err(StorageError::timeout(format!(
-                    "memcached {} did not answer within {:?}",
-                    server.name, self.timeout
-                )));
+                let store = format!("memcached {}", server.name);
+                return Err(late(&store, started, self.timeout, &self.scheduling));
             }
         };
         if let TransportError::Overloaded(why) = error {

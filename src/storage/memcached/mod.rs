@@ -203,10 +203,7 @@ impl Inner {
     /// absolute otherwise, so week, month and year counters live as long as their windows; 0
     /// (no expiry) past the last absolute time memcached holds.
     fn exptime(&self, key: &str, expires_at: u64, now: u64) -> u64 {
-        let jitter = match self.jitter_max_seconds {
-            0 => 0,
-            max => xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % max,
-        };
+        let jitter = crate::storage::remote::jitter_seconds(key, self.jitter_max_seconds);
         let until = expires_at.saturating_add(jitter).saturating_add(1);
         let relative = until.saturating_sub(now).max(1);
         if relative <= RELATIVE_EXPTIME_MAX {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_memcached::{Client, Error};
 use bb8::Pool;
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, try_join_all};
+use futures_util::future::BoxFuture;
 
 use std::sync::atomic::Ordering;
 
@@ -17,6 +17,7 @@ pub(super) use super::pooled_commands::Protocol;
 use super::pooled_commands::{add, lease, read_state, sub, write_state};
 use super::transport::{Command, Connections, Sent, Transport, TransportError};
 use crate::storage::Op;
+use crate::storage::remote::in_key_order;
 
 /// Creates pooled connections; the check-out test is off (it costs a round trip per use), and
 /// a connection whose operation was cancelled reports itself broken and is dropped.
@@ -124,25 +125,8 @@ impl Transport for Pooled {
         commands: &'a [Command<'a>],
         sent: &'a Sent,
     ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
-        async move {
-            let distinct = commands
-                .iter()
-                .enumerate()
-                .all(|(i, c)| commands[..i].iter().all(|o| o.key != c.key));
-            if distinct {
-                // One connection per command, all at once.
-                try_join_all(commands.iter().map(|c| self.one(c, sent))).await
-            } else {
-                // The same counter twice: in order, so each answer is the count after exactly
-                // the hits before it.
-                let mut counts = Vec::with_capacity(commands.len());
-                for command in commands {
-                    counts.push(self.one(command, sent).await?);
-                }
-                Ok(counts)
-            }
-        }
-        .boxed()
+        // One connection per command, all at once; the same counter twice in order.
+        in_key_order(commands, |c| c.key, move |c| self.one(c, sent)).boxed()
     }
 
     fn read_state<'a>(

@@ -30,9 +30,7 @@ pub(super) struct Coalescer {
 
 impl Coalescer {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(BucketStep, Reply)>>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::storage::remote::lock(&self.waiting)
     }
 
     /// Queues a step; `true` when no update of its key is out, so the caller must start one.

@@ -10,17 +10,21 @@
 //! Must not touch: scripts, keys, what the answers mean.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
+use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
+use redis::{
+    ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisFuture, RedisResult, Value,
+};
 
 use super::{RedisOptions, RedisTarget, RedisTlsOptions};
+use crate::storage::remote::{Backoff, lock};
 
-/// A live connection of any kind; cheap to clone (multiplexed).
+/// A live connection of any kind; cheap to clone (multiplexed). It is a redis-rs connection
+/// itself, so a command or script is written once for the three kinds.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
@@ -28,9 +32,36 @@ pub(super) enum Conn {
     Sentinel(MultiplexedConnection),
 }
 
-/// The first retry waits this long after a failed connect; each failure doubles it.
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
+        }
+    }
+}
 
 /// Retries of one cluster request (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a connection lost), and
 /// the bounds of the wait before each retry that waits (ms; redirections do not wait).
@@ -42,15 +73,10 @@ pub(super) struct Connector {
     options: RedisOptions,
     current: arc_swap::ArcSwapOption<Conn>,
     connecting: tokio::sync::Mutex<()>,
-    retry: Mutex<Retry>,
-}
-
-/// When the next connect may be tried, how long the one after waits, and why the last failed.
-#[derive(Debug)]
-struct Retry {
-    next: Option<Instant>,
-    wait: Duration,
-    why: String,
+    /// Failed connects: until the wait has passed, calls are refused at once.
+    backoff: Backoff,
+    /// Why the last connect failed (said while in backoff).
+    why: Mutex<String>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -152,11 +178,8 @@ impl Connector {
             options,
             current: arc_swap::ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
-            retry: Mutex::new(Retry {
-                next: None,
-                wait: BACKOFF_MIN,
-                why: String::new(),
-            }),
+            backoff: Backoff::default(),
+            why: Mutex::new(String::new()),
         }
     }
 
@@ -169,23 +192,16 @@ impl Connector {
         if let Some(conn) = self.current.load_full() {
             return Ok((*conn).clone());
         }
-        {
-            let retry = self.retry_lock();
-            if let Some(next) = retry.next
-                && Instant::now() < next
-            {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "down (retrying with backoff)",
-                    retry.why.clone(),
-                )));
-            }
+        if !self.backoff.admit() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "down (retrying with backoff)",
+                lock(&self.why).clone(),
+            )));
         }
         match tokio::time::timeout(self.options.timeout, self.connect()).await {
             Ok(Ok(conn)) => {
-                let mut retry = self.retry_lock();
-                retry.next = None;
-                retry.wait = BACKOFF_MIN;
+                self.backoff.record_success();
                 self.current.store(Some(std::sync::Arc::new(conn.clone())));
                 Ok(conn)
             }
@@ -214,20 +230,9 @@ impl Connector {
         self.current.store(None);
     }
 
-    fn retry_lock(&self) -> std::sync::MutexGuard<'_, Retry> {
-        self.retry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn back_off(&self, why: String) {
-        let mut retry = self.retry_lock();
-        let wait = retry.wait;
-        *retry = Retry {
-            next: Some(Instant::now() + wait),
-            wait: (wait * 2).min(BACKOFF_MAX),
-            why,
-        };
+        *lock(&self.why) = why;
+        self.backoff.record_failure();
     }
 
     /// A reconnecting multiplexed connection to one server.

@@ -19,12 +19,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::try_join_all;
 use redis::{FromRedisValue, RedisError};
 
 use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Hit, Op, StorageError, Take};
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
+use crate::storage::remote;
 use connect::{Conn, Connector};
 pub use options::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
@@ -76,10 +76,7 @@ impl RedisStore {
 impl Inner {
     /// Seconds a counter created now for a window ending at `expires_at` must live.
     fn ttl(&self, key: &str, expires_at: u64, now: u64) -> u64 {
-        let jitter = match self.jitter_max_seconds {
-            0 => 0,
-            max => xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % max,
-        };
+        let jitter = remote::jitter_seconds(key, self.jitter_max_seconds);
         (expires_at + jitter + 1).saturating_sub(now).max(1)
     }
 
@@ -92,19 +89,10 @@ impl Inner {
         // A cluster connection follows node faults and topology changes itself; the others
         // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
         // the sentinels name now).
+        let mut conn = conn;
         let own_recovery = matches!(conn, Conn::Cluster(_));
         let started = std::time::Instant::now();
-        let result = match conn {
-            Conn::Single(mut c) => {
-                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
-            }
-            Conn::Cluster(mut c) => {
-                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
-            }
-            Conn::Sentinel(mut c) => {
-                tokio::time::timeout(self.timeout, invocation.invoke_async(&mut c)).await
-            }
-        };
+        let result = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await;
         match result {
             Ok(Ok(value)) => Ok(value),
             // redis-rs's own response timeout (the same deadline) may fire first.
@@ -128,17 +116,7 @@ impl Inner {
     /// A call started at `started` that passed its deadline: Turnstile's overload when the
     /// deadline fired late (the answer may have waited unread), Redis's lateness otherwise.
     fn late(&self, started: std::time::Instant) -> StorageError {
-        match saturated_runtime(started, self.timeout, &self.scheduling) {
-            Some(late) => StorageError::overloaded(format!(
-                "the answer of {} was not read within {:?}: Turnstile's runtime ran {late:?} \
-                 late",
-                self.name, self.timeout
-            )),
-            None => StorageError::timeout(format!(
-                "{} did not answer within {:?}",
-                self.name, self.timeout
-            )),
-        }
+        remote::late(&self.name, started, self.timeout, &self.scheduling)
     }
 
     fn error(&self, e: &RedisError) -> StorageError {
@@ -246,13 +224,6 @@ impl Inner {
     }
 }
 
-/// Whether no key comes twice (then the calls may run at once; otherwise in order).
-fn distinct<'a>(keys: impl Iterator<Item = &'a str> + Clone) -> bool {
-    keys.clone()
-        .enumerate()
-        .all(|(i, k)| keys.clone().take(i).all(|o| o != k))
-}
-
 fn is_readonly(e: &RedisError) -> bool {
     e.code() == Some("READONLY")
 }
@@ -283,20 +254,14 @@ impl RedisStore {
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
             return self.inner.counters(&all, now).await;
         }
-        // A cluster: each key on its slot's node (a script's keys must share a slot), all at
-        // once; the multiplexed connections pipeline them per node. A key that comes twice is
-        // applied in order.
-        if distinct(all.iter().map(|h| h.key.as_str())) {
-            let calls = all
-                .iter()
-                .map(|hit| self.inner.counters(std::slice::from_ref(hit), now));
-            return Ok(try_join_all(calls).await?.into_iter().flatten().collect());
-        }
-        let mut counts = Vec::with_capacity(all.len());
-        for hit in &all {
-            counts.extend(self.inner.counters(std::slice::from_ref(hit), now).await?);
-        }
-        Ok(counts)
+        // A cluster: each key on its slot's node (a script's keys must share a slot), at once;
+        // the multiplexed connections pipeline them per node.
+        let counts = remote::in_key_order(
+            &all,
+            |h| h.key.as_str(),
+            |hit| self.inner.counters(std::slice::from_ref(hit), now),
+        );
+        Ok(counts.await?.into_iter().flatten().collect())
     }
 
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
@@ -304,40 +269,25 @@ impl RedisStore {
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
             return self.inner.steps(&all).await;
         }
-        // A cluster: one call per step (a script's keys must share a slot), at once unless a
-        // key repeats, then in order.
-        if distinct(all.iter().map(|s| s.key.as_str())) {
-            let calls = all
-                .iter()
-                .map(|step| self.inner.steps(std::slice::from_ref(step)));
-            return Ok(try_join_all(calls).await?.into_iter().flatten().collect());
-        }
-        let mut answers = Vec::with_capacity(all.len());
-        for step in &all {
-            answers.extend(self.inner.steps(std::slice::from_ref(step)).await?);
-        }
-        Ok(answers)
+        // A cluster: one call per step (a script's keys must share a slot).
+        let answers = remote::in_key_order(
+            &all,
+            |s| s.key.as_str(),
+            |step| self.inner.steps(std::slice::from_ref(step)),
+        );
+        Ok(answers.await?.into_iter().flatten().collect())
     }
 
     async fn is_ready(&self) -> Result<(), StorageError> {
-        let conn = self
+        let mut conn = self
             .inner
             .connector
             .get()
             .await
             .map_err(|e| self.inner.error(&e))?;
         let ping = redis::cmd("PING");
-        let answer: Result<Result<String, RedisError>, _> = match conn {
-            Conn::Single(mut c) => {
-                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
-            }
-            Conn::Cluster(mut c) => {
-                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
-            }
-            Conn::Sentinel(mut c) => {
-                tokio::time::timeout(self.inner.timeout, ping.query_async(&mut c)).await
-            }
-        };
+        let answer =
+            tokio::time::timeout(self.inner.timeout, ping.query_async::<String>(&mut conn)).await;
         let failure = match answer {
             Ok(Ok(pong)) if pong == "PONG" => return Ok(()),
             Ok(Ok(other)) => {

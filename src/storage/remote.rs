@@ -1,0 +1,204 @@
+//! What every remote counter store (memcached, Redis) does alike, written once so that each
+//! backend module does only its protocol: the backoff of a store that failed (one caller let
+//! through per period, 50 ms doubling to 1 s), the spread of counter lifetimes
+//! (`EXPIRATION_JITTER_MAX_SECONDS`), the order operations on keys run in (distinct keys at
+//! once, a repeated key in order), and what a passed deadline means (the store's lateness, or
+//! Turnstile's own overload when its runtime was too busy to read the answer).
+//!
+//! Must not touch: connections, commands, scripts, keys' bytes, what an answer means.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures_util::future::try_join_all;
+
+use super::StorageError;
+use super::lateness::{SchedulingDelay, saturated_runtime};
+
+/// The first wait after a failure; each further failure doubles it, up to [`BACKOFF_MAX`].
+const BACKOFF_START: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The health of one remote server (or one connection target): up until it fails; while down,
+/// callers are refused at once instead of each waiting for a deadline, and one caller per
+/// backoff period is let through to try again. Lock-free: read on every call.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    failures: AtomicU32,
+    /// Milliseconds since `epoch` until which the server counts as down.
+    down_until_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            failures: AtomicU32::new(0),
+            down_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl Backoff {
+    /// Whether no failure is recorded since the last success.
+    pub(crate) fn is_up(&self) -> bool {
+        self.failures.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether a call may go out now: always while up; while down, only for the one caller
+    /// that claims the next attempt once the wait has passed.
+    pub(crate) fn admit(&self) -> bool {
+        if self.is_up() {
+            return true;
+        }
+        let now = self.now_ms();
+        let until = self.down_until_ms.load(Ordering::Acquire);
+        now >= until
+            && self
+                .down_until_ms
+                .compare_exchange(
+                    until,
+                    now + self.wait_ms(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    /// Records a failure; `true` for the first one (the server just went down).
+    pub(crate) fn record_failure(&self) -> bool {
+        let first = self.failures.fetch_add(1, Ordering::AcqRel) == 0;
+        let until = self.now_ms() + self.wait_ms();
+        self.down_until_ms.store(until, Ordering::Release);
+        first
+    }
+
+    /// Records a success; `true` when it ends a run of failures (the server is back).
+    pub(crate) fn record_success(&self) -> bool {
+        self.failures.swap(0, Ordering::AcqRel) != 0
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The wait after the current run of failures.
+    fn wait_ms(&self) -> u64 {
+        let failures = self.failures.load(Ordering::Acquire).clamp(1, 16);
+        let start = u64::try_from(BACKOFF_START.as_millis()).unwrap_or(u64::MAX);
+        let max = u64::try_from(BACKOFF_MAX.as_millis()).unwrap_or(u64::MAX);
+        (start << (failures - 1)).min(max)
+    }
+}
+
+/// Extra seconds of life for the counter `key` (`EXPIRATION_JITTER_MAX_SECONDS`), below
+/// `max`: spread by the key's hash so that counters of one window do not all expire at once,
+/// and the same for every replica.
+pub(crate) fn jitter_seconds(key: &str, max: u64) -> u64 {
+    match max {
+        0 => 0,
+        max => xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % max,
+    }
+}
+
+/// Runs `call` for every item and returns the answers in the items' order: all at once when no
+/// key comes twice, otherwise one after another, so that each answer to a repeated key is the
+/// state after exactly the operations before it.
+pub(crate) async fn in_key_order<'a, I, T, E, F, Fut>(
+    items: &'a [I],
+    key: impl Fn(&I) -> &str,
+    call: F,
+) -> Result<Vec<T>, E>
+where
+    F: Fn(&'a I) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let distinct = items
+        .iter()
+        .enumerate()
+        .all(|(i, item)| items[..i].iter().all(|o| key(o) != key(item)));
+    if distinct {
+        return try_join_all(items.iter().map(call)).await;
+    }
+    let mut answers = Vec::with_capacity(items.len());
+    for item in items {
+        answers.push(call(item).await?);
+    }
+    Ok(answers)
+}
+
+/// What a call to `store` that started at `started` and passed its `deadline` means:
+/// Turnstile's overload when the runtime was saturated (the answer may have waited unread),
+/// the store's lateness otherwise.
+pub(crate) fn late(
+    store: &str,
+    started: Instant,
+    deadline: Duration,
+    scheduling: &Arc<SchedulingDelay>,
+) -> StorageError {
+    match saturated_runtime(started, deadline, scheduling) {
+        Some(late) => StorageError::overloaded(format!(
+            "the answer of {store} was not read within {deadline:?}: Turnstile's runtime ran \
+             {late:?} late"
+        )),
+        None => StorageError::timeout(format!("{store} did not answer within {deadline:?}")),
+    }
+}
+
+/// The guard of a mutex whose holder panicked: the stores keep only plain numbers and queues
+/// under their locks, which stay usable after a panic elsewhere.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_50ms_to_1s_and_lets_one_caller_through() {
+        let b = Backoff::default();
+        assert!(b.is_up() && b.admit());
+        assert!(b.record_failure());
+        assert_eq!(b.wait_ms(), 50);
+        assert!(!b.admit(), "refused at once while the wait runs");
+        assert!(!b.record_failure());
+        assert_eq!(b.wait_ms(), 100);
+        for _ in 0..10 {
+            b.record_failure();
+        }
+        assert_eq!(b.wait_ms(), 1_000);
+        assert!(b.record_success());
+        assert!(b.is_up() && b.admit());
+        assert!(!b.record_success());
+    }
+
+    #[test]
+    fn jitter_is_below_its_bound_and_the_same_for_a_key() {
+        assert_eq!(jitter_seconds("k", 0), 0);
+        assert!(jitter_seconds("k", 7) < 7);
+        assert_eq!(jitter_seconds("k", 300), jitter_seconds("k", 300));
+    }
+
+    #[tokio::test]
+    async fn repeated_keys_run_in_order_and_answers_keep_the_items_order() {
+        let seen = Mutex::new(Vec::new());
+        let items = ["a", "b", "a"];
+        let answers: Result<Vec<usize>, ()> = in_key_order(
+            &items,
+            |k| k,
+            |k| {
+                let mut seen = lock(&seen);
+                seen.push(*k);
+                let n = seen.len();
+                async move { Ok(n) }
+            },
+        )
+        .await;
+        assert_eq!(answers, Ok(vec![1, 2, 3]));
+        assert_eq!(*lock(&seen), ["a", "b", "a"]);
+    }
+}
