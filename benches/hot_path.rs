@@ -137,21 +137,21 @@ fn decision(c: &mut Criterion) {
 /// A new key offered to a memory store whose shards are full of live counters (64 shards of
 /// `per_shard`): refused, and what that costs as the shards grow.
 fn full_memory_store(c: &mut Criterion) {
-    use turnstile::storage::{CounterStore, Hit, Op};
+    use turnstile::storage::{Change, CounterOp, CounterStore};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
     for per_shard in [1_000, 10_000] {
         let clock = ManualClock::new(1_796_000_000);
         let store = MemoryStore::new(64 * per_shard, Arc::new(clock));
-        let hit = |i: usize| Hit {
+        let hit = |i: usize| CounterOp {
             key: format!("live-{i}"),
-            op: Op::Add(1),
+            change: Change::Add(1),
             expires_at: 1_796_000_060,
         };
         let mut i = 0;
         while store.len() < 64 * per_shard && i < 200 * per_shard {
-            let _ = runtime.block_on(store.hit(&[hit(i)]));
+            let _ = runtime.block_on(store.apply(&[hit(i)]));
             i += 1;
         }
         let mut n = 0usize;
@@ -161,7 +161,7 @@ fn full_memory_store(c: &mut Criterion) {
                 b.iter(|| {
                     n += 1;
                     runtime
-                        .block_on(store.hit(black_box(&[hit(usize::MAX - n)])))
+                        .block_on(store.apply(black_box(&[hit(usize::MAX - n)])))
                         .is_err()
                 })
             },

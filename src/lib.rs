@@ -22,7 +22,7 @@
 //! storage: memory (sharded, expiry index) │ memcached (ring, pipelined meta commands)
 //!          │ redis (single, cluster, sentinel; Lua scripts)
 //!          │ postgres (durable; one server-side function call per request, owned schema)
-//!   ONE batched call per store: [Hit{key, op, expires_at}] → [count after], bucket steps
+//!   ONE batched call per store: [CounterOp{key, change, expires_at}] → [count after], bucket steps
 //!   → answers; a late answer on a busy runtime is overload (storage::lateness)
 //!   ▼
 //! limiter::Verdict → rls::response (StorageError → UNAVAILABLE / RESOURCE_EXHAUSTED)

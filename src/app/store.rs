@@ -19,7 +19,7 @@ use crate::storage::memory::MemoryStore;
 use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
 use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
-use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
 
 /// How often the memory store drops expired counters.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -41,12 +41,12 @@ pub enum Store {
 }
 
 impl CounterStore for Store {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         match self {
-            Store::Memory(s) => s.hit(hits).await,
-            Store::Memcached(s) => s.hit(hits).await,
-            Store::Redis(s) => s.hit(hits).await,
-            Store::Postgres(s) => s.hit(hits).await,
+            Store::Memory(s) => s.apply(hits).await,
+            Store::Memcached(s) => s.apply(hits).await,
+            Store::Redis(s) => s.apply(hits).await,
+            Store::Postgres(s) => s.apply(hits).await,
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::window::Window;
 use crate::rules::{Algorithm, PerUnit};
-use crate::storage::{BucketAnswer, BucketStep, Hit, Op, Take};
+use crate::storage::{BucketAnswer, BucketStep, Change, CounterOp, Take};
 
 /// What a descriptor asked of the store, by index into the request's batch.
 #[derive(Debug, Clone, Copy)]
@@ -41,13 +41,6 @@ pub(crate) struct Outcome {
     pub(crate) used: u64,
 }
 
-/// The hits of a descriptor: take (or check, with 0) or give back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hits {
-    Take(u64),
-    Refund(u64),
-}
-
 /// What ends a counter key after the descriptor's part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tail {
@@ -65,7 +58,7 @@ pub(crate) enum Tail {
 /// Everything a plan needs to know about its descriptor.
 pub(crate) struct PlanInput<'a> {
     pub(crate) rate: PerUnit,
-    pub(crate) hits: Hits,
+    pub(crate) take: Take,
     pub(crate) now_ms: u64,
     /// Builds the key for a tail.
     pub(crate) key: &'a dyn Fn(Tail) -> String,
@@ -74,19 +67,23 @@ pub(crate) struct PlanInput<'a> {
 /// What a sliding window's request does to its previous window: a refund of everything (a
 /// reset through `/counters`) empties it too, whose weight would otherwise still count; any
 /// other request only reads it.
-fn previous_window_op(hits: Hits) -> Op {
-    match hits {
-        Hits::Refund(n) if n >= crate::storage::MAX_DELTA => Op::Sub(n),
-        _ => Op::Add(0),
+fn previous_window_op(take: Take) -> Change {
+    match take {
+        Take::Refund(n) if n >= crate::storage::MAX_DELTA => Change::Sub(n),
+        _ => Change::Add(0),
     }
 }
 
 /// Adds the descriptor's store operations to the batch and returns how to read the answers.
-pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<BucketStep>) -> Plan {
+pub(crate) fn plan(
+    p: &PlanInput<'_>,
+    hits: &mut Vec<CounterOp>,
+    steps: &mut Vec<BucketStep>,
+) -> Plan {
     let period = p.rate.period.seconds();
-    let op = match p.hits {
-        Hits::Take(n) => Op::Add(n),
-        Hits::Refund(n) => Op::Sub(n),
+    let change = match p.take {
+        Take::Take(n) => Change::Add(n),
+        Take::Refund(n) => Change::Sub(n),
     };
     // A token bucket that never refills (`requests_per_unit: 0`, e.g. by an override) blocks
     // everything, as a fixed window of 0 does.
@@ -98,12 +95,12 @@ pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<Bucke
         Algorithm::FixedWindow | Algorithm::SlidingWindow => {
             let window = Window::of(period, p.now_ms / 1000);
             let current = hits.len();
-            hits.push(Hit {
+            hits.push(CounterOp {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start,
                 }),
-                op,
+                change,
                 // A sliding window reads its counter during the next window too.
                 expires_at: window.end() + period * u64::from(algorithm != Algorithm::FixedWindow),
             });
@@ -113,12 +110,12 @@ pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<Bucke
                     window,
                 };
             }
-            hits.push(Hit {
+            hits.push(CounterOp {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start.saturating_sub(period),
                 }),
-                op: previous_window_op(p.hits),
+                change: previous_window_op(p.take),
                 expires_at: window.start,
             });
             Plan::Sliding {
@@ -129,11 +126,11 @@ pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<Bucke
         }
         Algorithm::Concurrency => {
             let hit = hits.len();
-            hits.push(Hit {
+            hits.push(CounterOp {
                 key: (p.key)(Tail::Lease { period }),
-                op: match p.hits {
-                    Hits::Take(n) => Op::Lease(n),
-                    Hits::Refund(n) => Op::Release(n),
+                change: match p.take {
+                    Take::Take(n) => Change::Lease(n),
+                    Take::Refund(n) => Change::Release(n),
                 },
                 expires_at: p.now_ms / 1000 + period,
             });
@@ -148,10 +145,7 @@ pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<Bucke
                 now: u128::from(p.now_ms) * rate,
                 interval: u128::from(period) * 1000,
                 capacity,
-                take: match p.hits {
-                    Hits::Take(n) => Take::Take(n),
-                    Hits::Refund(n) => Take::Refund(n),
-                },
+                take: p.take,
                 ticks_per_milli: rate,
             });
             Plan::Bucket { step, capacity }
@@ -163,14 +157,14 @@ pub(crate) fn plan(p: &PlanInput<'_>, hits: &mut Vec<Hit>, steps: &mut Vec<Bucke
 pub(crate) fn decide(
     plan: Plan,
     rate: PerUnit,
-    hits: Hits,
+    take: Take,
     now_ms: u64,
     counts: &[u64],
     answers: &[BucketAnswer],
 ) -> Outcome {
     let limit = u64::from(rate.requests_per_unit);
     // A check (0 hits) answers OVER_LIMIT on a counter already over its limit, as the reference.
-    let taking = matches!(hits, Hits::Take(_));
+    let taking = matches!(take, Take::Take(_));
     match plan {
         Plan::Fixed { hit, window } => {
             let count = counts[hit];
@@ -202,7 +196,7 @@ pub(crate) fn decide(
                 used: count,
             }
         }
-        Plan::Bucket { step, capacity } => bucket(rate, capacity, answers[step], hits, now_ms),
+        Plan::Bucket { step, capacity } => bucket(rate, capacity, answers[step], take, now_ms),
     }
 }
 
@@ -259,7 +253,7 @@ fn sliding_wait(limit: u128, cur: u128, prev: u128, period: u128, elapsed: u128)
 }
 
 /// GCRA's answer in tokens and times: `capacity − (tat − now) / interval` tokens now.
-fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, hits: Hits, now_ms: u64) -> Outcome {
+fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, take: Take, now_ms: u64) -> Outcome {
     let r = u128::from(rate.requests_per_unit.max(1));
     let interval = u128::from(rate.period.seconds()) * 1000;
     let debt = answer.tat.saturating_sub(u128::from(now_ms) * r);
@@ -273,9 +267,9 @@ fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, hits: Hits, now_m
     } else {
         debt
     };
-    let requested = match hits {
-        Hits::Take(n) => u128::from(n),
-        Hits::Refund(_) => 0,
+    let requested = match take {
+        Take::Take(n) => u128::from(n),
+        Take::Refund(_) => 0,
     };
     // For the stats split, usage must read over the limit exactly when the take was refused.
     let limit = u128::from(rate.requests_per_unit);

@@ -8,9 +8,11 @@ use std::future::Future;
 
 use futures_util::future::{try_join, try_join3};
 
-use super::algorithm::{self, Hits, Plan};
+use super::algorithm::{self, Plan};
 use crate::rules::PerUnit;
-use crate::storage::{BucketAnswer, BucketStep, CounterStore, Hit, Op, StorageError};
+use crate::storage::{
+    BucketAnswer, BucketStep, Change, CounterOp, CounterStore, StorageError, Take,
+};
 
 /// A descriptor that is counted, and how.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +21,7 @@ pub(crate) struct Planned {
     pub(crate) index: usize,
     pub(crate) plan: Plan,
     pub(crate) rate: PerUnit,
-    pub(crate) hits: Hits,
+    pub(crate) take: Take,
 }
 
 /// A request's store operations and, after [`Batch::run`], their answers.
@@ -27,7 +29,7 @@ pub(crate) struct Planned {
 pub(crate) struct Batch {
     /// The request's time, in Unix milliseconds (one reading for every descriptor).
     pub(crate) now_ms: u64,
-    pub(crate) hits: Vec<Hit>,
+    pub(crate) hits: Vec<CounterOp>,
     pub(crate) steps: Vec<BucketStep>,
     pub(crate) planned: Vec<Planned>,
     pub(crate) counts: Vec<u64>,
@@ -137,8 +139,8 @@ impl Batch {
         let fixed: Vec<(usize, u64, u64)> = self
             .planned
             .iter()
-            .filter_map(|p| match (p.plan, p.hits) {
-                (Plan::Fixed { hit, .. }, Hits::Take(n)) if n > 0 => {
+            .filter_map(|p| match (p.plan, p.take) {
+                (Plan::Fixed { hit, .. }, Take::Take(n)) if n > 0 => {
                     Some((hit, n, u64::from(p.rate.requests_per_unit)))
                 }
                 _ => None,
@@ -150,10 +152,10 @@ impl Batch {
         let goes_over: Vec<bool> = if cached_over {
             vec![false; fixed.len()]
         } else {
-            let reads: Vec<Hit> = fixed
+            let reads: Vec<CounterOp> = fixed
                 .iter()
-                .map(|&(hit, _, _)| Hit {
-                    op: Op::Add(0),
+                .map(|&(hit, _, _)| CounterOp {
+                    change: Change::Add(0),
                     ..self.hits[hit].clone()
                 })
                 .collect();
@@ -174,7 +176,7 @@ impl Batch {
         };
         for (&(hit, _, _), over) in fixed.iter().zip(goes_over) {
             if !over {
-                self.hits[hit].op = Op::Add(0);
+                self.hits[hit].change = Change::Add(0);
             }
         }
         Ok(())
@@ -192,7 +194,7 @@ impl Batch {
             let counters = async {
                 match self.hits.is_empty() {
                     true => Ok(Vec::new()),
-                    false => store.hit(&self.hits).await,
+                    false => store.apply(&self.hits).await,
                 }
             };
             let buckets = async {
@@ -255,11 +257,11 @@ where
 /// Counter hits on their stores (see [`routed`]).
 pub(crate) async fn routed_hits<S: CounterStore>(
     stores: &Stores<'_, S>,
-    hits: Vec<Hit>,
+    hits: Vec<CounterOp>,
     to: &[Destination],
 ) -> Result<Vec<u64>, StorageError> {
     routed(stores, hits, to, |store, ops| async move {
-        store.hit(&ops).await
+        store.apply(&ops).await
     })
     .await
 }

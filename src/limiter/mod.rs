@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::rules::{Rate, RuleSet};
-use crate::storage::{CounterStore, Hit, StorageError};
-use algorithm::Hits;
+use crate::storage::Take;
+use crate::storage::{CounterOp, CounterStore, StorageError};
 use batch::Batch;
 pub use batch::Destination;
 
@@ -127,7 +127,7 @@ impl<S: CounterStore> Limiter<S> {
     /// store at once; the counts in order.
     pub async fn hit_routed(
         &self,
-        hits: Vec<Hit>,
+        hits: Vec<CounterOp>,
         to: &[Destination],
     ) -> Result<Vec<u64>, StorageError> {
         batch::routed_hits(&self.stores(), hits, to).await
@@ -222,15 +222,15 @@ impl<S: CounterStore> Limiter<S> {
             let outcome = algorithm::decide(
                 planned.plan,
                 planned.rate,
-                planned.hits,
+                planned.take,
                 batch.now_ms,
                 &batch.counts,
                 &batch.answers,
             );
             status.counting = Counting::Counted {
-                hits: match planned.hits {
-                    Hits::Take(n) => n,
-                    Hits::Refund(_) => 0,
+                hits: match planned.take {
+                    Take::Take(n) => n,
+                    Take::Refund(_) => 0,
                 },
                 after: outcome.used,
             };
@@ -270,9 +270,9 @@ impl<S: CounterStore> Limiter<S> {
             rate,
         });
         status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
-        let hits = match (descriptor.refund, descriptor.hits) {
-            (true, n) => Hits::Refund(n),
-            (false, n) => Hits::Take(n),
+        let take = match (descriptor.refund, descriptor.hits) {
+            (true, n) => Take::Refund(n),
+            (false, n) => Take::Take(n),
         };
         let base = self.key_base(domain, descriptor, limit);
         let key = |tail| base.tail(tail);
@@ -280,7 +280,7 @@ impl<S: CounterStore> Limiter<S> {
         let (plan, hit_at) = batch.plan(
             &algorithm::PlanInput {
                 rate,
-                hits,
+                take,
                 now_ms,
                 key: &key,
             },
@@ -288,23 +288,23 @@ impl<S: CounterStore> Limiter<S> {
         );
         if let (Some(cache), algorithm::Plan::Fixed { window, .. }) = (&self.local_cache, plan) {
             let key = &batch.hits[hit_at].key;
-            match hits {
-                Hits::Take(n) if cache.contains(key, now_ms / 1000) => {
+            match take {
+                Take::Take(n) if cache.contains(key, now_ms / 1000) => {
                     batch.unplan(plan);
                     status.reset_in = Some(Duration::from_secs(window.reset_in));
                     status.mark_over();
                     status.counting = Counting::LocalCache { hits: n };
                     return;
                 }
-                Hits::Refund(_) => cache.remove(key),
-                Hits::Take(_) => {}
+                Take::Refund(_) => cache.remove(key),
+                Take::Take(_) => {}
             }
         }
         batch.planned.push(batch::Planned {
             index,
             plan,
             rate,
-            hits,
+            take,
         });
     }
 

@@ -79,7 +79,7 @@ pub enum Counting {
     Unlimited,
     /// Counted in the store: `hits` added (0 for a refund or a check), `after` the count then.
     Counted {
-        /// Hits this request added.
+        /// Take this request added.
         hits: u64,
         /// The counter after them.
         after: u64,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Metrics;
-use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
 use crate::traces::{Traced, Tracer};
 
 /// How a store's calls are named in traces.
@@ -75,10 +75,10 @@ impl<S> Instrumented<S> {
 }
 
 impl<S: CounterStore> CounterStore for Instrumented<S> {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let started = Instant::now();
         let span = self.span(hits.len());
-        let result = self.inner.hit(hits).await;
+        let result = self.inner.apply(hits).await;
         self.done(started, span, &result);
         result
     }

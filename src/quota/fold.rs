@@ -13,7 +13,7 @@ use crate::limiter::Destination;
 use crate::limiter::{Limiter, Window};
 use crate::rules::Rate;
 use crate::settings::{RlqsSettings, Unmatched};
-use crate::storage::{CounterStore, Hit, Op};
+use crate::storage::{Change, CounterOp, CounterStore};
 
 /// A bucket's demand in its current and previous window, and the assignment it holds.
 #[derive(Debug, Default)]
@@ -169,7 +169,7 @@ pub(super) fn plan<S: CounterStore>(
     resolved: &[Resolution<'_>],
     placed: &[Option<Placed>],
     limiter: &Limiter<S>,
-) -> (Vec<Hit>, Vec<Destination>) {
+) -> (Vec<CounterOp>, Vec<Destination>) {
     let mut hits = Vec::new();
     let mut to = Vec::new();
     for (r, p) in resolved.iter().zip(placed) {
@@ -186,19 +186,19 @@ pub(super) fn plan<S: CounterStore>(
         to.extend([destination; 3]);
         let (period, start, end) = (window.period, window.start, window.end());
         let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
-        hits.push(Hit {
+        hits.push(CounterOp {
             key: limiter.window_key(domain, entries, limit, period, start),
-            op: Op::Add(split.allowed),
+            change: Change::Add(split.allowed),
             expires_at: end,
         });
-        hits.push(Hit {
+        hits.push(CounterOp {
             key: demand(start),
-            op: Op::Add(split.demand),
+            change: Change::Add(split.demand),
             expires_at: end + period,
         });
-        hits.push(Hit {
+        hits.push(CounterOp {
             key: demand(start.saturating_sub(period)),
-            op: Op::Add(split.earlier_demand),
+            change: Change::Add(split.earlier_demand),
             expires_at: end,
         });
     }

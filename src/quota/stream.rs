@@ -278,7 +278,7 @@ impl Drop for QuotaStream {
 /// in number; none when there are no hits.
 async fn store_counts<S: CounterStore>(
     limiter: &Limiter<S>,
-    hits: Vec<crate::storage::Hit>,
+    hits: Vec<crate::storage::CounterOp>,
     to: &[crate::limiter::Destination],
     expected: usize,
 ) -> Result<Vec<u64>, StorageError> {

@@ -89,7 +89,7 @@ pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> 
     })
 }
 
-/// Validates and converts a request as it came off the wire. Hits are resolved here: a
+/// Validates and converts a request as it came off the wire. Take are resolved here: a
 /// descriptor's own `hits_addend` wins when present (0 = check only); otherwise the request's,
 /// where 0 means 1.
 pub fn request_from_wire(pb: LenientRequest) -> Result<Request, InvalidRequest> {

@@ -15,7 +15,9 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::expiry::DueIndex;
 use super::remote::lock;
-use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Gauge, Hit, Op, StorageError};
+use super::{
+    BucketAnswer, BucketStep, COUNT_CEILING, Change, CounterOp, CounterStore, Gauge, StorageError,
+};
 use crate::clock::Clock;
 
 const SHARDS: usize = 64;
@@ -110,19 +112,19 @@ impl MemoryStore {
         lock(&self.shards[(hash as usize) % SHARDS])
     }
 
-    fn apply(&self, hit: &Hit, now: u64) -> Result<u64, StorageError> {
+    fn apply(&self, hit: &CounterOp, now: u64) -> Result<u64, StorageError> {
         let hash = xxh3_128(hit.key.as_bytes());
         let mut shard = self.shard(hash);
-        let op = hit.op.bounded();
+        let op = hit.change.bounded();
         if let Some(counter) = shard.map.get_mut(&hash) {
             if counter.expires_at > now {
                 let count = u64::try_from(counter.value).unwrap_or(u64::MAX);
                 let (count, moved) = match op {
-                    Op::Add(n) => (count.saturating_add(n).min(COUNT_CEILING), false),
-                    Op::Sub(n) => (count.saturating_sub(n), false),
-                    Op::Lease(0) => return Ok(count),
-                    Op::Lease(n) => (count.saturating_add(n).min(COUNT_CEILING), true),
-                    Op::Release(n) => (count.saturating_sub(n), true),
+                    Change::Add(n) => (count.saturating_add(n).min(COUNT_CEILING), false),
+                    Change::Sub(n) => (count.saturating_sub(n), false),
+                    Change::Lease(0) => return Ok(count),
+                    Change::Lease(n) => (count.saturating_add(n).min(COUNT_CEILING), true),
+                    Change::Release(n) => (count.saturating_sub(n), true),
                 };
                 counter.value = u128::from(count);
                 if moved && counter.expires_at != hit.expires_at {
@@ -133,7 +135,7 @@ impl MemoryStore {
             }
             shard.map.remove(&hash);
         }
-        let (Op::Add(n) | Op::Lease(n)) = op else {
+        let (Change::Add(n) | Change::Lease(n)) = op else {
             return Ok(0);
         };
         if n == 0 {
@@ -197,7 +199,7 @@ impl MemoryStore {
 }
 
 impl CounterStore for MemoryStore {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.clock.now();
         hits.iter().map(|hit| self.apply(hit, now)).collect()
     }

@@ -28,7 +28,7 @@ use std::future::Future;
 
 /// What to do to one counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub enum Change {
     /// Add this many hits (0 = read only; a missing counter then reads 0 and is not created).
     Add(u64),
     /// Refund this many hits; the counter never goes below zero and is not created.
@@ -53,25 +53,25 @@ pub const MAX_DELTA: u64 = 1 << 40;
 /// exact in the doubles of a Redis script, which compares it with the ceiling).
 pub const COUNT_CEILING: u64 = 1 << 52;
 
-impl Op {
+impl Change {
     /// The operation as every store applies it: its amount at most [`MAX_DELTA`].
-    pub fn bounded(self) -> Op {
+    pub fn bounded(self) -> Change {
         match self {
-            Op::Add(n) => Op::Add(n.min(MAX_DELTA)),
-            Op::Sub(n) => Op::Sub(n.min(MAX_DELTA)),
-            Op::Lease(n) => Op::Lease(n.min(MAX_DELTA)),
-            Op::Release(n) => Op::Release(n.min(MAX_DELTA)),
+            Change::Add(n) => Change::Add(n.min(MAX_DELTA)),
+            Change::Sub(n) => Change::Sub(n.min(MAX_DELTA)),
+            Change::Lease(n) => Change::Lease(n.min(MAX_DELTA)),
+            Change::Release(n) => Change::Release(n.min(MAX_DELTA)),
         }
     }
 }
 
 /// One counter operation of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hit {
+pub struct CounterOp {
     /// The counter key: printable ASCII, no spaces, at most [`MAX_KEY_LEN`] bytes.
     pub key: String,
     /// Add (0 = read only) or refund, and by how much.
-    pub op: Op,
+    pub change: Change,
     /// Unix second at which the counter may be dropped (the end of its window).
     pub expires_at: u64,
 }
@@ -109,9 +109,12 @@ pub enum Gauge {
 /// A shared counter store.
 pub trait CounterStore: Send + Sync + 'static {
     /// Applies every hit and returns the count after each, in order. Either all answers come
-    /// back or an error does. Every store applies [`Op::bounded`] and saturates counts at
+    /// back or an error does. Every store applies [`Change::bounded`] and saturates counts at
     /// [`COUNT_CEILING`], so that no amount a client can send wraps a count.
-    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
+    fn apply(
+        &self,
+        hits: &[CounterOp],
+    ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
 
     /// Applies every token-bucket step atomically (each as [`BucketStep::apply`] says) and
     /// returns each answer, in order. Either all answers come back or an error does; a store
@@ -138,8 +141,11 @@ pub trait CounterStore: Send + Sync + 'static {
 }
 
 impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
-    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
-        (**self).hit(hits)
+    fn apply(
+        &self,
+        hits: &[CounterOp],
+    ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
+        (**self).apply(hits)
     }
 
     fn bucket(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
-use turnstile::storage::{CounterStore, ErrorKind, Hit, Op};
+use turnstile::storage::{Change, CounterOp, CounterStore, ErrorKind};
 
 use crate::support::{missing, unique};
 
@@ -230,13 +230,13 @@ async fn load(store: &MemcachedStore, clock: &ManualClock, length: Duration) -> 
         callers.push(tokio::spawn(async move {
             let mut phase = Phase::default();
             while Instant::now() < end {
-                let hit = Hit {
+                let hit = CounterOp {
                     key: unique("fault"),
-                    op: Op::Add(1),
+                    change: Change::Add(1),
                     expires_at: now + 60,
                 };
                 let started = Instant::now();
-                let result = store.hit(&[hit]).await;
+                let result = store.apply(&[hit]).await;
                 phase.slowest = phase.slowest.max(started.elapsed());
                 match result {
                     Ok(_) => phase.ok += 1,
@@ -324,12 +324,12 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     ns.drop_packets(None);
     let healed = Instant::now();
     let key = unique("after");
-    let hit = |n| Hit {
+    let hit = |n| CounterOp {
         key: key.clone(),
-        op: Op::Add(n),
+        change: Change::Add(n),
         expires_at: clock.now() + 60,
     };
-    while store.hit(&[hit(0)]).await.is_err() {
+    while store.apply(&[hit(0)]).await.is_err() {
         assert!(
             healed.elapsed() < Duration::from_secs(5),
             "no recovery within 5 s of healing"
@@ -344,7 +344,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     );
     // Counting afterwards is exact.
     for _ in 0..100 {
-        store.hit(&[hit(1)]).await.expect("hit after healing");
+        store.apply(&[hit(1)]).await.expect("hit after healing");
     }
-    assert_eq!(store.hit(&[hit(0)]).await, Ok(vec![100]));
+    assert_eq!(store.apply(&[hit(0)]).await, Ok(vec![100]));
 }

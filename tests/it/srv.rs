@@ -10,7 +10,7 @@ use tokio::net::UdpSocket;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::discovery::Resolver;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
-use turnstile::storage::{CounterStore, Hit, Op};
+use turnstile::storage::{Change, CounterOp, CounterStore};
 
 use crate::process::{Process, RULES, rules_root};
 use crate::support::{Memcached, req1, unique};
@@ -88,14 +88,14 @@ async fn discovery_refresh_and_failed_lookups() {
     .expect("discover");
     assert_eq!(store.servers(), vec![format!("127.0.0.1:{}", mc2.port)]);
     let key = unique("srv");
-    let hit = |n| Hit {
+    let hit = |n| CounterOp {
         key: key.clone(),
-        op: Op::Add(n),
+        change: Change::Add(n),
         expires_at: clock.now() + 60,
     };
     assert_eq!(
         store
-            .hit(&[hit(1)])
+            .apply(&[hit(1)])
             .await
             .expect("counts on the discovered server"),
         vec![1]

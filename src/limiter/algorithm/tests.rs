@@ -1,5 +1,5 @@
 //! Unit tests of `algorithm`.
-use super::{Hits, Window, bucket, sliding};
+use super::{Take, Window, bucket, sliding};
 use crate::rules::{Algorithm, PerUnit, Period, Unit};
 use crate::storage::BucketAnswer;
 use proptest::prelude::*;
@@ -21,7 +21,7 @@ proptest! {
         };
         let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
         let answer = BucketAnswer { admitted, tat: 1_000 * u128::from(rate.requests_per_unit) + debt };
-        let out = bucket(rate, capacity, answer, Hits::Take(n), 1_000);
+        let out = bucket(rate, capacity, answer, Take::Take(n), 1_000);
         prop_assert_eq!(out.over, out.used > u64::from(rate.requests_per_unit));
     }
 }

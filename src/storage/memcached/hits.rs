@@ -9,24 +9,27 @@ use futures_util::future::try_join_all;
 
 use super::MemcachedStore;
 use super::transport::Command;
-use crate::storage::{COUNT_CEILING, Hit, Op, StorageError};
+use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 
 impl MemcachedStore {
     /// Applies `hits` and brings every count that went past [`COUNT_CEILING`] back to it.
-    pub(super) async fn saturating_hits(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    pub(super) async fn saturating_hits(
+        &self,
+        hits: &[CounterOp],
+    ) -> Result<Vec<u64>, StorageError> {
         let mut counts = self.apply_hits(hits).await?;
         // memcached's arithmetic wraps at 2^64: a count that went past the ceiling is brought
         // back to it (amounts are bounded, so it is far from wrapping), and reads as it.
-        let back: Vec<Hit> = hits
+        let back: Vec<CounterOp> = hits
             .iter()
             .zip(&mut counts)
             .filter(|(_, count)| **count > COUNT_CEILING)
             .map(|(hit, count)| {
                 let over = *count - COUNT_CEILING;
                 *count = COUNT_CEILING;
-                Hit {
+                CounterOp {
                     key: hit.key.clone(),
-                    op: Op::Sub(over),
+                    change: Change::Sub(over),
                     expires_at: hit.expires_at,
                 }
             })
@@ -40,7 +43,7 @@ impl MemcachedStore {
     }
 
     /// The counts after `hits`, as memcached answers them.
-    async fn apply_hits(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_hits(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
         let topology = self.inner.topology.load();
         // Group the hits by server: one batch (one write, one round trip) per server, the
@@ -64,7 +67,7 @@ impl MemcachedStore {
                     let hit = &hits[i];
                     Command {
                         key: &hit.key,
-                        op: hit.op.bounded(),
+                        change: hit.change.bounded(),
                         exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
                     }
                 })

@@ -31,7 +31,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
-use super::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
+use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
 use crate::clock::Clock;
 use discovery::Resolver;
 use health::Server;
@@ -245,7 +245,7 @@ impl Inner {
 }
 
 impl CounterStore for MemcachedStore {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         self.saturating_hits(hits).await
     }
 

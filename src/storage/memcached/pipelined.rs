@@ -14,7 +14,7 @@ use super::meta::{
 };
 use super::pipeline::{Pipeline, Reply};
 use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
-use crate::storage::Op;
+use crate::storage::Change;
 
 /// Pipelined connections per server: two keep a write in flight while the other fills.
 const CONNECTIONS_PER_SERVER: usize = 2;
@@ -99,11 +99,11 @@ impl Transport for Pipelined {
             // All of a request's commands for this server in one write.
             let mut lines = Vec::with_capacity(commands.len() * 64);
             for c in commands {
-                match c.op {
-                    Op::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
-                    Op::Sub(n) => push_sub(&mut lines, c.key, n),
-                    Op::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
-                    Op::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
+                match c.change {
+                    Change::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
+                    Change::Sub(n) => push_sub(&mut lines, c.key, n),
+                    Change::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
+                    Change::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
                 }
             }
             self.call(lines, commands.len(), Some(Arc::clone(sent)))

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 pub(super) use super::pooled_commands::Protocol;
 use super::pooled_commands::{add, lease, read_state, sub, write_state};
 use super::transport::{Command, Connections, Sent, Transport, TransportError};
-use crate::storage::Op;
+use crate::storage::Change;
 use crate::storage::remote::in_key_order;
 
 /// Creates pooled connections; the check-out test is off (it costs a round trip per use), and
@@ -94,11 +94,13 @@ impl Pooled {
         let mut conn = self.connection().await?;
         // With a connection in hand, the command goes straight to the server.
         sent.store(true, Ordering::Release);
-        let count = match command.op {
-            Op::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
-            Op::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
-            Op::Lease(0) => add(&mut conn, self.protocol, command.key, 0, command.exptime).await,
-            Op::Lease(_) | Op::Release(_) => {
+        let count = match command.change {
+            Change::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
+            Change::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
+            Change::Lease(0) => {
+                add(&mut conn, self.protocol, command.key, 0, command.exptime).await
+            }
+            Change::Lease(_) | Change::Release(_) => {
                 self.meta_only("a concurrency limit")?;
                 lease(&mut conn, command).await
             }

@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::transport::Command;
-use crate::storage::Op;
+use crate::storage::Change;
 
 /// Which command family a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,12 +120,12 @@ pub(super) async fn sub(
 pub(super) async fn lease(conn: &mut Client, command: &Command<'_>) -> Result<u64, Error> {
     let b64 = STANDARD.encode(command.key);
     let ttl = format!("T{}", command.exptime);
-    let result = match command.op {
-        Op::Release(n) => {
+    let result = match command.change {
+        Change::Release(n) => {
             conn.meta_decrement(&b64, false, None, Some(n), Some(&["b", &ttl, "v"]))
                 .await
         }
-        Op::Lease(n) | Op::Add(n) | Op::Sub(n) => {
+        Change::Lease(n) | Change::Add(n) | Change::Sub(n) => {
             let vivify = format!("N{}", command.exptime);
             let initial = format!("J{n}");
             let flags = ["b", &vivify, &initial, &ttl, "v"];

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use futures_util::future::BoxFuture;
 
-use crate::storage::Op;
+use crate::storage::Change;
 
 /// One counter command for a server.
 #[derive(Debug, Clone, Copy)]
@@ -22,7 +22,7 @@ pub(super) struct Command<'a> {
     /// The counter key (sent base64-encoded by meta transports).
     pub(super) key: &'a str,
     /// Add (0 = read only) or refund.
-    pub(super) op: Op,
+    pub(super) change: Change,
     /// memcached's exptime for a counter this command creates.
     pub(super) exptime: u64,
 }

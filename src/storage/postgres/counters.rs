@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{PostgresStore, signed};
-use crate::storage::{COUNT_CEILING, Hit, Op, StorageError};
+use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 
 /// The two statements, for one schema.
 pub(super) struct Statements {
@@ -32,28 +32,31 @@ impl Statements {
                                    ELSE c.expires_at END \
                  RETURNING c.key, c.count"
             ),
-            general: format!("SELECT counts FROM {quoted}.hit($1, $2, $3, $4, $5, $6)"),
+            general: format!("SELECT counts FROM {quoted}.apply($1, $2, $3, $4, $5, $6)"),
         }
     }
 }
 
-fn op_code(op: Op) -> (i16, u64) {
+fn op_code(op: Change) -> (i16, u64) {
     match op {
-        Op::Add(n) => (0, n),
-        Op::Sub(n) => (1, n),
-        Op::Lease(n) => (2, n),
-        Op::Release(n) => (3, n),
+        Change::Add(n) => (0, n),
+        Change::Sub(n) => (1, n),
+        Change::Lease(n) => (2, n),
+        Change::Release(n) => (3, n),
     }
 }
 
 /// Every hit adds something, each to a key of its own.
-fn adds_only(hits: &[Hit]) -> bool {
+fn adds_only(hits: &[CounterOp]) -> bool {
     let mut keys = HashSet::with_capacity(hits.len());
     hits.iter()
-        .all(|h| matches!(h.op, Op::Add(n) if n > 0) && keys.insert(h.key.as_str()))
+        .all(|h| matches!(h.change, Change::Add(n) if n > 0) && keys.insert(h.key.as_str()))
 }
 
-pub(super) async fn hit(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+pub(super) async fn hit(
+    store: &PostgresStore,
+    hits: &[CounterOp],
+) -> Result<Vec<u64>, StorageError> {
     if hits.is_empty() {
         return Ok(Vec::new());
     }
@@ -75,10 +78,10 @@ pub(super) async fn hit(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>,
 
 /// The adds of one request, through the coalescer (which merges them with those of requests
 /// waiting at the same time).
-async fn adds(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+async fn adds(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
     let adds = hits
         .iter()
-        .map(|h| (h.key.clone(), op_code(h.op.bounded()).1, h.expires_at))
+        .map(|h| (h.key.clone(), op_code(h.change.bounded()).1, h.expires_at))
         .collect();
     let deadline = store.inner.options.timeout;
     match tokio::time::timeout(deadline, store.coalescer().add(adds)).await {
@@ -128,11 +131,11 @@ pub(super) async fn adds_statement(
         .collect()
 }
 
-async fn general(store: &PostgresStore, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+async fn general(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
     let keys: Vec<&str> = hits.iter().map(|h| h.key.as_str()).collect();
     let (mut ops, mut amounts, mut expires) = (Vec::new(), Vec::new(), Vec::new());
     for h in hits {
-        let (op, n) = op_code(h.op.bounded());
+        let (op, n) = op_code(h.change.bounded());
         ops.push(op);
         amounts.push(signed(n));
         expires.push(signed(h.expires_at));

@@ -32,7 +32,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 
 use crate::clock::Clock;
-use crate::storage::{BucketAnswer, BucketStep, CounterStore, Gauge, Hit, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
 
 pub use schema::{MigrateMode, SchemaError, SchemaState};
 
@@ -262,7 +262,7 @@ fn signed(n: u64) -> i64 {
 }
 
 impl CounterStore for PostgresStore {
-    async fn hit(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         counters::hit(self, hits).await
     }
 

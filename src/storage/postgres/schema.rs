@@ -47,7 +47,7 @@ CREATE INDEX buckets_expires_at ON {s}.buckets (expires_at);
 
 -- ops: 0 add, 1 sub (refund), 2 lease, 3 release. A row whose expires_at <= now_s is gone:
 -- read as missing, and reused (count and expiry reset) by the next add.
-CREATE FUNCTION {s}.hit(keys text[], ops smallint[], amounts bigint[], expires bigint[],
+CREATE FUNCTION {s}.apply(keys text[], ops smallint[], amounts bigint[], expires bigint[],
                         now_s bigint, ceiling bigint, OUT counts bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisError};
 
-use super::{BucketAnswer, BucketStep, COUNT_CEILING, CounterStore, Hit, Op, StorageError, Take};
+use super::{
+    BucketAnswer, BucketStep, COUNT_CEILING, Change, CounterOp, CounterStore, StorageError, Take,
+};
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use crate::storage::remote;
@@ -138,14 +140,14 @@ impl Inner {
     }
 
     /// The counts after `hits`, in one script call.
-    async fn counters(&self, hits: &[&Hit], now: u64) -> Result<Vec<u64>, StorageError> {
+    async fn counters(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
         let mut invocation = self.scripts.counters.prepare_invoke();
         for hit in hits {
-            let (op, n) = match hit.op.bounded() {
-                Op::Add(n) => ("add", n),
-                Op::Sub(n) => ("sub", n),
-                Op::Lease(n) => ("lease", n),
-                Op::Release(n) => ("release", n),
+            let (op, n) = match hit.change.bounded() {
+                Change::Add(n) => ("add", n),
+                Change::Sub(n) => ("sub", n),
+                Change::Lease(n) => ("lease", n),
+                Change::Release(n) => ("release", n),
             };
             invocation
                 .key(hit.key.as_bytes())
@@ -231,7 +233,10 @@ fn is_readonly(e: &RedisError) -> bool {
 /// The futures are boxed: redis-rs's are deep, and unboxed they push the service's request
 /// future past the compiler's layout depth limit in release builds.
 impl CounterStore for RedisStore {
-    fn hit(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
+    fn apply(
+        &self,
+        hits: &[CounterOp],
+    ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
         Box::pin(self.hit_all(hits))
     }
 
@@ -248,9 +253,9 @@ impl CounterStore for RedisStore {
 }
 
 impl RedisStore {
-    async fn hit_all(&self, hits: &[Hit]) -> Result<Vec<u64>, StorageError> {
+    async fn hit_all(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
-        let all: Vec<&Hit> = hits.iter().collect();
+        let all: Vec<&CounterOp> = hits.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
             return self.inner.counters(&all, now).await;
         }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::{MemcachedStore, MemcachedTransport};
-use turnstile::storage::{CounterStore, ErrorKind, Op, Take};
+use turnstile::storage::{Change, CounterStore, ErrorKind, Take};
 
 use super::{Fixture, hit, step};
 use crate::support::{Memcached, memcached_store_with, unique};
@@ -57,14 +57,17 @@ async fn memcached(transport: MemcachedTransport) {
     let key = unique("exp");
     let end = clock.now() + 1;
     assert_eq!(
-        store.hit(&[hit(&key, Op::Add(1), end)]).await.expect("hit"),
+        store
+            .apply(&[hit(&key, Change::Add(1), end)])
+            .await
+            .expect("hit"),
         vec![1]
     );
     // memcached's own clock decides: poll until the counter is gone, at the latest 1 s after
     // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
     crate::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
         let read = store
-            .hit(&[hit(&key, Op::Add(0), end)])
+            .apply(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read");
         if read != vec![0] {
@@ -83,7 +86,7 @@ async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
 ) {
     let key = unique("classic");
     let err = store
-        .hit(&[hit(&key, Op::Lease(1), clock.now() + 60)])
+        .apply(&[hit(&key, Change::Lease(1), clock.now() + 60)])
         .await
         .expect_err("lease");
     assert!(
@@ -107,14 +110,14 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
     let (key, control) = (unique("lease-ttl"), unique("control"));
     let soon = clock.now() + 1;
     store
-        .hit(&[
-            hit(&key, Op::Lease(1), soon),
-            hit(&control, Op::Lease(1), soon),
+        .apply(&[
+            hit(&key, Change::Lease(1), soon),
+            hit(&control, Change::Lease(1), soon),
         ])
         .await
         .expect("leases");
     store
-        .hit(&[hit(&key, Op::Lease(1), clock.now() + 3_600)])
+        .apply(&[hit(&key, Change::Lease(1), clock.now() + 3_600)])
         .await
         .expect("renew");
     // memcached's own clock decides: poll the control counter until it is gone.
@@ -123,7 +126,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
         "the control lease expired",
         || async {
             let read = store
-                .hit(&[hit(&control, Op::Lease(0), soon)])
+                .apply(&[hit(&control, Change::Lease(0), soon)])
                 .await
                 .expect("read");
             (read == vec![0]).then_some(())
@@ -132,7 +135,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
     .await;
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Lease(0), soon)])
+            .apply(&[hit(&key, Change::Lease(0), soon)])
             .await
             .expect("read"),
         vec![2]

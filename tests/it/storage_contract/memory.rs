@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::memory::MemoryStore;
-use turnstile::storage::{CounterStore, ErrorKind, Op};
+use turnstile::storage::{Change, CounterStore, ErrorKind};
 
 use super::{Fixture, hit};
 use crate::support::unique;
@@ -30,7 +30,10 @@ async fn memory_store_expiry_and_sweeping() {
     let key = unique("exp");
     let end = clock.now() + 2;
     assert_eq!(
-        store.hit(&[hit(&key, Op::Add(1), end)]).await.expect("hit"),
+        store
+            .apply(&[hit(&key, Change::Add(1), end)])
+            .await
+            .expect("hit"),
         vec![1]
     );
     clock.advance(2);
@@ -39,7 +42,7 @@ async fn memory_store_expiry_and_sweeping() {
     assert_eq!(store.len(), live - 1);
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Add(0), end)])
+            .apply(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0]
@@ -48,22 +51,22 @@ async fn memory_store_expiry_and_sweeping() {
     let key = unique("lease-exp");
     let at = |secs: u64| clock.now() + secs;
     store
-        .hit(&[hit(&key, Op::Lease(1), at(2))])
+        .apply(&[hit(&key, Change::Lease(1), at(2))])
         .await
         .expect("lease");
     clock.advance(1);
     store
-        .hit(&[hit(&key, Op::Lease(1), at(2))])
+        .apply(&[hit(&key, Change::Lease(1), at(2))])
         .await
         .expect("lease");
     store
-        .hit(&[hit(&key, Op::Lease(0), at(60))])
+        .apply(&[hit(&key, Change::Lease(0), at(60))])
         .await
         .expect("read");
     clock.advance(1);
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Lease(0), at(2))])
+            .apply(&[hit(&key, Change::Lease(0), at(2))])
             .await
             .expect("read"),
         vec![2]
@@ -71,7 +74,7 @@ async fn memory_store_expiry_and_sweeping() {
     clock.advance(1);
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Lease(0), at(2))])
+            .apply(&[hit(&key, Change::Lease(0), at(2))])
             .await
             .expect("read"),
         vec![0],
@@ -92,7 +95,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let mut refused = 0;
     for i in 0..1_000 {
         let key = unique(&format!("full{i}"));
-        match store.hit(&[hit(&key, Op::Add(1), now + 10)]).await {
+        match store.apply(&[hit(&key, Change::Add(1), now + 10)]).await {
             Ok(_) => held.push(key),
             Err(e) if e.kind() == ErrorKind::Full => refused += 1,
             Err(e) => panic!("{e}"),
@@ -103,7 +106,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     for key in &held {
         assert_eq!(
             store
-                .hit(&[hit(key, Op::Add(1), now + 10)])
+                .apply(&[hit(key, Change::Add(1), now + 10)])
                 .await
                 .expect("held"),
             vec![2],
@@ -114,7 +117,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let lease = held[0].clone();
     clock.advance(5);
     store
-        .hit(&[hit(&lease, Op::Lease(1), clock.now() + 100)])
+        .apply(&[hit(&lease, Change::Lease(1), clock.now() + 100)])
         .await
         .expect("lease moved");
     clock.advance(6);
@@ -122,7 +125,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     for i in 0..1_000 {
         let key = unique(&format!("again{i}"));
         if store
-            .hit(&[hit(&key, Op::Add(1), clock.now() + 10)])
+            .apply(&[hit(&key, Change::Add(1), clock.now() + 10)])
             .await
             .is_ok()
         {
@@ -132,7 +135,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     assert_eq!(taken, 63, "every shard but the lease's made room");
     assert_eq!(
         store
-            .hit(&[hit(&lease, Op::Lease(0), clock.now() + 100)])
+            .apply(&[hit(&lease, Change::Lease(0), clock.now() + 100)])
             .await
             .expect("read"),
         vec![3],

@@ -34,7 +34,7 @@ mod postgres;
 mod redis;
 
 use turnstile::clock::{Clock, ManualClock};
-use turnstile::storage::{BucketStep, CounterStore, Hit, MAX_KEY_LEN, Op, Take};
+use turnstile::storage::{BucketStep, Change, CounterOp, CounterStore, MAX_KEY_LEN, Take};
 
 use crate::support::unique;
 
@@ -84,10 +84,10 @@ pub(super) mod cases {
     }
 }
 
-pub(super) fn hit(key: &str, op: Op, expires_at: u64) -> Hit {
-    Hit {
+pub(super) fn hit(key: &str, change: Change, expires_at: u64) -> CounterOp {
+    CounterOp {
         key: key.to_owned(),
-        op,
+        change,
         expires_at,
     }
 }
@@ -99,42 +99,48 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let end = now + 60;
     let (a, b) = (unique("a"), unique("b"));
     assert_eq!(
-        store.hit(&[hit(&a, Op::Add(0), end)]).await.expect("read"),
+        store
+            .apply(&[hit(&a, Change::Add(0), end)])
+            .await
+            .expect("read"),
         vec![0],
         "read of a missing counter"
     );
     assert_eq!(
         store
-            .hit(&[hit(&a, Op::Sub(3), end)])
+            .apply(&[hit(&a, Change::Sub(3), end)])
             .await
             .expect("refund"),
         vec![0],
         "refund of a missing counter"
     );
     assert_eq!(
-        store.hit(&[hit(&a, Op::Add(0), end)]).await.expect("read"),
+        store
+            .apply(&[hit(&a, Change::Add(0), end)])
+            .await
+            .expect("read"),
         vec![0],
         "neither created it"
     );
     let counts = store
-        .hit(&[
-            hit(&a, Op::Add(1), end),
-            hit(&b, Op::Add(5), end),
-            hit(&a, Op::Add(2), end),
+        .apply(&[
+            hit(&a, Change::Add(1), end),
+            hit(&b, Change::Add(5), end),
+            hit(&a, Change::Add(2), end),
         ])
         .await
         .expect("batch");
     assert_eq!(counts, vec![1, 5, 3], "counts after each hit, in order");
     assert_eq!(
         store
-            .hit(&[hit(&a, Op::Sub(2), end)])
+            .apply(&[hit(&a, Change::Sub(2), end)])
             .await
             .expect("refund"),
         vec![1]
     );
     assert_eq!(
         store
-            .hit(&[hit(&a, Op::Sub(9), end)])
+            .apply(&[hit(&a, Change::Sub(9), end)])
             .await
             .expect("refund"),
         vec![0],
@@ -143,7 +149,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let longest = "k".repeat(MAX_KEY_LEN);
     assert_eq!(
         store
-            .hit(&[hit(&longest, Op::Add(7), end)])
+            .apply(&[hit(&longest, Change::Add(7), end)])
             .await
             .expect("long key"),
         vec![7]
@@ -161,7 +167,12 @@ pub(super) async fn race<S: CounterStore + Clone + 'static>(stores: &[S], clock:
         tasks.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             for _ in 0..25 {
-                seen.extend(store.hit(&[hit(&key, Op::Add(1), end)]).await.expect("hit"));
+                seen.extend(
+                    store
+                        .apply(&[hit(&key, Change::Add(1), end)])
+                        .await
+                        .expect("hit"),
+                );
             }
             seen
         }));
@@ -180,20 +191,23 @@ pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
     let key = unique("lease");
     let lease = |op| hit(&key, op, end);
     assert_eq!(
-        store.hit(&[lease(Op::Release(1))]).await.expect("release"),
+        store
+            .apply(&[lease(Change::Release(1))])
+            .await
+            .expect("release"),
         vec![0]
     );
     assert_eq!(
-        store.hit(&[lease(Op::Lease(0))]).await.expect("read"),
+        store.apply(&[lease(Change::Lease(0))]).await.expect("read"),
         vec![0],
         "not created"
     );
     let counts = store
-        .hit(&[
-            lease(Op::Lease(2)),
-            lease(Op::Lease(0)),
-            lease(Op::Release(1)),
-            lease(Op::Release(5)),
+        .apply(&[
+            lease(Change::Lease(2)),
+            lease(Change::Lease(0)),
+            lease(Change::Release(1)),
+            lease(Change::Release(5)),
         ])
         .await
         .expect("leases");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use turnstile::clock::{Clock, ManualClock};
-use turnstile::storage::{CounterStore, Op};
+use turnstile::storage::{Change, CounterStore};
 
 use turnstile::storage::postgres::PostgresStore;
 
@@ -40,11 +40,14 @@ async fn postgres_rows_reused_in_place() {
     // An expired row is reused in place by the next hit, with the new window's expiry.
     let key = unique("reuse");
     let end = clock.now() + 2;
-    store.hit(&[hit(&key, Op::Add(5), end)]).await.expect("hit");
+    store
+        .apply(&[hit(&key, Change::Add(5), end)])
+        .await
+        .expect("hit");
     clock.advance(3);
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Add(0), end)])
+            .apply(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0],
@@ -52,7 +55,7 @@ async fn postgres_rows_reused_in_place() {
     );
     assert_eq!(
         store
-            .hit(&[hit(&key, Op::Add(1), clock.now() + 60)])
+            .apply(&[hit(&key, Change::Add(1), clock.now() + 60)])
             .await
             .expect("hit"),
         vec![1],
@@ -72,15 +75,15 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
     let (store, schema) = pg.store(&shared);
     let end = clock.now() + 5;
     let ended: Vec<_> = (0..12_000)
-        .map(|i| hit(&format!("old-{i}"), Op::Add(1), end))
+        .map(|i| hit(&format!("old-{i}"), Change::Add(1), end))
         .collect();
     for chunk in ended.chunks(1_000) {
-        store.hit(chunk).await.expect("hits");
+        store.apply(chunk).await.expect("hits");
     }
     let live: Vec<_> = (0..10)
-        .map(|i| hit(&format!("live-{i}"), Op::Add(1), end + 3_600))
+        .map(|i| hit(&format!("live-{i}"), Change::Add(1), end + 3_600))
         .collect();
-    store.hit(&live).await.expect("hits");
+    store.apply(&live).await.expect("hits");
     assert_eq!(
         store.sweep_once().await.expect("sweep"),
         0,
@@ -97,7 +100,7 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
         "10"
     );
     assert_eq!(
-        store.hit(&live[..1]).await.expect("live"),
+        store.apply(&live[..1]).await.expect("live"),
         vec![2],
         "live rows untouched"
     );
@@ -139,7 +142,7 @@ async fn replicas_starting_together_migrate_once() {
     let fresh = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), clock)
         .expect("store");
     let error = fresh
-        .hit(&[hit("k", Op::Add(1), crate::support::T0 + 60)])
+        .apply(&[hit("k", Change::Add(1), crate::support::T0 + 60)])
         .await
         .expect_err("newer schema");
     assert!(
