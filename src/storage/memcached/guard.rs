@@ -6,25 +6,37 @@
 //! Must not touch: what the commands are (counters, bucket states), the ring.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use super::PROBE_DEADLINE;
 use super::health::Server;
 use super::transport::{Sent, TransportError};
-use super::{Inner, PROBE_DEADLINE};
 use crate::storage::StorageError;
+use crate::storage::lateness::SchedulingDelay;
 use crate::storage::remote::late;
 
-impl Inner {
+/// What every call to a server is held to: the operation's deadline (`MEMCACHE_TIMEOUT`) and
+/// the runtime's scheduling delay (to tell Turnstile's overload from a late server).
+#[derive(Debug)]
+pub(super) struct Deadline {
+    pub(super) timeout: Duration,
+    pub(super) scheduling: Arc<SchedulingDelay>,
+}
+
+impl Server {
     /// Runs `call` (which sets `sent` once its commands are written) under the operation
-    /// deadline and the server's health tracking: a server in backoff is not asked; time spent
-    /// before the write is Turnstile's overload; a late answer is checked by a probe before the
-    /// server is called down; connection faults mark it down at once.
+    /// deadline and this server's health tracking: a server in backoff is not asked; time
+    /// spent before the write is Turnstile's overload; a late answer is checked by a probe
+    /// before the server is called down; connection faults mark it down at once.
     pub(super) async fn guarded<T>(
-        &self,
-        server: &Server,
+        self: &Arc<Self>,
+        deadline: &Deadline,
         sent: &Sent,
         call: impl Future<Output = Result<T, TransportError>>,
     ) -> Result<T, StorageError> {
+        let server = self;
         if !server.admit() {
             return Err(StorageError::unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
@@ -32,7 +44,7 @@ impl Inner {
             )));
         }
         let started = std::time::Instant::now();
-        let error = match tokio::time::timeout(self.timeout, call).await {
+        let error = match tokio::time::timeout(deadline.timeout, call).await {
             Ok(Ok(answer)) => {
                 server.record_success();
                 return Ok(answer);
@@ -42,15 +54,20 @@ impl Inner {
                 // Never written: the time went in Turnstile's own queue.
                 return Err(StorageError::overloaded(format!(
                     "commands for memcached {} waited {:?} in Turnstile without being sent",
-                    server.name, self.timeout
+                    server.name, deadline.timeout
                 )));
             }
             Err(_) => {
                 // Written, not answered in time: ask the server on the side before calling it
                 // down (Turnstile may have been too busy to read the answer).
-                self.probe_later(server);
+                self.probe_later();
                 let store = format!("memcached {}", server.name);
-                return Err(late(&store, started, self.timeout, &self.scheduling));
+                return Err(late(
+                    &store,
+                    started,
+                    deadline.timeout,
+                    &deadline.scheduling,
+                ));
             }
         };
         if let TransportError::Overloaded(why) = error {
@@ -72,21 +89,13 @@ impl Inner {
         }
     }
 
-    /// Probes `server` in the background (one probe at a time); a probe that fails within
-    /// [`PROBE_DEADLINE`] marks the server down.
-    pub(super) fn probe_later(&self, server: &Server) {
-        if !server.start_probe() {
+    /// Probes this server in the background (one probe at a time); a probe that fails within
+    /// [`PROBE_DEADLINE`] marks it down.
+    fn probe_later(self: &Arc<Self>) {
+        if !self.start_probe() {
             return;
         }
-        let topology = self.topology.load();
-        let Some(server) = topology
-            .servers
-            .iter()
-            .find(|s| std::ptr::eq(s.as_ref(), server))
-            .cloned()
-        else {
-            return;
-        };
+        let server = Arc::clone(self);
         tokio::spawn(async move {
             let answered = matches!(
                 tokio::time::timeout(PROBE_DEADLINE, server.transport.probe()).await,

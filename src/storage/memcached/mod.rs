@@ -100,11 +100,11 @@ struct Inner {
     buckets: token_bucket::Coalescer,
     transport: MemcachedTransport,
     pool_size: u32,
-    timeout: Duration,
+    /// Every call's deadline, and the runtime's scheduling delay (a late answer on a busy
+    /// runtime is overload).
+    deadline: guard::Deadline,
     jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
-    /// The runtime's recent scheduling delay: a late answer on a busy runtime is overload.
-    scheduling: Arc<crate::storage::lateness::SchedulingDelay>,
 }
 
 impl MemcachedStore {
@@ -123,10 +123,12 @@ impl MemcachedStore {
                 buckets: token_bucket::Coalescer::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
-                timeout: options.timeout,
+                deadline: guard::Deadline {
+                    timeout: options.timeout,
+                    scheduling: crate::storage::lateness::SchedulingDelay::shared(),
+                },
                 jitter_max_seconds: options.jitter_max_seconds,
                 clock,
-                scheduling: crate::storage::lateness::SchedulingDelay::shared(),
             }),
         };
         store.set_servers(options.servers);
@@ -221,7 +223,7 @@ impl Inner {
             Box::new(Pooled::new(
                 server.to_owned(),
                 self.pool_size,
-                self.timeout,
+                self.deadline.timeout,
                 protocol,
             ))
         };
@@ -235,12 +237,12 @@ impl Inner {
     /// The counts after `commands`, which all belong to `server`.
     async fn apply(
         &self,
-        server: &Server,
+        server: &Arc<Server>,
         commands: &[Command<'_>],
     ) -> Result<Vec<u64>, StorageError> {
         let sent = Sent::default();
-        self.guarded(server, &sent, server.transport.apply(commands, &sent))
-            .await
+        let call = server.transport.apply(commands, &sent);
+        server.guarded(&self.deadline, &sent, call).await
     }
 }
 
@@ -278,7 +280,7 @@ impl CounterStore for MemcachedStore {
                 return Ok(());
             }
             let probe = server.transport.probe();
-            match tokio::time::timeout(self.inner.timeout * 10, probe).await {
+            match tokio::time::timeout(self.inner.deadline.timeout * 10, probe).await {
                 Ok(Ok(())) => {
                     server.record_success();
                     return Ok(());

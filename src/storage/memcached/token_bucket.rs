@@ -117,7 +117,7 @@ impl Inner {
         for _ in 0..MAX_ATTEMPTS {
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
-            let state = self.guarded(server, &sent, read).await?;
+            let state = server.guarded(&self.deadline, &sent, read).await?;
             let mut tat = state.map(|(value, _)| value);
             let mut changed = None;
             let answers: Vec<BucketAnswer> = steps
@@ -140,7 +140,7 @@ impl Inner {
             let write = server
                 .transport
                 .write_state(key, value, cas, exptime, &sent);
-            if self.guarded(server, &sent, write).await? {
+            if server.guarded(&self.deadline, &sent, write).await? {
                 return Ok(answers);
             }
         }
