@@ -75,7 +75,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 echo "==> cargo test"
 log=$(mktemp)
 status=0
+tests_started=$SECONDS
 cargo test --locked 2>&1 | tee "$log" || status=$?
+tests_took=$((SECONDS - tests_started))
 # A short run of every fuzz target (nightly toolchain + cargo-fuzz; counted as one test).
 fuzz=skipped
 if [ "$status" = 0 ]; then
@@ -105,6 +107,7 @@ awk -v smoke="$smoke" -v fuzz="$fuzz" -v image="$image" '/^test result:/ {p += $
   END {p += (smoke == "passed") + (fuzz == "passed") + (image == "passed");
        f += (smoke == "failed") + (fuzz == "failed") + (image == "failed");
        printf "all tests: %d passed, %d failed\n", p, f}' "$log"
+echo "time: cargo test ${tests_took} s, the whole run ${SECONDS} s (installs included)"
 rm -f "$log"
 [ "$smoke" = failed ] || [ "$fuzz" = failed ] || [ "$image" = failed ] && exit 1
 exit "$status"
