@@ -151,7 +151,7 @@ fn full_memory_store(c: &mut Criterion) {
         };
         let mut i = 0;
         while store.len() < 64 * per_shard && i < 200 * per_shard {
-            let _ = runtime.block_on(store.apply(&[hit(i)]));
+            let _ = runtime.block_on(store.apply_ops(&[hit(i)]));
             i += 1;
         }
         let mut n = 0usize;
@@ -161,7 +161,7 @@ fn full_memory_store(c: &mut Criterion) {
                 b.iter(|| {
                     n += 1;
                     runtime
-                        .block_on(store.apply(black_box(&[hit(usize::MAX - n)])))
+                        .block_on(store.apply_ops(black_box(&[hit(usize::MAX - n)])))
                         .is_err()
                 })
             },

@@ -13,7 +13,16 @@ pub(super) fn store_label(store: &Store, settings: &Settings, role: &'static str
         Store::Redis(_) => ("Redis Pipeline Execution", "redis"),
         Store::Postgres(_) => ("PostgreSQL Execution", "postgresql"),
     };
+    let named = match (store, &settings.backend) {
+        (Store::Memory(_), Backend::Memory { .. })
+        | (Store::Memcached(_), Backend::Memcached(_))
+        | (Store::Redis(_), Backend::Redis(_))
+        | (Store::Postgres(_), Backend::Postgres(_)) => true,
+        _ => role != "main",
+    };
     let servers = match (role, &settings.backend) {
+        // A main store given to the app already built (`Dependencies::store`).
+        _ if !named => "given at build".to_owned(),
         ("durable", _) => settings
             .postgres_route
             .as_ref()

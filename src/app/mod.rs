@@ -23,7 +23,7 @@ pub use error::AppError;
 pub use listeners::Addresses;
 use listeners::{Listeners, bind_all};
 pub use migrate::{migrate_cli, migrate_main};
-use options::{initial_load, limiter_settings, server_options};
+use options::{initial_load, server_options};
 
 pub use store::Store;
 
@@ -40,7 +40,7 @@ use crate::limiter::Limiter;
 use crate::metrics::mogrify::Mogrifiers;
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::RulesHandle;
-use crate::rls::{ResponseSettings, ServiceState};
+use crate::rls::ServiceState;
 use crate::server::ServerOptions;
 use crate::settings::Settings;
 use crate::telemetry::LIFECYCLE;
@@ -68,16 +68,38 @@ impl std::fmt::Debug for App {
     }
 }
 
+/// What the app is built with besides its settings: what a test replaces to run the
+/// production wiring under its own control.
+#[derive(Debug, Clone)]
+pub struct Dependencies {
+    /// Where the limiter and the stores read time (a `ManualClock` in tests).
+    pub clock: Arc<dyn Clock>,
+    /// The main counter store, already built (a test's memcached on its own port, a memory
+    /// store of a chosen size); `None` builds it from `BACKEND_TYPE` and its settings.
+    pub store: Option<Store>,
+}
+
+impl Default for Dependencies {
+    /// The system clock; the store the settings name.
+    fn default() -> Self {
+        Dependencies {
+            clock: Arc::new(SystemClock),
+            store: None,
+        }
+    }
+}
+
 impl App {
     /// Builds the service from `settings`: rules, store, listeners, background tasks. Must be
     /// called inside a Tokio runtime; nothing is served until [`App::run_until`].
     pub async fn build(settings: Settings) -> Result<App, AppError> {
-        App::build_with(settings, Arc::new(SystemClock)).await
+        App::build_with(settings, Dependencies::default()).await
     }
 
-    /// [`App::build`] with the clock the limiter and the stores read time from: the production
-    /// wiring with time a test can move (a `ManualClock`).
-    pub async fn build_with(settings: Settings, clock: Arc<dyn Clock>) -> Result<App, AppError> {
+    /// [`App::build`] with its dependencies given: the production wiring with time a test can
+    /// move (a `ManualClock`) and, when given, a store the test built.
+    pub async fn build_with(settings: Settings, deps: Dependencies) -> Result<App, AppError> {
+        let Dependencies { clock, store } = deps;
         let mut tasks = JoinSet::new();
         let metrics = Arc::new(metrics(&settings)?);
         let initial = initial_load(&settings, &metrics)?;
@@ -99,17 +121,17 @@ impl App {
         }
         let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
-        let limiter = limiter(&settings, &clock, &metrics, tracer.as_ref(), &mut tasks).await?;
+        let parts = LimiterParts {
+            clock: &clock,
+            metrics: &metrics,
+            tracer: tracer.as_ref(),
+        };
+        let limiter = limiter(&settings, store, parts, &mut tasks).await?;
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
             limiter,
             metrics: Arc::clone(&metrics),
-            response: ResponseSettings {
-                headers: settings
-                    .response_headers
-                    .then(|| settings.header_names.clone()),
-                dynamic_metadata: settings.dynamic_metadata,
-            },
+            response: settings.response.clone(),
             health: Arc::clone(&health),
             tracer,
         });
@@ -259,17 +281,36 @@ fn sinks(
 
 /// The limiter over every store the settings name (main, per-second, durable), each
 /// instrumented; their background tasks go to `tasks`.
+/// What the limiter is wired with besides its settings and stores.
+struct LimiterParts<'a> {
+    clock: &'a Arc<dyn Clock>,
+    metrics: &'a Arc<Metrics>,
+    tracer: Option<&'a Arc<Tracer>>,
+}
+
+/// The limiter over the main store (`given`, or the one the settings name), the per-second
+/// and durable stores the settings add, each instrumented (and traced).
 async fn limiter(
     settings: &Settings,
-    clock: &Arc<dyn Clock>,
-    metrics: &Arc<Metrics>,
-    tracer: Option<&Arc<Tracer>>,
+    given: Option<Store>,
+    parts: LimiterParts<'_>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Limiter<Instrumented<Store>>, AppError> {
-    let (store, store_tasks) = store::build(&settings.backend, clock).await?;
-    for task in store_tasks {
-        tasks.spawn(task);
-    }
+    let LimiterParts {
+        clock,
+        metrics,
+        tracer,
+    } = parts;
+    let main = match given {
+        Some(store) => store,
+        None => {
+            let (store, store_tasks) = store::build(&settings.backend, clock).await?;
+            for task in store_tasks {
+                tasks.spawn(task);
+            }
+            store
+        }
+    };
     let instrumented = |store: Store, role| {
         let label = label::store_label(&store, settings, role);
         let store = Instrumented::new(store, Arc::clone(metrics));
@@ -279,9 +320,9 @@ async fn limiter(
         }
     };
     let mut limiter = Limiter::new(
-        instrumented(store, "main"),
+        instrumented(main, "main"),
         Arc::clone(clock),
-        limiter_settings(settings),
+        settings.limiter.clone(),
     );
     if let Some(second) = store::per_second(&settings.backend, clock)? {
         limiter = limiter.with_per_second_store(instrumented(second, "per_second"));

@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use super::AppError;
 use crate::config::{self, LoadOptions, StoreBounds};
-use crate::limiter::LimiterSettings;
 use crate::metrics::Metrics;
 use crate::server::ServerOptions;
-use crate::settings::{Backend, ConfigSource, KeyLayout, Settings};
+use crate::settings::{Backend, ConfigSource, Settings};
 
 pub(super) fn load_options(settings: &Settings) -> LoadOptions {
     LoadOptions {
@@ -69,24 +68,5 @@ pub(super) fn server_options(
         open_connections,
         admission,
         rlqs: s.rlqs,
-    }
-}
-
-pub(super) fn limiter_settings(s: &Settings) -> LimiterSettings {
-    LimiterSettings {
-        key_prefix: s.key_prefix.clone(),
-        shadow_mode: s.shadow_mode,
-        quota_mode: s.quota_mode,
-        fail_open: s.fail_open,
-        local_cache_bytes: s.local_cache_bytes,
-        key_layout: match &s.backend {
-            Backend::Redis(redis) => redis.key_layout,
-            _ => KeyLayout::Turnstile,
-        },
-        stop_increment_when_over_limit: match &s.backend {
-            Backend::Redis(redis) => redis.stop_increment_when_over_limit,
-            Backend::Postgres(postgres) => postgres.stop_increment_when_over_limit,
-            _ => false,
-        },
     }
 }

@@ -40,13 +40,43 @@ pub enum Store {
     Postgres(PostgresStore),
 }
 
+impl From<MemoryStore> for Store {
+    fn from(store: MemoryStore) -> Self {
+        Store::Memory(Arc::new(store))
+    }
+}
+
+impl From<Arc<MemoryStore>> for Store {
+    fn from(store: Arc<MemoryStore>) -> Self {
+        Store::Memory(store)
+    }
+}
+
+impl From<MemcachedStore> for Store {
+    fn from(store: MemcachedStore) -> Self {
+        Store::Memcached(store)
+    }
+}
+
+impl From<RedisStore> for Store {
+    fn from(store: RedisStore) -> Self {
+        Store::Redis(store)
+    }
+}
+
+impl From<PostgresStore> for Store {
+    fn from(store: PostgresStore) -> Self {
+        Store::Postgres(store)
+    }
+}
+
 impl CounterStore for Store {
-    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         match self {
-            Store::Memory(s) => s.apply(hits).await,
-            Store::Memcached(s) => s.apply(hits).await,
-            Store::Redis(s) => s.apply(hits).await,
-            Store::Postgres(s) => s.apply(hits).await,
+            Store::Memory(s) => s.apply_ops(hits).await,
+            Store::Memcached(s) => s.apply_ops(hits).await,
+            Store::Redis(s) => s.apply_ops(hits).await,
+            Store::Postgres(s) => s.apply_ops(hits).await,
         }
     }
 

@@ -194,7 +194,7 @@ impl Batch {
             let counters = async {
                 match self.hits.is_empty() {
                     true => Ok(Vec::new()),
-                    false => store.apply(&self.hits).await,
+                    false => store.apply_ops(&self.hits).await,
                 }
             };
             let buckets = async {
@@ -216,7 +216,7 @@ impl Batch {
     }
 }
 
-/// `ops` applied by `apply` on their stores (`to[i]`; a missing entry means the main store),
+/// `ops` applied by `apply_ops` on their stores (`to[i]`; a missing entry means the main store),
 /// answers in order; every store at the same time.
 async fn routed<'a, S, T, A, F, Fut>(
     stores: &'a Stores<'a, S>,
@@ -261,7 +261,7 @@ pub(crate) async fn routed_hits<S: CounterStore>(
     to: &[Destination],
 ) -> Result<Vec<u64>, StorageError> {
     routed(stores, hits, to, |store, ops| async move {
-        store.apply(&ops).await
+        store.apply_ops(&ops).await
     })
     .await
 }

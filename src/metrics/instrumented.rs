@@ -75,10 +75,10 @@ impl<S> Instrumented<S> {
 }
 
 impl<S: CounterStore> CounterStore for Instrumented<S> {
-    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let started = Instant::now();
         let span = self.span(hits.len());
-        let result = self.inner.apply(hits).await;
+        let result = self.inner.apply_ops(hits).await;
         self.done(started, span, &result);
         result
     }

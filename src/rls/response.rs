@@ -9,16 +9,7 @@ use crate::limiter::{Code, Counting, Request, Status, Verdict};
 use crate::pb::envoy::config::core::v3::HeaderValue;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
 use crate::rules::{MetaValue, Unit};
-pub use crate::settings::HeaderNames;
-
-/// What goes into a response beyond the statuses.
-#[derive(Debug, Clone, Default)]
-pub struct ResponseSettings {
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
-    pub headers: Option<HeaderNames>,
-    /// `RESPONSE_DYNAMIC_METADATA`.
-    pub dynamic_metadata: bool,
-}
+pub use crate::settings::{HeaderNames, ResponseSettings};
 
 fn code(c: Code) -> i32 {
     match c {

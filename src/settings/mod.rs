@@ -53,6 +53,20 @@ impl Default for HeaderNames {
     }
 }
 
+/// What goes into a RateLimit response beyond the statuses (the RLS edge's own options).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseSettings {
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names (`LIMIT_*_HEADER`).
+    pub headers: Option<HeaderNames>,
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    pub dynamic_metadata: bool,
+}
+
+/// The limiter's own options (`CACHE_KEY_PREFIX`, `SHADOW_MODE`, `QUOTA_MODE`,
+/// `BACKEND_FAIL_OPEN`, `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend's settings the key
+/// layout and `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), built here directly.
+pub use crate::limiter::LimiterSettings;
+
 /// The Prometheus listener (`USE_PROMETHEUS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prometheus {
@@ -88,20 +102,11 @@ pub struct Settings {
     /// `POSTGRES_URL` with `POSTGRES_FROM_UNIT` beside another backend: long windows counted
     /// in PostgreSQL.
     pub postgres_route: Option<PostgresRoute>,
-    /// `CACHE_KEY_PREFIX`.
-    pub key_prefix: String,
-    /// `SHADOW_MODE`.
-    pub shadow_mode: bool,
-    /// `QUOTA_MODE`.
-    pub quota_mode: bool,
-    /// `RESPONSE_DYNAMIC_METADATA`.
-    pub dynamic_metadata: bool,
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED`.
-    pub response_headers: bool,
-    /// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
-    pub header_names: HeaderNames,
-    /// `BACKEND_FAIL_OPEN`: answer OK instead of UNAVAILABLE when the counter store fails.
-    pub fail_open: bool,
+    /// The limiter's options: key prefix, shadow and quota modes, failing open, the local
+    /// over-limit cache, the key layout, stopping increments over the limit.
+    pub limiter: LimiterSettings,
+    /// What responses carry beyond the statuses (headers, dynamic metadata).
+    pub response: ResponseSettings,
     /// `LOG_LEVEL`.
     pub log_level: String,
     /// `LOG_FORMAT` is `json`.
@@ -136,8 +141,6 @@ pub struct Settings {
     pub stats_max_keys: usize,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
     pub healthy_needs_config: bool,
-    /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache (0 = off).
-    pub local_cache_bytes: u64,
     /// `SHUTDOWN_DRAIN_SECONDS`: how long requests are still answered after SIGTERM while
     /// health reports NOT_SERVING.
     pub drain: Duration,
@@ -185,13 +188,45 @@ fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     }
 }
 
-/// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
-fn header_names(r: &Reader<'_>) -> HeaderNames {
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` with `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`,
+/// `LIMIT_RESET_HEADER`, and `RESPONSE_DYNAMIC_METADATA`.
+fn response(r: &Reader<'_>) -> ResponseSettings {
     let d = HeaderNames::default();
-    HeaderNames {
+    let names = HeaderNames {
         limit: r.string("LIMIT_LIMIT_HEADER", &d.limit),
         remaining: r.string("LIMIT_REMAINING_HEADER", &d.remaining),
         reset: r.string("LIMIT_RESET_HEADER", &d.reset),
+    };
+    ResponseSettings {
+        headers: r
+            .bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+            .then_some(names),
+        dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
+    }
+}
+
+/// The limiter's settings; the key layout and whether increments stop at the limit come from
+/// the backend's (Redis; PostgreSQL for the latter), Turnstile's layout elsewhere.
+fn limiter(r: &Reader<'_>, backend: &Backend) -> LimiterSettings {
+    let key_prefix = r.string("CACHE_KEY_PREFIX", "");
+    if key_prefix.len() > 64 {
+        r.report(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
+    }
+    LimiterSettings {
+        key_prefix,
+        shadow_mode: r.bool("SHADOW_MODE", false),
+        quota_mode: r.bool("QUOTA_MODE", false),
+        fail_open: r.bool("BACKEND_FAIL_OPEN", false),
+        local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
+        key_layout: match backend {
+            Backend::Redis(redis) => redis.key_layout,
+            _ => KeyLayout::Turnstile,
+        },
+        stop_increment_when_over_limit: match backend {
+            Backend::Redis(redis) => redis.stop_increment_when_over_limit,
+            Backend::Postgres(postgres) => postgres.stop_increment_when_over_limit,
+            _ => false,
+        },
     }
 }
 
@@ -229,15 +264,13 @@ impl Settings {
             dir.push(r.string("RUNTIME_APPDIRECTORY", "config"));
             dir
         });
-        let key_prefix = r.string("CACHE_KEY_PREFIX", "");
-        if key_prefix.len() > 64 {
-            r.report(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
-        }
         // Accepted for compatibility: Turnstile always watches the directory and its two
         // parents, which covers what the reference's flag chooses between.
         r.bool("RUNTIME_WATCH_ROOT", true);
         let sinks = stats::sinks(r);
+        let limiter = limiter(r, &backend);
         Settings {
+            limiter,
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
             grpc_port: r.parsed("GRPC_PORT", 8081),
             grpc_uds: Some(r.string("GRPC_UDS", ""))
@@ -250,13 +283,7 @@ impl Settings {
             merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false),
             force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
             backend,
-            key_prefix,
-            shadow_mode: r.bool("SHADOW_MODE", false),
-            quota_mode: r.bool("QUOTA_MODE", false),
-            dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
-            response_headers: r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false),
-            header_names: header_names(r),
-            fail_open: r.bool("BACKEND_FAIL_OPEN", false),
+            response: response(r),
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: r.or(log_json(r), false),
             http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)),
@@ -281,7 +308,6 @@ impl Settings {
             near_limit_ratio: stats::near_limit_ratio(r),
             stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000),
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
-            local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
             drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)),
             max_connection_age: grpc::connection_age(r),
             grpc_limits: grpc::grpc_limits(r),

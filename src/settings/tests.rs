@@ -29,7 +29,12 @@ fn defaults_match_the_reference() {
             max_keys: 1_000_000
         }
     );
-    assert_eq!(s.header_names.limit, "RateLimit-Limit");
+    assert_eq!(s.response, ResponseSettings::default());
+    let on = with(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]).expect("headers");
+    let names = on.response.headers.expect("headers on");
+    assert_eq!(names.limit, "RateLimit-Limit");
+    assert_eq!(s.limiter.key_layout, KeyLayout::Turnstile);
+    assert!(!s.limiter.shadow_mode && !s.limiter.fail_open);
     let m = with(&[
         ("BACKEND_TYPE", "memcache"),
         ("MEMCACHE_HOST_PORT", "a:1, b:2"),

@@ -199,7 +199,7 @@ impl MemoryStore {
 }
 
 impl CounterStore for MemoryStore {
-    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.clock.now();
         hits.iter().map(|hit| self.apply(hit, now)).collect()
     }

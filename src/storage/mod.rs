@@ -111,7 +111,7 @@ pub trait CounterStore: Send + Sync + 'static {
     /// Applies every hit and returns the count after each, in order. Either all answers come
     /// back or an error does. Every store applies [`Change::bounded`] and saturates counts at
     /// [`COUNT_CEILING`], so that no amount a client can send wraps a count.
-    fn apply(
+    fn apply_ops(
         &self,
         hits: &[CounterOp],
     ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
@@ -141,11 +141,11 @@ pub trait CounterStore: Send + Sync + 'static {
 }
 
 impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
-    fn apply(
+    fn apply_ops(
         &self,
         hits: &[CounterOp],
     ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
-        (**self).apply(hits)
+        (**self).apply_ops(hits)
     }
 
     fn bucket(

@@ -140,7 +140,7 @@ fn the_checker_sees_a_back_edge() {
 }
 
 /// Only the limiter's port applies operations to the stores: no code outside `limiter` and
-/// `storage` calls a store's `hit` or `bucket`, except the two wrappers that forward one store's
+/// `storage` calls a store's `apply_ops` or `bucket`, except the two wrappers that forward one store's
 /// calls to another (`metrics::instrumented`, `app::store`). RLS, RLQS and every caller to come
 /// go through `Limiter`, so its routing (`REDIS_PERSECOND`) cannot be bypassed.
 #[test]
@@ -160,7 +160,7 @@ fn only_the_limiter_reaches_the_stores() {
         }
         let text = std::fs::read_to_string(&file).expect("read");
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        for call in [".apply(", ".bucket("] {
+        for call in [".apply_ops(", ".bucket("] {
             if code.contains(call) {
                 violations.push(format!("{} calls a store's `{call}`", relative.display()));
             }

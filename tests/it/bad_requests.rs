@@ -140,7 +140,11 @@ async fn the_memory_store_refuses_new_counters_when_full_instead_of_forgetting()
 #[tokio::test]
 async fn stats_cardinality_is_bounded() {
     let rules = "domain: d\ndescriptors:\n  - key: unspec\n    detailed_metric: true\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
-    let s = start_memory(&[("d.yaml", rules)], Options::default()).await;
+    let options = Options {
+        env: vec![("STATS_MAX_KEYS", "1000")],
+        ..Options::default()
+    };
+    let s = start_memory(&[("d.yaml", rules)], options).await;
     for i in 0..1_100 {
         s.call(req1("d", &[("unspec", &format!("v{i}"))])).await;
     }

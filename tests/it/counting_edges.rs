@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use turnstile::app::Store;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::config::{LoadOptions, StoreBounds, parse_files};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use turnstile::storage::CounterStore;
 use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::redis::{BUCKET_MAX_SCALE, RedisTarget};
 
@@ -57,7 +57,7 @@ async fn long_windows(s: &TestServer) -> [usize; 3] {
     ]
 }
 
-async fn server<S: CounterStore>(store: S, clock: ManualClock) -> TestServer {
+async fn server(store: impl Into<Store>, clock: ManualClock) -> TestServer {
     start_with(store, clock, &[("long.yaml", LONG)], Options::default()).await
 }
 

@@ -236,7 +236,7 @@ async fn load(store: &MemcachedStore, clock: &ManualClock, length: Duration) -> 
                     expires_at: now + 60,
                 };
                 let started = Instant::now();
-                let result = store.apply(&[hit]).await;
+                let result = store.apply_ops(&[hit]).await;
                 phase.slowest = phase.slowest.max(started.elapsed());
                 match result {
                     Ok(_) => phase.ok += 1,
@@ -329,7 +329,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
         change: Change::Add(n),
         expires_at: clock.now() + 60,
     };
-    while store.apply(&[hit(0)]).await.is_err() {
+    while store.apply_ops(&[hit(0)]).await.is_err() {
         assert!(
             healed.elapsed() < Duration::from_secs(5),
             "no recovery within 5 s of healing"
@@ -344,7 +344,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     );
     // Counting afterwards is exact.
     for _ in 0..100 {
-        store.apply(&[hit(1)]).await.expect("hit after healing");
+        store.apply_ops(&[hit(1)]).await.expect("hit after healing");
     }
-    assert_eq!(store.apply(&[hit(0)]).await, Ok(vec![100]));
+    assert_eq!(store.apply_ops(&[hit(0)]).await, Ok(vec![100]));
 }

@@ -35,14 +35,14 @@ async fn a_stalled_turnstile_does_not_mark_a_healthy_memcached_down() {
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(10));
     let key = unique("stall");
     let now = clock.now();
-    assert_eq!(store.apply(&[hit(&key, now)]).await, Ok(vec![1]));
+    assert_eq!(store.apply_ops(&[hit(&key, now)]).await, Ok(vec![1]));
 
     // The stall: the only runtime thread is blocked for 50 ms right after the call queues.
     tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
     // Whether the stall came before the commands were written or while the answer waited
     // unread, the call is Turnstile's overload (RESOURCE_EXHAUSTED at the edge), never the
     // store's lateness: the deadline's timer fired 40 ms late.
-    match store.apply(&[hit(&key, now)]).await {
+    match store.apply_ops(&[hit(&key, now)]).await {
         Err(e) if e.kind() == ErrorKind::Overloaded => {}
         other => panic!("a 50 ms stall against a 10 ms deadline is overload, not {other:?}"),
     }
@@ -55,7 +55,7 @@ async fn a_stalled_turnstile_does_not_mark_a_healthy_memcached_down() {
     let mut counts = Vec::new();
     for i in 0..5 {
         let count = store
-            .apply(&[hit(&key, now)])
+            .apply_ops(&[hit(&key, now)])
             .await
             .unwrap_or_else(|e| panic!("call {i} after the stall: {e}"));
         counts.push(count[0]);
@@ -76,7 +76,7 @@ async fn a_refused_connection_still_marks_memcached_down() {
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(100));
     mc.kill();
     let err = store
-        .apply(&[hit(&unique("dead"), clock.now())])
+        .apply_ops(&[hit(&unique("dead"), clock.now())])
         .await
         .expect_err("memcached is gone");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err:?}");
@@ -112,7 +112,7 @@ async fn a_slow_memcached_is_late_not_overload() {
     // The first call connects; every call then waits 50 ms for its answer.
     let mut late = 0;
     for _ in 0..3 {
-        match store.apply(&[hit(&key, clock.now())]).await {
+        match store.apply_ops(&[hit(&key, clock.now())]).await {
             Err(e) if e.kind() == ErrorKind::Timeout => late += 1,
             Err(e) if e.kind() == ErrorKind::Unavailable => {}
             other => panic!("a 50 ms relay against a 10 ms deadline is lateness, not {other:?}"),
@@ -180,16 +180,16 @@ async fn a_stalled_turnstile_does_not_blame_redis() {
     let key = unique("stall");
     let now = clock.now();
     // Connected and the script loaded, within a generous first attempt or two.
-    let mut first = store.apply(&[hit(&key, now)]).await;
+    let mut first = store.apply_ops(&[hit(&key, now)]).await;
     for _ in 0..3 {
         if first.is_ok() {
             break;
         }
-        first = store.apply(&[hit(&key, now)]).await;
+        first = store.apply_ops(&[hit(&key, now)]).await;
     }
     first.expect("Redis answers an unloaded call");
     tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
-    match store.apply(&[hit(&key, now)]).await {
+    match store.apply_ops(&[hit(&key, now)]).await {
         Err(e) if e.kind() == ErrorKind::Overloaded => assert!(e.what().contains("late"), "{e}"),
         other => panic!("a 50 ms stall against a 10 ms deadline is overload, not {other:?}"),
     }

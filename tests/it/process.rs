@@ -124,7 +124,8 @@ impl Process {
                 .build()
                 .expect("runtime");
             runtime.block_on(async move {
-                let app = match App::build_with(settings, clock).await {
+                let deps = turnstile::app::Dependencies { clock, store: None };
+                let app = match App::build_with(settings, deps).await {
                     Ok(app) => app,
                     Err(e) => {
                         let _ = built_tx.send(Err(e));

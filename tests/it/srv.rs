@@ -95,7 +95,7 @@ async fn discovery_refresh_and_failed_lookups() {
     };
     assert_eq!(
         store
-            .apply(&[hit(1)])
+            .apply_ops(&[hit(1)])
             .await
             .expect("counts on the discovered server"),
         vec![1]

@@ -1,4 +1,5 @@
-//! Shared test support: a real Turnstile gRPC server on 127.0.0.1:0 over any counter store,
+//! Shared test support: the real service (`App`, the production wiring) on 127.0.0.1:0 over a
+//! counter store the test built and a clock it moves,
 //! a client, request builders, real memcached processes on free ports, and the peer tools
 //! (Python grpcio + xds-protos, grpcurl) installed by `scripts/test.sh`.
 
@@ -8,21 +9,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
-use turnstile::clock::{Clock, ManualClock};
+use turnstile::app::{App, Dependencies, Store};
+use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
-use turnstile::limiter::{Limiter, LimiterSettings};
-use turnstile::metrics::{Instrumented, Metrics};
+use turnstile::limiter::LimiterSettings;
+use turnstile::metrics::Metrics;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor,
 };
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use turnstile::reload::RulesHandle;
-use turnstile::rls::{ResponseSettings, ServiceState};
-use turnstile::storage::CounterStore;
+use turnstile::rls::ResponseSettings;
+use turnstile::settings::Settings;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 use turnstile::storage::memory::MemoryStore;
 
@@ -37,6 +37,9 @@ pub struct Options {
     pub merge: bool,
     /// The server's transport options (RLQS settings, request deadline, ...).
     pub server: turnstile::server::ServerOptions,
+    /// Environment variables the settings are read from (as the process reads its own), before
+    /// the fields above are applied.
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl From<ResponseSettings> for Options {
@@ -116,35 +119,55 @@ pub fn rules(files: &[(&str, &str)], merge: bool) -> turnstile::rules::RuleSet {
     .rules
 }
 
-/// Starts a server over `store` whose clock is `clock`.
-pub async fn start_with<S: CounterStore>(
-    store: S,
+/// Starts the service over `store` whose clock is `clock`, through the production wiring
+/// (`App::build_with`: settings, rules read from files, the instrumented limiter, the gRPC,
+/// HTTP and debug listeners on loopback, RLQS), with `files` as its rule directory.
+pub async fn start_with(
+    store: impl Into<Store>,
     clock: ManualClock,
     files: &[(&str, &str)],
     options: Options,
 ) -> TestServer {
-    let handle = Arc::new(RulesHandle::new(Some(rules(files, options.merge))));
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let metrics = Arc::new(Metrics::new(1_000, 0.8, &[]));
-    let store = Instrumented::new(store, Arc::clone(&metrics));
-    let state = Arc::new(ServiceState {
-        rules: handle,
-        limiter: Limiter::new(store, dyn_clock, options.limiter),
-        metrics: Arc::clone(&metrics),
-        response: options.response,
-        health: Arc::new(turnstile::health::Health::new(false, true)),
-        tracer: None,
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server_options = options.server;
-    tokio::spawn(async move {
-        turnstile::server::serve(listener, state, server_options, async {
-            let _ = stopped.await;
-        })
+    let dir = std::env::temp_dir().join(unique("turnstile-rules"));
+    std::fs::create_dir_all(&dir).expect("rules directory");
+    for (name, yaml) in files {
+        std::fs::write(dir.join(name), yaml).expect("write a rule file");
+    }
+    let env = options.env.clone();
+    let lookup = move |name: &str| {
+        env.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    };
+    let mut settings = Settings::from_env(&lookup, Some(dir))
+        .unwrap_or_else(|e| panic!("the test's settings: {e}"));
+    settings.grpc_host = "127.0.0.1".into();
+    settings.grpc_port = 0;
+    settings.http_addr = "127.0.0.1:0".into();
+    settings.debug_addr = "127.0.0.1:0".into();
+    settings.drain = Duration::ZERO;
+    settings.limiter = options.limiter;
+    settings.response = options.response;
+    settings.merge_domains = options.merge;
+    settings.grpc_limits = options.server.limits;
+    settings.rlqs = options.server.rlqs;
+    let deps = Dependencies {
+        clock: Arc::new(clock.clone()),
+        store: Some(store.into()),
+    };
+    let app = App::build_with(settings, deps)
         .await
-        .expect("serve");
+        .unwrap_or_else(|e| panic!("the service does not build: {e}"));
+    let addr = app.addresses().grpc.expect("gRPC over TCP");
+    let metrics = Arc::clone(&app.state().metrics);
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        app.run_until(stopped, std::future::ready(()))
+            .await
+            .expect("serve");
     });
     let client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await

@@ -247,7 +247,7 @@ impl Inner {
 }
 
 impl CounterStore for MemcachedStore {
-    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         self.saturating_hits(hits).await
     }
 

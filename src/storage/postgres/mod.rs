@@ -262,7 +262,7 @@ fn signed(n: u64) -> i64 {
 }
 
 impl CounterStore for PostgresStore {
-    async fn apply(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+    async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         counters::hit(self, hits).await
     }
 

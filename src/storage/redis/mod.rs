@@ -233,7 +233,7 @@ fn is_readonly(e: &RedisError) -> bool {
 /// The futures are boxed: redis-rs's are deep, and unboxed they push the service's request
 /// future past the compiler's layout depth limit in release builds.
 impl CounterStore for RedisStore {
-    fn apply(
+    fn apply_ops(
         &self,
         hits: &[CounterOp],
     ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {

@@ -19,7 +19,6 @@ use turnstile::settings::{RlqsSettings, Unmatched};
 
 use super::RULES;
 use turnstile::limiter::{KeyLayout, LimiterSettings};
-use turnstile::storage::CounterStore;
 use turnstile::storage::redis::RedisTarget;
 
 use crate::redis_support::{RedisProcess, redis_store};
@@ -366,7 +365,7 @@ async fn replicas_sharing_redis_share_one_count() {
 }
 
 /// Two replicas over two store clients of one shared store, one Envoy stream on each.
-async fn replicas_share_one_count<S: CounterStore>(
+async fn replicas_share_one_count<S: Into<turnstile::app::Store>>(
     a: S,
     b: S,
     clock: &turnstile::clock::ManualClock,

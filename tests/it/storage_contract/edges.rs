@@ -15,14 +15,14 @@ pub(super) async fn saturation<S: CounterStore>(store: &S, clock: &ManualClock, 
     let key = unique("sat");
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(11), end)])
+            .apply_ops(&[hit(&key, Change::Add(11), end)])
             .await
             .expect("hit"),
         vec![11]
     );
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(u64::MAX - 10), end)])
+            .apply_ops(&[hit(&key, Change::Add(u64::MAX - 10), end)])
             .await
             .expect("a huge hit"),
         vec![11 + MAX_DELTA],
@@ -33,7 +33,7 @@ pub(super) async fn saturation<S: CounterStore>(store: &S, clock: &ManualClock, 
     let mut last = 0;
     for _ in 0..batches {
         let counts = store
-            .apply(&vec![hit(&key, Change::Add(u64::MAX), end); 512])
+            .apply_ops(&vec![hit(&key, Change::Add(u64::MAX), end); 512])
             .await
             .expect("a batch of huge hits");
         for count in counts {
@@ -47,7 +47,7 @@ pub(super) async fn saturation<S: CounterStore>(store: &S, clock: &ManualClock, 
     assert_eq!(last, COUNT_CEILING, "it saturates");
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(1), end)])
+            .apply_ops(&[hit(&key, Change::Add(1), end)])
             .await
             .expect("hit"),
         vec![COUNT_CEILING],
@@ -55,7 +55,7 @@ pub(super) async fn saturation<S: CounterStore>(store: &S, clock: &ManualClock, 
     );
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Sub(1), end)])
+            .apply_ops(&[hit(&key, Change::Sub(1), end)])
             .await
             .expect("refund"),
         vec![COUNT_CEILING - 1],
@@ -66,12 +66,12 @@ pub(super) async fn saturation<S: CounterStore>(store: &S, clock: &ManualClock, 
     }
     let lease = unique("sat-lease");
     store
-        .apply(&[hit(&lease, Change::Lease(u64::MAX), end)])
+        .apply_ops(&[hit(&lease, Change::Lease(u64::MAX), end)])
         .await
         .expect("lease");
     assert_eq!(
         store
-            .apply(&[hit(&lease, Change::Lease(0), end)])
+            .apply_ops(&[hit(&lease, Change::Lease(0), end)])
             .await
             .expect("read"),
         vec![MAX_DELTA]
@@ -86,7 +86,7 @@ pub(super) async fn past_2038<S: CounterStore>(store: &S, clock: &ManualClock, l
     for want in 1..=3 {
         assert_eq!(
             store
-                .apply(&[hit(&key, Change::Add(1), after_2038)])
+                .apply_ops(&[hit(&key, Change::Add(1), after_2038)])
                 .await
                 .expect("hit"),
             vec![want],
@@ -101,7 +101,7 @@ pub(super) async fn past_2038<S: CounterStore>(store: &S, clock: &ManualClock, l
     for want in 1..=2 {
         assert_eq!(
             store
-                .apply(&[hit(&lease, Change::Lease(1), after_2038)])
+                .apply_ops(&[hit(&lease, Change::Lease(1), after_2038)])
                 .await
                 .expect("lease"),
             vec![want]

@@ -58,7 +58,7 @@ async fn memcached(transport: MemcachedTransport) {
     let end = clock.now() + 1;
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(1), end)])
+            .apply_ops(&[hit(&key, Change::Add(1), end)])
             .await
             .expect("hit"),
         vec![1]
@@ -67,7 +67,7 @@ async fn memcached(transport: MemcachedTransport) {
     // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
     crate::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
         let read = store
-            .apply(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read");
         if read != vec![0] {
@@ -86,7 +86,7 @@ async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
 ) {
     let key = unique("classic");
     let err = store
-        .apply(&[hit(&key, Change::Lease(1), clock.now() + 60)])
+        .apply_ops(&[hit(&key, Change::Lease(1), clock.now() + 60)])
         .await
         .expect_err("lease");
     assert!(
@@ -110,14 +110,14 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
     let (key, control) = (unique("lease-ttl"), unique("control"));
     let soon = clock.now() + 1;
     store
-        .apply(&[
+        .apply_ops(&[
             hit(&key, Change::Lease(1), soon),
             hit(&control, Change::Lease(1), soon),
         ])
         .await
         .expect("leases");
     store
-        .apply(&[hit(&key, Change::Lease(1), clock.now() + 3_600)])
+        .apply_ops(&[hit(&key, Change::Lease(1), clock.now() + 3_600)])
         .await
         .expect("renew");
     // memcached's own clock decides: poll the control counter until it is gone.
@@ -126,7 +126,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
         "the control lease expired",
         || async {
             let read = store
-                .apply(&[hit(&control, Change::Lease(0), soon)])
+                .apply_ops(&[hit(&control, Change::Lease(0), soon)])
                 .await
                 .expect("read");
             (read == vec![0]).then_some(())
@@ -135,7 +135,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
     .await;
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Lease(0), soon)])
+            .apply_ops(&[hit(&key, Change::Lease(0), soon)])
             .await
             .expect("read"),
         vec![2]

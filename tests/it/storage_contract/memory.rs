@@ -31,7 +31,7 @@ async fn memory_store_expiry_and_sweeping() {
     let end = clock.now() + 2;
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(1), end)])
+            .apply_ops(&[hit(&key, Change::Add(1), end)])
             .await
             .expect("hit"),
         vec![1]
@@ -42,7 +42,7 @@ async fn memory_store_expiry_and_sweeping() {
     assert_eq!(store.len(), live - 1);
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0]
@@ -51,22 +51,22 @@ async fn memory_store_expiry_and_sweeping() {
     let key = unique("lease-exp");
     let at = |secs: u64| clock.now() + secs;
     store
-        .apply(&[hit(&key, Change::Lease(1), at(2))])
+        .apply_ops(&[hit(&key, Change::Lease(1), at(2))])
         .await
         .expect("lease");
     clock.advance(1);
     store
-        .apply(&[hit(&key, Change::Lease(1), at(2))])
+        .apply_ops(&[hit(&key, Change::Lease(1), at(2))])
         .await
         .expect("lease");
     store
-        .apply(&[hit(&key, Change::Lease(0), at(60))])
+        .apply_ops(&[hit(&key, Change::Lease(0), at(60))])
         .await
         .expect("read");
     clock.advance(1);
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Lease(0), at(2))])
+            .apply_ops(&[hit(&key, Change::Lease(0), at(2))])
             .await
             .expect("read"),
         vec![2]
@@ -74,7 +74,7 @@ async fn memory_store_expiry_and_sweeping() {
     clock.advance(1);
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Lease(0), at(2))])
+            .apply_ops(&[hit(&key, Change::Lease(0), at(2))])
             .await
             .expect("read"),
         vec![0],
@@ -95,7 +95,10 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let mut refused = 0;
     for i in 0..1_000 {
         let key = unique(&format!("full{i}"));
-        match store.apply(&[hit(&key, Change::Add(1), now + 10)]).await {
+        match store
+            .apply_ops(&[hit(&key, Change::Add(1), now + 10)])
+            .await
+        {
             Ok(_) => held.push(key),
             Err(e) if e.kind() == ErrorKind::Full => refused += 1,
             Err(e) => panic!("{e}"),
@@ -106,7 +109,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     for key in &held {
         assert_eq!(
             store
-                .apply(&[hit(key, Change::Add(1), now + 10)])
+                .apply_ops(&[hit(key, Change::Add(1), now + 10)])
                 .await
                 .expect("held"),
             vec![2],
@@ -117,7 +120,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let lease = held[0].clone();
     clock.advance(5);
     store
-        .apply(&[hit(&lease, Change::Lease(1), clock.now() + 100)])
+        .apply_ops(&[hit(&lease, Change::Lease(1), clock.now() + 100)])
         .await
         .expect("lease moved");
     clock.advance(6);
@@ -125,7 +128,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     for i in 0..1_000 {
         let key = unique(&format!("again{i}"));
         if store
-            .apply(&[hit(&key, Change::Add(1), clock.now() + 10)])
+            .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 10)])
             .await
             .is_ok()
         {
@@ -135,7 +138,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     assert_eq!(taken, 63, "every shard but the lease's made room");
     assert_eq!(
         store
-            .apply(&[hit(&lease, Change::Lease(0), clock.now() + 100)])
+            .apply_ops(&[hit(&lease, Change::Lease(0), clock.now() + 100)])
             .await
             .expect("read"),
         vec![3],

@@ -100,7 +100,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let (a, b) = (unique("a"), unique("b"));
     assert_eq!(
         store
-            .apply(&[hit(&a, Change::Add(0), end)])
+            .apply_ops(&[hit(&a, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0],
@@ -108,7 +108,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     );
     assert_eq!(
         store
-            .apply(&[hit(&a, Change::Sub(3), end)])
+            .apply_ops(&[hit(&a, Change::Sub(3), end)])
             .await
             .expect("refund"),
         vec![0],
@@ -116,14 +116,14 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     );
     assert_eq!(
         store
-            .apply(&[hit(&a, Change::Add(0), end)])
+            .apply_ops(&[hit(&a, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0],
         "neither created it"
     );
     let counts = store
-        .apply(&[
+        .apply_ops(&[
             hit(&a, Change::Add(1), end),
             hit(&b, Change::Add(5), end),
             hit(&a, Change::Add(2), end),
@@ -133,14 +133,14 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     assert_eq!(counts, vec![1, 5, 3], "counts after each hit, in order");
     assert_eq!(
         store
-            .apply(&[hit(&a, Change::Sub(2), end)])
+            .apply_ops(&[hit(&a, Change::Sub(2), end)])
             .await
             .expect("refund"),
         vec![1]
     );
     assert_eq!(
         store
-            .apply(&[hit(&a, Change::Sub(9), end)])
+            .apply_ops(&[hit(&a, Change::Sub(9), end)])
             .await
             .expect("refund"),
         vec![0],
@@ -149,7 +149,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let longest = "k".repeat(MAX_KEY_LEN);
     assert_eq!(
         store
-            .apply(&[hit(&longest, Change::Add(7), end)])
+            .apply_ops(&[hit(&longest, Change::Add(7), end)])
             .await
             .expect("long key"),
         vec![7]
@@ -169,7 +169,7 @@ pub(super) async fn race<S: CounterStore + Clone + 'static>(stores: &[S], clock:
             for _ in 0..25 {
                 seen.extend(
                     store
-                        .apply(&[hit(&key, Change::Add(1), end)])
+                        .apply_ops(&[hit(&key, Change::Add(1), end)])
                         .await
                         .expect("hit"),
                 );
@@ -192,18 +192,21 @@ pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
     let lease = |op| hit(&key, op, end);
     assert_eq!(
         store
-            .apply(&[lease(Change::Release(1))])
+            .apply_ops(&[lease(Change::Release(1))])
             .await
             .expect("release"),
         vec![0]
     );
     assert_eq!(
-        store.apply(&[lease(Change::Lease(0))]).await.expect("read"),
+        store
+            .apply_ops(&[lease(Change::Lease(0))])
+            .await
+            .expect("read"),
         vec![0],
         "not created"
     );
     let counts = store
-        .apply(&[
+        .apply_ops(&[
             lease(Change::Lease(2)),
             lease(Change::Lease(0)),
             lease(Change::Release(1)),

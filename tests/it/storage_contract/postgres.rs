@@ -41,13 +41,13 @@ async fn postgres_rows_reused_in_place() {
     let key = unique("reuse");
     let end = clock.now() + 2;
     store
-        .apply(&[hit(&key, Change::Add(5), end)])
+        .apply_ops(&[hit(&key, Change::Add(5), end)])
         .await
         .expect("hit");
     clock.advance(3);
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::Add(0), end)])
             .await
             .expect("read"),
         vec![0],
@@ -55,7 +55,7 @@ async fn postgres_rows_reused_in_place() {
     );
     assert_eq!(
         store
-            .apply(&[hit(&key, Change::Add(1), clock.now() + 60)])
+            .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 60)])
             .await
             .expect("hit"),
         vec![1],
@@ -78,12 +78,12 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
         .map(|i| hit(&format!("old-{i}"), Change::Add(1), end))
         .collect();
     for chunk in ended.chunks(1_000) {
-        store.apply(chunk).await.expect("hits");
+        store.apply_ops(chunk).await.expect("hits");
     }
     let live: Vec<_> = (0..10)
         .map(|i| hit(&format!("live-{i}"), Change::Add(1), end + 3_600))
         .collect();
-    store.apply(&live).await.expect("hits");
+    store.apply_ops(&live).await.expect("hits");
     assert_eq!(
         store.sweep_once().await.expect("sweep"),
         0,
@@ -100,7 +100,7 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
         "10"
     );
     assert_eq!(
-        store.apply(&live[..1]).await.expect("live"),
+        store.apply_ops(&live[..1]).await.expect("live"),
         vec![2],
         "live rows untouched"
     );
@@ -142,7 +142,7 @@ async fn replicas_starting_together_migrate_once() {
     let fresh = turnstile::storage::postgres::PostgresStore::new(pg.options(&schema), clock)
         .expect("store");
     let error = fresh
-        .apply(&[hit("k", Change::Add(1), crate::support::T0 + 60)])
+        .apply_ops(&[hit("k", Change::Add(1), crate::support::T0 + 60)])
         .await
         .expect_err("newer schema");
     assert!(

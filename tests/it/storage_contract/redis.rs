@@ -67,14 +67,14 @@ async fn redis_single_ttl_is_set_at_creation() {
     // A counter is created with its TTL, and the TTL is not pushed back by later hits.
     let key = unique("ttl");
     store
-        .apply(&[hit(&key, Change::Add(1), clock.now() + 60)])
+        .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 60)])
         .await
         .expect("hit");
     let ttl = |k: &str| cli(redis.port, &["TTL", k]).and_then(|t| t.trim().parse::<i64>().ok());
     let first = ttl(&key).expect("ttl");
     assert!((59..=62).contains(&first), "TTL {first}");
     store
-        .apply(&[hit(&key, Change::Add(1), clock.now() + 600)])
+        .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 600)])
         .await
         .expect("hit");
     assert!(
@@ -96,13 +96,13 @@ async fn redis_sentinel_failover() {
     let key = unique("failover");
     let end = clock.now() + 600;
     store
-        .apply(&[hit(&key, Change::Add(1), end)])
+        .apply_ops(&[hit(&key, Change::Add(1), end)])
         .await
         .expect("before failover");
     set.master.kill();
     let count = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
         store
-            .apply(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::Add(0), end)])
             .await
             .ok()
             .map(|counts| counts[0])
@@ -117,7 +117,7 @@ async fn redis_sentinel_failover() {
         "the replica holds what it had replicated: {count}"
     );
     let after = store
-        .apply(&[hit(&key, Change::Add(1), end)])
+        .apply_ops(&[hit(&key, Change::Add(1), end)])
         .await
         .expect("after failover");
     assert_eq!(after, vec![count + 1], "counting goes on on the new master");
