@@ -60,43 +60,20 @@ async fn malformed_requests_name_the_field_and_count_nothing() {
 
 #[tokio::test]
 async fn no_configuration_loaded_is_unavailable() {
-    let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
-    // Replace the handle's contents by a server built without rules.
-    let empty = turnstile::reload::RulesHandle::new(None);
-    assert!(empty.load().is_none());
-    let clock = turnstile::clock::ManualClock::new(crate::support::T0);
-    let store = turnstile::storage::memory::MemoryStore::new(10, Arc::new(clock.clone()));
-    let state = Arc::new(turnstile::rls::ServiceState {
-        rules: Arc::new(empty),
-        limiter: turnstile::limiter::Limiter::new(store, Arc::new(clock), Default::default()),
-        metrics: Arc::new(turnstile::metrics::Metrics::new(10, 0.8, &[])),
-        response: Default::default(),
-        health: Arc::new(turnstile::health::Health::new(false, false)),
-        tracer: None,
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server = tokio::spawn(turnstile::server::serve(
-        listener,
-        state,
-        Default::default(),
-        std::future::pending(),
-    ));
-    let mut client = turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect");
-    let status = client
-        .should_rate_limit(req1("d", &[("k", "v")]))
+    // The only rule file is broken, and the service starts anyway, with no rules.
+    let options = Options {
+        env: vec![("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")],
+        ..Options::default()
+    };
+    let s = start_memory(&[("broken.yaml", "domain: [\n")], options).await;
+    let status = s
+        .try_call(req1("d", &[("k", "v")]))
         .await
         .expect_err("no config");
     assert_eq!(
         (status.code(), status.message()),
         (GrpcCode::Unavailable, "no rate limit configuration loaded")
     );
-    server.abort();
-    drop(s);
 }
 
 #[tokio::test]

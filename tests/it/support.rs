@@ -67,6 +67,8 @@ pub struct TestServer {
     pub client: RateLimitServiceClient<Channel>,
     pub metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
+    /// The rule directory, removed on drop.
+    dir: PathBuf,
 }
 
 impl TestServer {
@@ -98,6 +100,7 @@ impl Drop for TestServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -139,7 +142,7 @@ pub async fn start_with(
             .find(|(k, _)| *k == name)
             .map(|(_, v)| (*v).to_owned())
     };
-    let mut settings = Settings::from_env(&lookup, Some(dir))
+    let mut settings = Settings::from_env(&lookup, Some(dir.clone()))
         .unwrap_or_else(|e| panic!("the test's settings: {e}"));
     settings.grpc_host = "127.0.0.1".into();
     settings.grpc_port = 0;
@@ -178,6 +181,7 @@ pub async fn start_with(
         client,
         metrics,
         stop: Some(stop),
+        dir,
     }
 }
 
