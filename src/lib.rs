@@ -49,7 +49,7 @@
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait, `memory`, `memcached`, `redis`, `postgres` | `clock` |
+//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `bucket` for `BucketStep`s), `memory`, `memcached`, `redis`, `postgres`, and `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers) | `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
@@ -61,7 +61,7 @@
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
-//! | `app` | the service as one value: build, bind, serve, drain | every module |
+//! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain | every module |
 
 pub mod app;
 pub mod clock;
