@@ -12,7 +12,9 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::deploy::envoy;
@@ -114,17 +116,14 @@ fn status(port: u16) -> u16 {
         .expect("status")
 }
 
-/// Sends a request to `port` every `every` until `until`, logging each answer.
-fn drive(port: u16, every: Duration, until: Instant, log: Log) -> std::thread::JoinHandle<()> {
+/// Sends a request to `port` every `every` until the Unix second `until` (which the test may
+/// move on), logging each answer.
+fn drive(port: u16, every: Duration, until: Arc<AtomicU64>, log: Log) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut next = Instant::now();
-        while Instant::now() < until {
+        while now_s() < until.load(Ordering::Acquire) {
             let status = status(port);
-            let at = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            log.lock().expect("log").push((at, status));
+            log.lock().expect("log").push((now_s(), status));
             next += every;
             if let Some(wait) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
@@ -187,18 +186,19 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
     }
     // Traffic from now; a second later replica B dies, and is back a second after that.
     let started = now_s();
-    let until = Instant::now() + Duration::from_secs(first + window + 1 - started);
+    let until = Arc::new(AtomicU64::new(first + window + 1));
     let (log_a, log_b): (Log, Log) = Default::default();
+    let every = |ms| Duration::from_millis(ms);
     let a = drive(
         listener_a,
-        Duration::from_millis(62),
-        until,
+        every(62),
+        Arc::clone(&until),
         Arc::clone(&log_a),
     );
     let b = drive(
         listener_b,
-        Duration::from_millis(250),
-        until,
+        every(250),
+        Arc::clone(&until),
         Arc::clone(&log_b),
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -209,27 +209,9 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
     // The chosen window is measured if the restarted replica served 4 s before it (start-up
     // took longer than planned: the traffic runs on to the window after).
     let measured = first.max((now_s() + 4).div_ceil(window) * window);
-    let end = measured + window;
-    let more = end.saturating_sub(first + window);
+    until.store(measured + window + 1, Ordering::Release);
     a.join().expect("driver a");
     b.join().expect("driver b");
-    if more > 0 {
-        let until = Instant::now() + Duration::from_secs(end + 1 - now_s());
-        let a = drive(
-            listener_a,
-            Duration::from_millis(62),
-            until,
-            Arc::clone(&log_a),
-        );
-        let b = drive(
-            listener_b,
-            Duration::from_millis(250),
-            until,
-            Arc::clone(&log_b),
-        );
-        a.join().expect("driver a");
-        b.join().expect("driver b");
-    }
 
     println!("RLQS, two Envoys (80 % / 20 % of 20 requests/s), limit {limit} per {window} s:");
     let logs = (&log_a, &log_b);
