@@ -79,10 +79,14 @@ impl<S> Stores<'_, S> {
 }
 
 impl Batch {
-    /// An empty batch for a request decided at `now_ms`.
-    pub(crate) fn at(now_ms: u64) -> Batch {
+    /// An empty batch for a request of `descriptors` decided at `now_ms`, with room for one
+    /// operation per descriptor (the common case: fixed windows) so that planning does not
+    /// grow its vectors.
+    pub(crate) fn at(now_ms: u64, descriptors: usize) -> Batch {
         Batch {
             now_ms,
+            hits: Vec::with_capacity(descriptors),
+            planned: Vec::with_capacity(descriptors),
             ..Batch::default()
         }
     }

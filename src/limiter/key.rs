@@ -101,20 +101,21 @@ impl KeyBase {
         use super::algorithm::Tail;
         match (tail, &self.reference) {
             (Tail::Window { start, .. }, Some(reference)) => format!("{reference}{start}"),
-            (Tail::Window { period, start }, None) => self.with(&format!("{period}@{start}")),
-            (Tail::Demand { period, start }, _) => self.with(&format!("{period}~d{start}")),
-            (Tail::Lease { period }, _) => self.with(&format!("{period}~c")),
-            (Tail::Bucket { period, rate }, _) => self.with(&format!("{period}~tb{rate}")),
+            (Tail::Window { period, start }, None) => self.with(format_args!("{period}@{start}")),
+            (Tail::Demand { period, start }, _) => self.with(format_args!("{period}~d{start}")),
+            (Tail::Lease { period }, _) => self.with(format_args!("{period}~c")),
+            (Tail::Bucket { period, rate }, _) => self.with(format_args!("{period}~tb{rate}")),
         }
     }
 
     /// The full key with `tail` (made of safe characters: digits, `@`, `~`, letters), hashed
     /// when it would be longer than [`MAX_KEY_LEN`].
-    fn with(&self, tail: &str) -> String {
-        let mut key = String::with_capacity(self.text.len() + tail.len() + 1);
+    fn with(&self, tail: std::fmt::Arguments<'_>) -> String {
+        // Room for the longest tail (two 20-digit numbers and a separator): one allocation.
+        let mut key = String::with_capacity(self.text.len() + 48);
         key.push_str(&self.text);
         key.push('|');
-        key.push_str(tail);
+        let _ = key.write_fmt(tail);
         if key.len() <= MAX_KEY_LEN {
             return key;
         }
@@ -133,7 +134,7 @@ pub fn counter_key<'a>(
     period: u64,
     window_start: u64,
 ) -> String {
-    KeyBase::new(prefix, domain, entries).with(&format!("{period}@{window_start}"))
+    KeyBase::new(prefix, domain, entries).with(format_args!("{period}@{window_start}"))
 }
 
 #[cfg(test)]

@@ -179,7 +179,7 @@ impl<S: CounterStore> Limiter<S> {
         };
         let applied = matched(domain, request);
         let replaced = replaced(&applied);
-        let mut batch = Batch::at(self.clock.now_millis());
+        let mut batch = Batch::at(self.clock.now_millis(), request.descriptors.len());
         for (index, limit) in applied.iter().enumerate() {
             let Some(limit) = limit else { continue };
             if !limit.rule().is_some_and(|l| replaced.replaces(l)) {
