@@ -17,6 +17,7 @@ mod options;
 mod signals;
 mod source;
 mod store;
+mod wiring;
 
 pub use check::{check_config, check_config_cli};
 pub use error::AppError;
@@ -36,7 +37,6 @@ use tokio::task::JoinSet;
 
 use crate::clock::{Clock, SystemClock};
 use crate::health::Health;
-use crate::limiter::Limiter;
 use crate::metrics::mogrify::Mogrifiers;
 use crate::metrics::{Instrumented, Metrics};
 use crate::reload::RulesHandle;
@@ -121,12 +121,12 @@ impl App {
         }
         let rules = initial.map(|loaded| loaded.rules);
         let rules = Arc::new(RulesHandle::new(rules));
-        let parts = LimiterParts {
+        let parts = wiring::LimiterParts {
             clock: &clock,
             metrics: &metrics,
             tracer: tracer.as_ref(),
         };
-        let limiter = limiter(&settings, store, parts, &mut tasks).await?;
+        let limiter = wiring::limiter(&settings, store, parts, &mut tasks).await?;
         let state = Arc::new(ServiceState {
             rules: Arc::clone(&rules),
             limiter,
@@ -277,63 +277,6 @@ fn sinks(
             .map_err(|e| AppError::Unsupported(e.to_string()))?;
     tasks.spawn(sink);
     Ok(())
-}
-
-/// The limiter over every store the settings name (main, per-second, durable), each
-/// instrumented; their background tasks go to `tasks`.
-/// What the limiter is wired with besides its settings and stores.
-struct LimiterParts<'a> {
-    clock: &'a Arc<dyn Clock>,
-    metrics: &'a Arc<Metrics>,
-    tracer: Option<&'a Arc<Tracer>>,
-}
-
-/// The limiter over the main store (`given`, or the one the settings name), the per-second
-/// and durable stores the settings add, each instrumented (and traced).
-async fn limiter(
-    settings: &Settings,
-    given: Option<Store>,
-    parts: LimiterParts<'_>,
-    tasks: &mut JoinSet<()>,
-) -> Result<Limiter<Instrumented<Store>>, AppError> {
-    let LimiterParts {
-        clock,
-        metrics,
-        tracer,
-    } = parts;
-    let main = match given {
-        Some(store) => store,
-        None => {
-            let (store, store_tasks) = store::build(&settings.backend, clock).await?;
-            for task in store_tasks {
-                tasks.spawn(task);
-            }
-            store
-        }
-    };
-    let instrumented = |store: Store, role| {
-        let label = label::store_label(&store, settings, role);
-        let store = Instrumented::new(store, Arc::clone(metrics));
-        match tracer {
-            Some(tracer) => store.traced(Arc::clone(tracer), label),
-            None => store,
-        }
-    };
-    let mut limiter = Limiter::new(
-        instrumented(main, "main"),
-        Arc::clone(clock),
-        settings.limiter.clone(),
-    );
-    if let Some(second) = store::per_second(&settings.backend, clock)? {
-        limiter = limiter.with_per_second_store(instrumented(second, "per_second"));
-    }
-    if let Some((durable, durable_tasks, from)) =
-        store::durable(settings.postgres_route.as_ref(), clock)?
-    {
-        tasks.extend(durable_tasks);
-        limiter = limiter.with_durable_store(instrumented(durable, "durable"), from);
-    }
-    Ok(limiter)
 }
 
 /// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the

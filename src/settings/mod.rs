@@ -6,6 +6,7 @@
 
 mod address;
 mod backend;
+mod decision;
 mod error;
 mod grpc;
 mod postgres;
@@ -17,6 +18,7 @@ mod tracing;
 mod xds;
 
 pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
+pub use decision::{LimiterSettings, ResponseSettings};
 pub use error::{SettingsError, SettingsErrors};
 pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits, TlsSettings};
 pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
@@ -52,20 +54,6 @@ impl Default for HeaderNames {
         }
     }
 }
-
-/// What goes into a RateLimit response beyond the statuses (the RLS edge's own options).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResponseSettings {
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names (`LIMIT_*_HEADER`).
-    pub headers: Option<HeaderNames>,
-    /// `RESPONSE_DYNAMIC_METADATA`.
-    pub dynamic_metadata: bool,
-}
-
-/// The limiter's own options (`CACHE_KEY_PREFIX`, `SHADOW_MODE`, `QUOTA_MODE`,
-/// `BACKEND_FAIL_OPEN`, `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend's settings the key
-/// layout and `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), built here directly.
-pub use crate::limiter::LimiterSettings;
 
 /// The Prometheus listener (`USE_PROMETHEUS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,48 +176,6 @@ fn log_json(r: &Reader<'_>) -> Result<bool, SettingsError> {
     }
 }
 
-/// `LIMIT_RESPONSE_HEADERS_ENABLED` with `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`,
-/// `LIMIT_RESET_HEADER`, and `RESPONSE_DYNAMIC_METADATA`.
-fn response(r: &Reader<'_>) -> ResponseSettings {
-    let d = HeaderNames::default();
-    let names = HeaderNames {
-        limit: r.string("LIMIT_LIMIT_HEADER", &d.limit),
-        remaining: r.string("LIMIT_REMAINING_HEADER", &d.remaining),
-        reset: r.string("LIMIT_RESET_HEADER", &d.reset),
-    };
-    ResponseSettings {
-        headers: r
-            .bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)
-            .then_some(names),
-        dynamic_metadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
-    }
-}
-
-/// The limiter's settings; the key layout and whether increments stop at the limit come from
-/// the backend's (Redis; PostgreSQL for the latter), Turnstile's layout elsewhere.
-fn limiter(r: &Reader<'_>, backend: &Backend) -> LimiterSettings {
-    let key_prefix = r.string("CACHE_KEY_PREFIX", "");
-    if key_prefix.len() > 64 {
-        r.report(err("CACHE_KEY_PREFIX", &key_prefix, "at most 64 bytes"));
-    }
-    LimiterSettings {
-        key_prefix,
-        shadow_mode: r.bool("SHADOW_MODE", false),
-        quota_mode: r.bool("QUOTA_MODE", false),
-        fail_open: r.bool("BACKEND_FAIL_OPEN", false),
-        local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
-        key_layout: match backend {
-            Backend::Redis(redis) => redis.key_layout,
-            _ => KeyLayout::Turnstile,
-        },
-        stop_increment_when_over_limit: match backend {
-            Backend::Redis(redis) => redis.stop_increment_when_over_limit,
-            Backend::Postgres(postgres) => postgres.stop_increment_when_over_limit,
-            _ => false,
-        },
-    }
-}
-
 /// `STATS_FLUSH_INTERVAL`: from 10 ms.
 const STATS_FLUSH: Span = Span::within(Duration::from_millis(10), LONGEST);
 
@@ -268,7 +214,7 @@ impl Settings {
         // parents, which covers what the reference's flag chooses between.
         r.bool("RUNTIME_WATCH_ROOT", true);
         let sinks = stats::sinks(r);
-        let limiter = limiter(r, &backend);
+        let limiter = decision::limiter(r, &backend);
         Settings {
             limiter,
             grpc_host: r.string("GRPC_HOST", "0.0.0.0"),
@@ -283,7 +229,7 @@ impl Settings {
             merge_domains: r.bool("MERGE_DOMAIN_CONFIG", false),
             force_start_without_config: r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
             backend,
-            response: response(r),
+            response: decision::response(r),
             log_level: r.string("LOG_LEVEL", "WARN"),
             log_json: r.or(log_json(r), false),
             http_addr: listen_address(&r.string("HOST", "0.0.0.0"), r.parsed("PORT", 8080u16)),
