@@ -103,7 +103,7 @@ fn one_redis(r: &Reader<'_>) -> RedisSettings {
     // Accepted for compatibility, validated, and documented as having no effect here: commands
     // are pipelined on multiplexed connections as they arrive (no write-flush window or limit),
     // and the start never waits for Redis (connections are made lazily, with a backoff of
-    // 50 ms doubling to 1 s between attempts).
+    // 50 ms doubling to 1 s, ±25 %, between attempts).
     let any = Span::within(Duration::ZERO, LONGEST);
     r.duration("REDIS_PIPELINE_WINDOW", Duration::ZERO, any);
     r.number("REDIS_PIPELINE_LIMIT", 0u64, 0, u64::MAX);

@@ -1,6 +1,7 @@
 //! What every remote counter store (memcached, Redis) does alike, written once so that each
 //! backend module does only its protocol: the backoff of a store that failed (one caller let
-//! through per period, 50 ms doubling to 1 s), the spread of counter lifetimes
+//! through per period, 50 ms doubling to 1 s, each wait spread by up to a quarter either way so
+//! that replicas that lost a store together do not retry it in step), the spread of counter lifetimes
 //! (`EXPIRATION_JITTER_MAX_SECONDS`), the order operations on keys run in (distinct keys at
 //! once, a repeated key in order), and what a passed deadline means (the store's lateness, or
 //! Turnstile's own overload when its runtime was too busy to read the answer).
@@ -85,8 +86,18 @@ impl Backoff {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The wait after the current run of failures.
+    /// The wait after the current run of failures: [`Backoff::base_ms`], spread by up to a
+    /// quarter either way (a draw from the clock's nanoseconds, hashed; no generator to seed).
     fn wait_ms(&self) -> u64 {
+        let base = self.base_ms();
+        let nanos = self.epoch.elapsed().subsec_nanos();
+        let draw = xxhash_rust::xxh3::xxh3_64(&nanos.to_le_bytes());
+        let quarter = base / 4;
+        base - quarter + draw % (2 * quarter + 1)
+    }
+
+    /// The wait before spreading: 50 ms doubling with each failure, at most 1 s.
+    fn base_ms(&self) -> u64 {
         let failures = self.failures.load(Ordering::Acquire).clamp(1, 16);
         let start = u64::try_from(BACKOFF_START.as_millis()).unwrap_or(u64::MAX);
         let max = u64::try_from(BACKOFF_MAX.as_millis()).unwrap_or(u64::MAX);
@@ -163,17 +174,27 @@ mod tests {
         let b = Backoff::default();
         assert!(b.is_up() && b.admit());
         assert!(b.record_failure());
-        assert_eq!(b.wait_ms(), 50);
+        assert_eq!(b.base_ms(), 50);
         assert!(!b.admit(), "refused at once while the wait runs");
         assert!(!b.record_failure());
-        assert_eq!(b.wait_ms(), 100);
+        assert_eq!(b.base_ms(), 100);
         for _ in 0..10 {
             b.record_failure();
         }
-        assert_eq!(b.wait_ms(), 1_000);
+        assert_eq!(b.base_ms(), 1_000);
         assert!(b.record_success());
         assert!(b.is_up() && b.admit());
         assert!(!b.record_success());
+    }
+
+    #[test]
+    fn each_wait_is_spread_within_a_quarter_of_its_base() {
+        let b = Backoff::default();
+        b.record_failure();
+        let waits: std::collections::BTreeSet<u64> = (0..200).map(|_| b.wait_ms()).collect();
+        let (low, high) = (waits.first().copied(), waits.last().copied());
+        assert!(low >= Some(38) && high <= Some(62), "{waits:?}");
+        assert!(waits.len() > 1, "not spread: {waits:?}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! down: a connection that cannot be made or breaks, or a failed probe. A late answer to
 //! commands that were written is not such evidence by itself (Turnstile may have been too busy
 //! to read it), so it starts one probe on the side, and the probe's failure marks the server
-//! down. A down server is retried with an exponential backoff (50 ms doubling to 1 s); while it
+//! down. A down server is retried with an exponential backoff (50 ms doubling to 1 s, ±25 %); while it
 //! is down, its operations fail at once instead of each waiting for a deadline, and one
 //! operation per backoff period is let through (`storage::remote::Backoff`). A success clears
 //! the failure count.
