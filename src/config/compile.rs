@@ -239,6 +239,8 @@ impl FileCompiler<'_> {
             rate,
             name,
             replaces,
+            replaceable_as: None,
+            replaces_ids: Vec::new(),
             shadow_mode: descriptor.shadow_mode,
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,

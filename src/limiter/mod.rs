@@ -373,22 +373,23 @@ fn matched<'r>(domain: &'r crate::rules::Domain, request: &Request) -> Vec<Optio
         .collect()
 }
 
-/// The names the matched limits replace: a limit so named is dropped and not counted.
-struct Replaced<'r>(Vec<&'r str>);
+/// The names the matched limits replace, as the numbers the rule set gave them: a limit so
+/// named is dropped and not counted.
+struct Replaced(Vec<u32>);
 
-impl Replaced<'_> {
+impl Replaced {
     fn replaces(&self, limit: &crate::rules::Limit) -> bool {
-        limit.name.as_deref().is_some_and(|n| self.0.contains(&n))
+        limit.replaceable_as.is_some_and(|id| self.0.contains(&id))
     }
 }
 
-fn replaced<'r>(applied: &[Option<Applied<'r>>]) -> Replaced<'r> {
+fn replaced(applied: &[Option<Applied<'_>>]) -> Replaced {
     Replaced(
         applied
             .iter()
             .flatten()
             .filter_map(Applied::rule)
-            .flat_map(|l| l.replaces.iter().map(String::as_str))
+            .flat_map(|l| l.replaces_ids.iter().copied())
             .collect(),
     )
 }

@@ -8,6 +8,7 @@
 mod matcher;
 mod metadata;
 mod rate;
+mod replaces;
 mod wildcard;
 
 pub use matcher::MAX_UNORDERED_STEPS;
@@ -67,6 +68,11 @@ pub struct Limit {
     pub name: Option<String>,
     /// Names of other limits this one drops from the same request.
     pub replaces: Vec<String>,
+    /// This limit's number among the names its domain's `replaces` entries refer to (`None`:
+    /// nothing replaces it); set when the rule set is built.
+    pub(crate) replaceable_as: Option<u32>,
+    /// `replaces` as those numbers; set when the rule set is built.
+    pub(crate) replaces_ids: Vec<u32>,
     /// Count and report, but always answer OK for this descriptor.
     pub shadow_mode: bool,
     /// Soft limit (see `limiter` for the overall-code rule).
@@ -119,7 +125,10 @@ pub struct RuleSet {
 
 impl RuleSet {
     /// A rule set from compiled domains.
-    pub(crate) fn new(domains: HashMap<String, Domain>) -> Self {
+    pub(crate) fn new(mut domains: HashMap<String, Domain>) -> Self {
+        for domain in domains.values_mut() {
+            domain.resolve_replaces();
+        }
         Self { domains }
     }
 

@@ -76,6 +76,47 @@ async fn replaces(backend: Backend) {
     );
 }
 
+/// `replaces` names a limit of another file merged into the same domain
+/// (`MERGE_DOMAIN_CONFIG`): names are resolved across the domain's files, and a name of
+/// another domain is not replaced.
+#[tokio::test]
+async fn replaces_across_merged_files() {
+    const STRICT: &str = "domain: m\ndescriptors:\n  - key: user\n    rate_limit: { name: strict, unit: minute, requests_per_unit: 0 }\n";
+    const VIP: &str = "domain: m\ndescriptors:\n  - key: vip\n    rate_limit: { unit: minute, requests_per_unit: 5, replaces: [{ name: strict }] }\n";
+    const OTHER: &str = "domain: o\ndescriptors:\n  - key: user\n    rate_limit: { name: strict, unit: minute, requests_per_unit: 0 }\n  - key: vip\n    rate_limit: { unit: minute, requests_per_unit: 5, replaces: [{ name: lenient }] }\n";
+    let options = Options {
+        merge: true,
+        ..Options::default()
+    };
+    let files = [
+        ("strict.yaml", STRICT),
+        ("vip.yaml", VIP),
+        ("other.yaml", OTHER),
+    ];
+    let s = crate::support::start_memory(&files, options).await;
+    let user = || desc(&[("user", "u")]);
+    let vip = || desc(&[("vip", "v")]);
+    let alone = s.call(req("m", vec![user()])).await;
+    assert_eq!(alone.overall_code(), Code::OverLimit, "strict alone blocks");
+    let both = s.call(req("m", vec![user(), vip()])).await;
+    assert_eq!(
+        both.overall_code(),
+        Code::Ok,
+        "vip (another file) replaces strict"
+    );
+    assert_eq!(
+        limit(&both, 0),
+        None,
+        "the replaced limit is reported without a limit"
+    );
+    let other = s.call(req("o", vec![user(), vip()])).await;
+    assert_eq!(
+        other.overall_code(),
+        Code::OverLimit,
+        "in domain o, vip replaces a name nothing has"
+    );
+}
+
 async fn shadow_mode_per_rule_and_global(backend: Backend) {
     let Some(s) = backend
         .start(&[("example.yaml", EXAMPLE)], Options::default())
