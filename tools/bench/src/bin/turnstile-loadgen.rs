@@ -158,6 +158,36 @@ struct Pacing {
     phase: f64,
 }
 
+/// One request: `--descriptors` descriptors on `--key` (numbered after the first), each value
+/// unique (`--unique`), the hot one (`--hot-share` of the time) or one of `--keys`.
+fn build_request(args: &Args, counts: &Counts, rng: &mut Rng) -> RateLimitRequest {
+    let descriptors = (0..args.descriptors)
+        .map(|d| {
+            let value = if args.unique {
+                format!("u{}", counts.unique.fetch_add(1, Ordering::Relaxed))
+            } else if rng.unit() < args.hot_share {
+                "hot".to_owned()
+            } else {
+                format!("v{}", rng.next() % args.keys.max(1))
+            };
+            let key = if d == 0 {
+                args.key.clone()
+            } else {
+                format!("{}{d}", args.key)
+            };
+            RateLimitDescriptor {
+                entries: vec![Entry { key, value }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    RateLimitRequest {
+        domain: args.domain.clone(),
+        descriptors,
+        hits_addend: args.hits_addend,
+    }
+}
+
 async fn worker(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
@@ -188,31 +218,7 @@ async fn worker(
                 tokio::task::yield_now().await;
             }
         }
-        let descriptors = (0..args.descriptors)
-            .map(|d| {
-                let value = if args.unique {
-                    format!("u{}", counts.unique.fetch_add(1, Ordering::Relaxed))
-                } else if rng.unit() < args.hot_share {
-                    "hot".to_owned()
-                } else {
-                    format!("v{}", rng.next() % args.keys.max(1))
-                };
-                let key = if d == 0 {
-                    args.key.clone()
-                } else {
-                    format!("{}{d}", args.key)
-                };
-                RateLimitDescriptor {
-                    entries: vec![Entry { key, value }],
-                    ..Default::default()
-                }
-            })
-            .collect();
-        let request = RateLimitRequest {
-            domain: args.domain.clone(),
-            descriptors,
-            hits_addend: args.hits_addend,
-        };
+        let request = build_request(&args, &counts, &mut rng);
         let started = Instant::now();
         let mut request = tonic::Request::new(request);
         if args.timeout_ms > 0 {
