@@ -252,3 +252,6 @@ fn target(r: &Reader<'_>) -> Result<RedisTarget, SettingsError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests;

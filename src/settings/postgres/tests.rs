@@ -1,20 +1,8 @@
-use std::collections::HashMap;
 use std::time::Duration;
 
-use super::super::{Backend, Settings, SettingsError};
+use super::super::tests::with;
+use super::super::{Backend, SettingsError};
 use super::*;
-
-fn with(pairs: &[(&str, &str)]) -> Result<Settings, SettingsError> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| ((*k).into(), (*v).into()))
-        .collect();
-    Settings::from_env(&move |k| map.get(k).cloned(), None).map_err(|all| {
-        all.single()
-            .cloned()
-            .unwrap_or_else(|| panic!("one problem expected: {all}"))
-    })
-}
 
 fn postgres(pairs: &[(&str, &str)]) -> Result<PostgresSettings, SettingsError> {
     let mut all = vec![("BACKEND_TYPE", "postgres")];
