@@ -87,11 +87,10 @@ impl Inner {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StorageError> {
-        let conn = self.connector.get().await.map_err(|e| self.error(&e))?;
+        let mut conn = self.connector.get().await.map_err(|e| self.error(&e))?;
         // A cluster connection follows node faults and topology changes itself; the others
         // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
         // the sentinels name now).
-        let mut conn = conn;
         let own_recovery = matches!(conn, Conn::Cluster(_));
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await;
