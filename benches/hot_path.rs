@@ -137,7 +137,7 @@ fn decision(c: &mut Criterion) {
 /// A new key offered to a memory store whose shards are full of live counters (64 shards of
 /// `per_shard`): refused, and what that costs as the shards grow.
 fn full_memory_store(c: &mut Criterion) {
-    use turnstile::storage::{Change, CounterOp, CounterStore};
+    use turnstile::storage::{Change, CounterKey, CounterOp, CounterStore};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -145,7 +145,7 @@ fn full_memory_store(c: &mut Criterion) {
         let clock = ManualClock::new(1_796_000_000);
         let store = MemoryStore::new(64 * per_shard, Arc::new(clock));
         let hit = |i: usize| CounterOp {
-            key: format!("live-{i}"),
+            key: CounterKey::checked(format!("live-{i}")).expect("key"),
             change: Change::Add(1),
             expires_at: 1_796_000_060,
         };

@@ -7,25 +7,59 @@
 
 use std::time::Duration;
 
+use super::ops::{CountSlot, Destination, Operations, StepSlot};
 use super::window::Window;
 use crate::rules::{Algorithm, PerUnit};
-use crate::storage::{BucketAnswer, BucketStep, Change, CounterOp, Take};
+use crate::storage::{BucketAnswer, BucketStep, Change, CounterKey, CounterOp, Take};
 
-/// What a descriptor asked of the store, by index into the request's batch.
+/// What a descriptor asks of the store: its operations (`Plan<CounterOp, BucketStep>`, as
+/// planned) or where their answers are ([`Queued`], once they are in the request's
+/// [`Operations`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Plan {
+pub(crate) enum Plan<C, B> {
     /// One counter in a fixed window.
-    Fixed { hit: usize, window: Window },
+    Fixed { counter: C, window: Window },
     /// The current window's counter and a read of the previous one.
     Sliding {
-        current: usize,
-        previous: usize,
+        current: C,
+        previous: C,
         window: Window,
     },
     /// One lease counter.
-    Lease { hit: usize },
+    Lease { counter: C },
     /// One bucket step on a bucket of `capacity` tokens.
-    Bucket { step: usize, capacity: u128 },
+    Bucket { step: B, capacity: u128 },
+}
+
+/// A plan whose operations are in the request's [`Operations`].
+pub(crate) type Queued = Plan<CountSlot, StepSlot>;
+
+impl Plan<CounterOp, BucketStep> {
+    /// Puts the operations into `ops`, bound for `to`.
+    pub(crate) fn queue(self, ops: &mut Operations, to: Destination) -> Queued {
+        match self {
+            Plan::Fixed { counter, window } => Plan::Fixed {
+                counter: ops.add(to, counter),
+                window,
+            },
+            Plan::Sliding {
+                current,
+                previous,
+                window,
+            } => Plan::Sliding {
+                current: ops.add(to, current),
+                previous: ops.add(to, previous),
+                window,
+            },
+            Plan::Lease { counter } => Plan::Lease {
+                counter: ops.add(to, counter),
+            },
+            Plan::Bucket { step, capacity } => Plan::Bucket {
+                step: ops.add_step(to, step),
+                capacity,
+            },
+        }
+    }
 }
 
 /// A descriptor's decision.
@@ -61,7 +95,7 @@ pub(crate) struct PlanInput<'a> {
     pub(crate) take: Take,
     pub(crate) now_ms: u64,
     /// Builds the key for a tail.
-    pub(crate) key: &'a dyn Fn(Tail) -> String,
+    pub(crate) key: &'a mut dyn FnMut(Tail) -> CounterKey,
 }
 
 /// What a sliding window's request does to its previous window: a refund of everything (a
@@ -74,12 +108,8 @@ fn previous_window_op(take: Take) -> Change {
     }
 }
 
-/// Adds the descriptor's store operations to the batch and returns how to read the answers.
-pub(crate) fn plan(
-    p: &PlanInput<'_>,
-    hits: &mut Vec<CounterOp>,
-    steps: &mut Vec<BucketStep>,
-) -> Plan {
+/// The descriptor's store operations, and how to read their answers.
+pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
     let period = p.rate.period.seconds();
     let change = match p.take {
         Take::Take(n) => Change::Add(n),
@@ -94,8 +124,7 @@ pub(crate) fn plan(
     match algorithm {
         Algorithm::FixedWindow | Algorithm::SlidingWindow => {
             let window = Window::of(period, p.now_ms / 1000);
-            let current = hits.len();
-            hits.push(CounterOp {
+            let current = CounterOp {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start,
@@ -103,71 +132,69 @@ pub(crate) fn plan(
                 change,
                 // A sliding window reads its counter during the next window too.
                 expires_at: window.end() + period * u64::from(algorithm != Algorithm::FixedWindow),
-            });
+            };
             if algorithm == Algorithm::FixedWindow {
                 return Plan::Fixed {
-                    hit: current,
+                    counter: current,
                     window,
                 };
             }
-            hits.push(CounterOp {
+            let previous = CounterOp {
                 key: (p.key)(Tail::Window {
                     period,
                     start: window.start.saturating_sub(period),
                 }),
                 change: previous_window_op(p.take),
                 expires_at: window.start,
-            });
+            };
             Plan::Sliding {
                 current,
-                previous: current + 1,
+                previous,
                 window,
             }
         }
-        Algorithm::Concurrency => {
-            let hit = hits.len();
-            hits.push(CounterOp {
+        Algorithm::Concurrency => Plan::Lease {
+            counter: CounterOp {
                 key: (p.key)(Tail::Lease { period }),
                 change: match p.take {
                     Take::Take(n) => Change::Lease(n),
                     Take::Refund(n) => Change::Release(n),
                 },
                 expires_at: p.now_ms / 1000 + period,
-            });
-            Plan::Lease { hit }
-        }
+            },
+        },
         Algorithm::TokenBucket { burst } => {
             let rate = u128::from(p.rate.requests_per_unit.max(1));
             let capacity = u128::from(p.rate.requests_per_unit) + u128::from(burst);
-            let step = steps.len();
-            steps.push(BucketStep {
-                key: (p.key)(Tail::Bucket { period, rate }),
-                now: u128::from(p.now_ms) * rate,
-                interval: u128::from(period) * 1000,
+            Plan::Bucket {
+                step: BucketStep {
+                    key: (p.key)(Tail::Bucket { period, rate }),
+                    now: u128::from(p.now_ms) * rate,
+                    interval: u128::from(period) * 1000,
+                    capacity,
+                    take: p.take,
+                    ticks_per_milli: rate,
+                },
                 capacity,
-                take: p.take,
-                ticks_per_milli: rate,
-            });
-            Plan::Bucket { step, capacity }
+            }
         }
     }
 }
 
 /// The decision for a plan, from the store's answers.
 pub(crate) fn decide(
-    plan: Plan,
+    plan: Queued,
     rate: PerUnit,
     take: Take,
     now_ms: u64,
-    counts: &[u64],
-    answers: &[BucketAnswer],
+    ops: &Operations,
 ) -> Outcome {
     let limit = u64::from(rate.requests_per_unit);
     // A check (0 hits) answers OVER_LIMIT on a counter already over its limit, as the reference.
     let taking = matches!(take, Take::Take(_));
     match plan {
-        Plan::Fixed { hit, window } => {
-            let count = counts[hit];
+        Plan::Fixed { counter, window } => {
+            let count = ops.count(counter);
             Outcome {
                 over: taking && count > limit,
                 remaining: clamp(limit.saturating_sub(count)),
@@ -181,14 +208,14 @@ pub(crate) fn decide(
             window,
         } => sliding(
             limit,
-            counts[current],
-            counts[previous],
+            ops.count(current),
+            ops.count(previous),
             window,
             now_ms,
             taking,
         ),
-        Plan::Lease { hit } => {
-            let count = counts[hit];
+        Plan::Lease { counter } => {
+            let count = ops.count(counter);
             Outcome {
                 over: taking && count > limit,
                 remaining: clamp(limit.saturating_sub(count)),
@@ -196,7 +223,7 @@ pub(crate) fn decide(
                 used: count,
             }
         }
-        Plan::Bucket { step, capacity } => bucket(rate, capacity, answers[step], take, now_ms),
+        Plan::Bucket { step, capacity } => bucket(rate, capacity, ops.answer(step), take, now_ms),
     }
 }
 

@@ -1,31 +1,15 @@
-//! Counter keys. A key encodes prefix, domain, entries, window length and window start without
-//! ambiguity, is printable ASCII without spaces, and is at most [`MAX_KEY_LEN`] bytes, so every
-//! value a client can send (spaces, newlines, NUL, non-ASCII, megabytes) is countable under a
-//! key of its own. Bytes outside a small safe set are percent-escaped, and the separators
-//! (`|`, `=`, `@`) are themselves always escaped inside components, so two different
-//! descriptors never share a key. A key that would be too long is replaced by the prefix and a
-//! 128-bit hash of the full encoding.
+//! Counter keys' layouts. A key in Turnstile's layout encodes prefix, domain, entries, window
+//! length and window start without ambiguity (`prefix` `domain` `|k=v`… `|60@1200`), written
+//! with [`KeyWriter`], which escapes every component and bounds the whole, so every value a
+//! client can send (spaces, newlines, NUL, non-ASCII, megabytes) is countable under a key of
+//! its own and two different descriptors never share a key. The reference's layout is kept
+//! beside it for window counters when asked for.
+//!
+//! One [`Keys`] serves a whole request: each descriptor's part is written once into its reused
+//! buffer and each key is that part plus a tail, so a key costs one allocation (its own).
 
-use std::fmt::Write;
-
-use xxhash_rust::xxh3::xxh3_128;
-
-use crate::storage::MAX_KEY_LEN;
-
-fn is_safe(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b':' | b'*')
-}
-
-fn push_escaped(out: &mut String, text: &str) {
-    for &b in text.as_bytes() {
-        if is_safe(b) {
-            out.push(b as char);
-        } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-}
+use super::algorithm::Tail;
+use crate::storage::{CounterKey, KeyWriter, Separator, Tag};
 
 /// Which bytes window counters are kept under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,104 +21,123 @@ pub enum KeyLayout {
     /// value + "_")… + window start`, so both services share counters in one Redis during a
     /// cut-over. Ambiguous (`(a, b_c)` and `(a_b, c)` share a key; the period is not in the key,
     /// so two limits on the same entries whose windows start together share a counter) and
-    /// unbounded, exactly as the reference. Other algorithms keep Turnstile's layout.
+    /// unbounded in the reference (bounded here by [`crate::storage::MAX_REFERENCE_KEY_LEN`],
+    /// beyond which a key is written in Turnstile's layout), exactly as the reference
+    /// otherwise. Other algorithms keep Turnstile's layout.
     Reference,
 }
 
-/// A counter key up to its tail: prefix, domain and entries, escaped. One base serves every
-/// counter of a descriptor (a sliding window's two windows, for instance).
-#[derive(Debug, Clone)]
-pub(crate) struct KeyBase {
-    text: String,
-    prefix_len: usize,
+/// The keys of one descriptor at a time, written into buffers reused across descriptors.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    writer: KeyWriter,
+    /// How long the current descriptor's part (prefix, domain, entries) is in `writer`.
+    base: usize,
     /// The reference's bytes up to the window start, when that layout is on.
     reference: Option<String>,
 }
 
-impl KeyBase {
-    /// The base for `entries` (the request's values, or a wildcard pattern where
-    /// `share_threshold` shares one counter).
-    pub(crate) fn new<'a>(
-        prefix: &str,
-        domain: &str,
-        entries: impl Iterator<Item = (&'a str, &'a str)>,
-    ) -> KeyBase {
-        let mut text = String::with_capacity(64);
-        push_escaped(&mut text, prefix);
-        let prefix_len = text.len();
-        push_escaped(&mut text, domain);
-        for (k, v) in entries {
-            text.push('|');
-            push_escaped(&mut text, k);
-            text.push('=');
-            push_escaped(&mut text, v);
-        }
-        KeyBase {
-            text,
-            prefix_len,
+impl Keys {
+    /// Buffers for a request's keys.
+    pub(crate) fn new() -> Keys {
+        Keys {
+            writer: KeyWriter::with_capacity(128),
+            base: 0,
             reference: None,
         }
     }
 
-    /// Also keeps the reference's key bytes (`prefix + domain + "_" + (key + "_" + value +
-    /// "_")…`) for window counters.
-    pub(crate) fn with_reference<'a>(
-        mut self,
+    /// Starts the keys of `entries` (the request's values, or a wildcard pattern where
+    /// `share_threshold` shares one counter) in `layout`.
+    pub(crate) fn start<'a>(
+        &mut self,
+        layout: KeyLayout,
         prefix: &str,
         domain: &str,
-        entries: impl Iterator<Item = (&'a str, &'a str)>,
-    ) -> KeyBase {
-        let mut text = format!("{prefix}{domain}_");
-        for (k, v) in entries {
-            text.push_str(k);
-            text.push('_');
-            text.push_str(v);
-            text.push('_');
+        entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+    ) {
+        let w = &mut self.writer;
+        w.truncate(0);
+        w.component(prefix).keep().component(domain);
+        for (k, v) in entries.clone() {
+            w.separator(Separator::Part)
+                .component(k)
+                .separator(Separator::Value)
+                .component(v);
         }
-        self.reference = Some(text);
-        self
+        w.separator(Separator::Part);
+        self.base = w.len();
+        self.reference = match layout {
+            KeyLayout::Turnstile => None,
+            KeyLayout::Reference => Some(reference_base(prefix, domain, entries)),
+        };
     }
 
-    /// The key for a tail: the reference's bytes for windows when that layout is on, else
-    /// Turnstile's.
-    pub(crate) fn tail(&self, tail: super::algorithm::Tail) -> String {
-        use super::algorithm::Tail;
-        match (tail, &self.reference) {
-            (Tail::Window { start, .. }, Some(reference)) => format!("{reference}{start}"),
-            (Tail::Window { period, start }, None) => self.with(format_args!("{period}@{start}")),
-            (Tail::Demand { period, start }, _) => self.with(format_args!("{period}~d{start}")),
-            (Tail::Lease { period }, _) => self.with(format_args!("{period}~c")),
-            (Tail::Bucket { period, rate }, _) => self.with(format_args!("{period}~tb{rate}")),
-        }
-    }
-
-    /// The full key with `tail` (made of safe characters: digits, `@`, `~`, letters), hashed
-    /// when it would be longer than [`MAX_KEY_LEN`].
-    fn with(&self, tail: std::fmt::Arguments<'_>) -> String {
-        // Room for the longest tail (two 20-digit numbers and a separator): one allocation.
-        let mut key = String::with_capacity(self.text.len() + 48);
-        key.push_str(&self.text);
-        key.push('|');
-        let _ = key.write_fmt(tail);
-        if key.len() <= MAX_KEY_LEN {
+    /// The current descriptor's key for a tail: the reference's bytes for windows when that
+    /// layout is on (and the key is within its bound), else Turnstile's.
+    pub(crate) fn key(&mut self, tail: Tail) -> CounterKey {
+        if let (Tail::Window { start, .. }, Some(reference)) = (tail, &self.reference)
+            && let Ok(key) = CounterKey::reference(format!("{reference}{start}"))
+        {
             return key;
         }
-        let hash = xxh3_128(key.as_bytes());
-        key.truncate(self.prefix_len.min(MAX_KEY_LEN - 34));
-        let _ = write!(key, "#{hash:032x}");
-        key
+        let w = &mut self.writer;
+        w.truncate(self.base);
+        match tail {
+            Tail::Window { period, start } => w
+                .number(period.into())
+                .separator(Separator::Start)
+                .number(start.into()),
+            Tail::Demand { period, start } => w
+                .number(period.into())
+                .separator(Separator::Kind)
+                .tag(Tag::Demand)
+                .number(start.into()),
+            Tail::Lease { period } => w
+                .number(period.into())
+                .separator(Separator::Kind)
+                .tag(Tag::Lease),
+            Tail::Bucket { period, rate } => w
+                .number(period.into())
+                .separator(Separator::Kind)
+                .tag(Tag::Bucket)
+                .number(rate),
+        };
+        w.key()
     }
 }
 
-/// Builds the key for one fixed-window counter.
-pub fn counter_key<'a>(
+/// The reference's bytes up to the window start: `prefix + domain + "_" + (key + "_" + value +
+/// "_")…`.
+fn reference_base<'a>(
     prefix: &str,
     domain: &str,
     entries: impl Iterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut text = format!("{prefix}{domain}_");
+    for (k, v) in entries {
+        text.push_str(k);
+        text.push('_');
+        text.push_str(v);
+        text.push('_');
+    }
+    text
+}
+
+/// Builds the key for one fixed-window counter, in Turnstile's layout.
+pub fn counter_key<'a>(
+    prefix: &str,
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
     period: u64,
     window_start: u64,
-) -> String {
-    KeyBase::new(prefix, domain, entries).with(format_args!("{period}@{window_start}"))
+) -> CounterKey {
+    let mut keys = Keys::new();
+    keys.start(KeyLayout::Turnstile, prefix, domain, entries);
+    keys.key(Tail::Window {
+        period,
+        start: window_start,
+    })
 }
 
 #[cfg(test)]
@@ -144,7 +147,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn key(entries: &[(&str, &str)]) -> String {
-        counter_key("p:", "domain", entries.iter().copied(), 60, 1200)
+        counter_key("p:", "domain", entries.iter().copied(), 60, 1200).to_string()
     }
 
     #[test]

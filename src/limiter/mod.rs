@@ -9,6 +9,7 @@ mod algorithm;
 mod batch;
 mod key;
 mod local_cache;
+mod ops;
 mod request;
 mod rule_keys;
 mod verdict;
@@ -25,10 +26,10 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::rules::{Rate, RuleSet};
-use crate::storage::Take;
-use crate::storage::{CounterOp, CounterStore, StorageError};
+use crate::storage::{CounterStore, StorageError, Take};
 use batch::Batch;
-pub use batch::Destination;
+use key::Keys;
+pub use ops::{CountSlot, Destination, Operations, StepSlot};
 
 /// Process-wide limiter settings.
 #[derive(Debug, Clone, Default)]
@@ -123,14 +124,10 @@ impl<S: CounterStore> Limiter<S> {
         self.stores().durable_at(self.destination(rate))
     }
 
-    /// Applies counter hits, each on its store (`to[i]`; see [`Limiter::destination`]), every
-    /// store at once; the counts in order.
-    pub async fn hit_routed(
-        &self,
-        hits: Vec<CounterOp>,
-        to: &[Destination],
-    ) -> Result<Vec<u64>, StorageError> {
-        batch::routed_hits(&self.stores(), hits, to).await
+    /// Sends `ops`, each to its store (see [`Limiter::destination`]), every store at once;
+    /// their answers are then read from `ops`.
+    pub async fn apply(&self, ops: &mut Operations) -> Result<(), StorageError> {
+        ops.apply(&self.stores()).await
     }
 
     /// Whether every store can serve (readiness); if not, why.
@@ -145,8 +142,8 @@ impl<S: CounterStore> Limiter<S> {
         }
     }
 
-    fn stores(&self) -> batch::Stores<'_, S> {
-        batch::Stores {
+    fn stores(&self) -> ops::Stores<'_, S> {
+        ops::Stores {
             main: &self.store,
             per_second: self.per_second.as_ref(),
             durable: self.durable.as_ref().map(|(store, _)| store),
@@ -180,14 +177,16 @@ impl<S: CounterStore> Limiter<S> {
         let applied = matched(domain, request);
         let replaced = replaced(&applied);
         let mut batch = Batch::at(self.clock.now_millis(), request.descriptors.len());
+        let mut keys = Keys::new();
         for (index, limit) in applied.iter().enumerate() {
             let Some(limit) = limit else { continue };
             if !limit.rule().is_some_and(|l| replaced.replaces(l)) {
-                self.plan(request, index, limit, &mut statuses[index], &mut batch);
+                let status = &mut statuses[index];
+                self.plan(request, index, limit, status, &mut batch, &mut keys);
             }
         }
         if let Err(err) = self.run(&mut batch, &statuses).await {
-            return self.fail_open(err, statuses, &batch.counted());
+            return self.fail_open(err, statuses, batch.counted().collect());
         }
         self.decide(&batch, &mut statuses);
         let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
@@ -211,7 +210,7 @@ impl<S: CounterStore> Limiter<S> {
             // Boxed: a rare setting's extra round trip does not grow every request's future.
             Box::pin(batch.hold_back(&stores, cached_over)).await?;
         }
-        batch.run(&stores).await
+        batch.ops.apply(&stores).await
     }
 
     /// Each counted descriptor's status from the store's answers (and the local over-limit
@@ -224,8 +223,7 @@ impl<S: CounterStore> Limiter<S> {
                 planned.rate,
                 planned.take,
                 batch.now_ms,
-                &batch.counts,
-                &batch.answers,
+                &batch.ops,
             );
             status.counting = Counting::Counted {
                 hits: match planned.take {
@@ -237,10 +235,11 @@ impl<S: CounterStore> Limiter<S> {
             status.reset_in = Some(outcome.reset_in);
             if outcome.over {
                 status.mark_over();
-                if let (Some(cache), algorithm::Plan::Fixed { hit, window }) =
+                if let (Some(cache), algorithm::Plan::Fixed { counter, window }) =
                     (&self.local_cache, planned.plan)
                 {
-                    cache.insert(&batch.hits[hit].key, window.end(), batch.now_ms / 1000);
+                    let key = &batch.ops.op(counter).key;
+                    cache.insert(key, window.end(), batch.now_ms / 1000);
                 }
             } else {
                 status.remaining = outcome.remaining;
@@ -257,9 +256,9 @@ impl<S: CounterStore> Limiter<S> {
         limit: &Applied<'r>,
         status: &mut Status<'r>,
         batch: &mut Batch,
+        keys: &mut Keys,
     ) {
-        let (domain, descriptor, now_ms) =
-            (&request.domain, &request.descriptors[index], batch.now_ms);
+        let descriptor = &request.descriptors[index];
         let Some(rate) = limit.rate() else {
             status.counting = Counting::Unlimited;
             status.remaining = u32::MAX;
@@ -274,32 +273,28 @@ impl<S: CounterStore> Limiter<S> {
             (true, n) => Take::Refund(n),
             (false, n) => Take::Take(n),
         };
-        let base = self.key_base(domain, descriptor, limit);
-        let key = |tail| base.tail(tail);
-        let to = self.destination(&rate);
-        let (plan, hit_at) = batch.plan(
-            &algorithm::PlanInput {
-                rate,
-                take,
-                now_ms,
-                key: &key,
-            },
-            to,
-        );
-        if let (Some(cache), algorithm::Plan::Fixed { window, .. }) = (&self.local_cache, plan) {
-            let key = &batch.hits[hit_at].key;
+        self.start_keys(keys, &request.domain, descriptor, limit);
+        let plan = algorithm::plan(&mut algorithm::PlanInput {
+            rate,
+            take,
+            now_ms: batch.now_ms,
+            key: &mut |tail| keys.key(tail),
+        });
+        if let (Some(cache), algorithm::Plan::Fixed { counter, window }) =
+            (&self.local_cache, &plan)
+        {
             match take {
-                Take::Take(n) if cache.contains(key, now_ms / 1000) => {
-                    batch.unplan(plan);
+                Take::Take(n) if cache.contains(&counter.key, batch.now_ms / 1000) => {
                     status.reset_in = Some(Duration::from_secs(window.reset_in));
                     status.mark_over();
                     status.counting = Counting::LocalCache { hits: n };
                     return;
                 }
-                Take::Refund(_) => cache.remove(key),
+                Take::Refund(_) => cache.remove(&counter.key),
                 Take::Take(_) => {}
             }
         }
+        let plan = plan.queue(&mut batch.ops, self.destination(&rate));
         batch.planned.push(batch::Planned {
             index,
             plan,
@@ -322,7 +317,7 @@ impl<S: CounterStore> Limiter<S> {
         &self,
         err: StorageError,
         mut statuses: Vec<Status<'r>>,
-        counted: &[usize],
+        counted: Vec<usize>,
     ) -> Result<Verdict<'r>, StorageError> {
         let covered = |i: &usize| {
             self.settings.fail_open
@@ -335,7 +330,7 @@ impl<S: CounterStore> Limiter<S> {
             return Err(err);
         }
         tracing::warn!(error = %err, "counter store failed; answering OK by the fail-open policy");
-        for &index in counted {
+        for index in counted {
             let status = &mut statuses[index];
             status.remaining = status.limit.map_or(0, |l| l.rate.requests_per_unit);
         }

@@ -3,23 +3,26 @@
 //! tails. Must not touch: the store, the decision.
 
 use super::algorithm::Tail;
-use super::key::KeyBase;
-use super::{Applied, Descriptor, KeyLayout, Limiter};
+use super::key::Keys;
+use super::{Applied, Descriptor, Limiter};
 use crate::rules::{LevelMatch, Limit, PathLevel};
+use crate::storage::CounterKey;
 
 impl<S> Limiter<S> {
-    pub(super) fn key_base(
+    /// Starts `keys` on the counters of `descriptor` under `limit`.
+    pub(super) fn start_keys(
         &self,
+        keys: &mut Keys,
         domain: &str,
         descriptor: &Descriptor,
         limit: &Applied<'_>,
-    ) -> KeyBase {
+    ) {
         let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
         let entries = descriptor
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
-        self.base_for(domain, entries, path)
+        self.start_for(keys, domain, entries, path);
     }
 
     /// The key of the fixed-window counter that RLS keeps for `entries` (in path order) under
@@ -32,7 +35,7 @@ impl<S> Limiter<S> {
         rule: &Limit,
         period: u64,
         start: u64,
-    ) -> String {
+    ) -> CounterKey {
         self.rule_key(domain, entries, rule, Tail::Window { period, start })
     }
 
@@ -45,21 +48,29 @@ impl<S> Limiter<S> {
         rule: &Limit,
         period: u64,
         start: u64,
-    ) -> String {
+    ) -> CounterKey {
         self.rule_key(domain, entries, rule, Tail::Demand { period, start })
     }
 
-    fn rule_key(&self, domain: &str, entries: &[(&str, &str)], rule: &Limit, tail: Tail) -> String {
-        self.base_for(domain, entries.iter().copied(), &rule.path)
-            .tail(tail)
+    fn rule_key(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        rule: &Limit,
+        tail: Tail,
+    ) -> CounterKey {
+        let mut keys = Keys::new();
+        self.start_for(&mut keys, domain, entries.iter().copied(), &rule.path);
+        keys.key(tail)
     }
 
-    fn base_for<'e>(
+    fn start_for<'e>(
         &self,
+        keys: &mut Keys,
         domain: &str,
         entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
         path: &[PathLevel],
-    ) -> KeyBase {
+    ) {
         let entries = entries.enumerate().map(|(i, (key, value))| {
             let value = match path.get(i).map(|p| &p.matched) {
                 Some(LevelMatch::Wildcard {
@@ -70,10 +81,11 @@ impl<S> Limiter<S> {
             };
             (key, value)
         });
-        let base = KeyBase::new(&self.settings.key_prefix, domain, entries.clone());
-        match self.settings.key_layout {
-            KeyLayout::Turnstile => base,
-            KeyLayout::Reference => base.with_reference(&self.settings.key_prefix, domain, entries),
-        }
+        keys.start(
+            self.settings.key_layout,
+            &self.settings.key_prefix,
+            domain,
+            entries,
+        );
     }
 }

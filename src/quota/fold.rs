@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use super::share::{FILL_INTERVAL_SECONDS, ShareInput};
 use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
-use crate::limiter::Destination;
-use crate::limiter::{Limiter, Window};
+use crate::limiter::{CountSlot, Destination, Limiter, Operations, Window};
 use crate::rules::Rate;
 use crate::settings::{RlqsSettings, Unmatched};
 use crate::storage::{Change, CounterOp, CounterStore};
@@ -161,48 +160,82 @@ pub(super) struct Counts {
     pub(super) demand_before: u64,
 }
 
+/// Where a counted bucket's three counts are: the window's allowed requests, every stream's
+/// demand in it and in the window before.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BucketSlots {
+    pub(super) used: CountSlot,
+    pub(super) demand_now: CountSlot,
+    pub(super) demand_before: CountSlot,
+}
+
+impl BucketSlots {
+    /// The counts after the report, from the applied operations.
+    pub(super) fn counts(self, placed: Placed, ops: &Operations) -> Counts {
+        Counts {
+            placed,
+            used: ops.count(self.used),
+            demand_now: ops.count(self.demand_now),
+            demand_before: ops.count(self.demand_before),
+        }
+    }
+}
+
 /// The store operations of a report: per counted bucket, its allowed requests in this window
 /// onto the window counter, its demand onto this window's demand counter, and its demand
-/// before this window onto the previous window's (whose count comes back either way).
+/// before this window onto the previous window's (whose count comes back either way); each
+/// bucket's slots, in the order of `resolved`.
 pub(super) fn plan<S: CounterStore>(
     domain: &str,
     resolved: &[Resolution<'_>],
     placed: &[Option<Placed>],
     limiter: &Limiter<S>,
-) -> (Vec<CounterOp>, Vec<Destination>) {
-    let mut hits = Vec::new();
-    let mut to = Vec::new();
-    for (r, p) in resolved.iter().zip(placed) {
-        let (Resolution::Counted { limit, entries, .. }, Some(Placed { window, split })) = (r, p)
-        else {
-            continue;
-        };
-        // The bucket's counters live where RLS counts the limit (`REDIS_PERSECOND`,
-        // `POSTGRES_FROM_UNIT`).
-        let destination = match limit.rate {
-            Rate::Limited(rate) => limiter.destination(&rate),
-            Rate::Unlimited { .. } => Destination::Main,
-        };
-        to.extend([destination; 3]);
-        let (period, start, end) = (window.period, window.start, window.end());
-        let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
-        hits.push(CounterOp {
-            key: limiter.window_key(domain, entries, limit, period, start),
-            change: Change::Add(split.allowed),
-            expires_at: end,
-        });
-        hits.push(CounterOp {
-            key: demand(start),
-            change: Change::Add(split.demand),
-            expires_at: end + period,
-        });
-        hits.push(CounterOp {
-            key: demand(start.saturating_sub(period)),
-            change: Change::Add(split.earlier_demand),
-            expires_at: end,
-        });
-    }
-    (hits, to)
+) -> (Operations, Vec<Option<BucketSlots>>) {
+    let mut ops = Operations::default();
+    let slots = resolved
+        .iter()
+        .zip(placed)
+        .map(|(r, p)| {
+            let (Resolution::Counted { limit, entries, .. }, Some(Placed { window, split })) =
+                (r, p)
+            else {
+                return None;
+            };
+            // The bucket's counters live where RLS counts the limit (`REDIS_PERSECOND`,
+            // `POSTGRES_FROM_UNIT`).
+            let to = match limit.rate {
+                Rate::Limited(rate) => limiter.destination(&rate),
+                Rate::Unlimited { .. } => Destination::Main,
+            };
+            let (period, start, end) = (window.period, window.start, window.end());
+            let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
+            let mut add = |key, n, expires_at| {
+                let change = Change::Add(n);
+                ops.add(
+                    to,
+                    CounterOp {
+                        key,
+                        change,
+                        expires_at,
+                    },
+                )
+            };
+            Some(BucketSlots {
+                used: add(
+                    limiter.window_key(domain, entries, limit, period, start),
+                    split.allowed,
+                    end,
+                ),
+                demand_now: add(demand(start), split.demand, end + period),
+                demand_before: add(
+                    demand(start.saturating_sub(period)),
+                    split.earlier_demand,
+                    end,
+                ),
+            })
+        })
+        .collect();
+    (ops, slots)
 }
 
 /// One bucket's assignment; `counts` are there for a counted bucket.

@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::fold::{Counts, Placed, Tracked, assign, merged, plan};
+use super::fold::{Placed, Tracked, assign, merged, plan};
 use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, HeldBytes, Resolution, resolve};
-use crate::limiter::{Limiter, Window};
+use crate::limiter::{Limiter, Operations, Window};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
 use crate::storage::{CounterStore, StorageError};
@@ -140,32 +140,19 @@ impl QuotaStream {
                 _ => None,
             })
             .collect();
-        let (hits, second) = plan(&domain, &resolved, &placed, limiter);
-        let expected = 3 * placed.iter().flatten().count();
-        let counts = match store_counts(limiter, hits, &second, expected).await {
-            Ok(counts) => counts,
-            Err(err) => {
-                // The new buckets are not kept: their bytes go back.
-                self.held.give_back(new_bytes);
-                self.held_here -= new_bytes;
-                return Err(err.into());
-            }
-        };
+        let (mut ops, slots) = plan(&domain, &resolved, &placed, limiter);
+        if let Err(err) = apply(limiter, &mut ops).await {
+            // The new buckets are not kept: their bytes go back.
+            self.held.give_back(new_bytes);
+            self.held_here -= new_bytes;
+            return Err(err.into());
+        }
         let shadow = limiter.settings().shadow_mode;
-        let mut counts = counts.chunks_exact(3);
         let mut out = Vec::with_capacity(usages.len());
-        for ((u, r), placed) in usages.iter().zip(resolved).zip(placed) {
-            let bucket_counts = match placed {
-                Some(placed) => match counts.next() {
-                    Some(&[used, demand_now, demand_before]) => Some(Counts {
-                        placed,
-                        used,
-                        demand_now,
-                        demand_before,
-                    }),
-                    _ => return Err(StorageError::protocol("fewer counts than hits").into()),
-                },
-                None => None,
+        for (((u, r), placed), slots) in usages.iter().zip(resolved).zip(placed).zip(slots) {
+            let bucket_counts = match (placed, slots) {
+                (Some(placed), Some(slots)) => Some(slots.counts(placed, &ops)),
+                _ => None,
             };
             let tracked = self.buckets.entry(u.bucket.clone()).or_default();
             tracked.heard(u);
@@ -274,21 +261,13 @@ impl Drop for QuotaStream {
     }
 }
 
-/// The counts after a report's `hits`, each on its store (`to`), checked to be `expected`
-/// in number; none when there are no hits.
-async fn store_counts<S: CounterStore>(
+/// Sends a report's operations (none may be needed).
+async fn apply<S: CounterStore>(
     limiter: &Limiter<S>,
-    hits: Vec<crate::storage::CounterOp>,
-    to: &[crate::limiter::Destination],
-    expected: usize,
-) -> Result<Vec<u64>, StorageError> {
-    if hits.is_empty() {
-        return Ok(Vec::new());
-    }
-    let counts = limiter.hit_routed(hits, to).await?;
-    if counts.len() == expected {
-        Ok(counts)
-    } else {
-        Err(StorageError::protocol("fewer counts than hits"))
+    ops: &mut Operations,
+) -> Result<(), StorageError> {
+    match ops.is_empty() {
+        true => Ok(()),
+        false => limiter.apply(ops).await,
     }
 }

@@ -13,6 +13,7 @@
 
 mod error;
 pub(crate) mod expiry;
+mod key;
 mod lateness;
 pub mod memcached;
 pub mod memory;
@@ -22,6 +23,9 @@ mod remote;
 pub mod token_bucket;
 
 pub use error::{ErrorKind, StorageError};
+pub use key::{
+    CounterKey, KeyError, KeyWriter, MAX_KEY_LEN, MAX_REFERENCE_KEY_LEN, Separator, Tag,
+};
 pub use token_bucket::{BucketAnswer, BucketStep, Take};
 
 use std::future::Future;
@@ -68,17 +72,13 @@ impl Change {
 /// One counter operation of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CounterOp {
-    /// The counter key: printable ASCII, no spaces, at most [`MAX_KEY_LEN`] bytes.
-    pub key: String,
+    /// The counter key.
+    pub key: CounterKey,
     /// Add (0 = read only) or refund, and by how much.
     pub change: Change,
     /// Unix second at which the counter may be dropped (the end of its window).
     pub expires_at: u64,
 }
-
-/// The longest key a store must accept (186 raw bytes is 248 base64 bytes, within memcached's
-/// 250-byte key limit).
-pub const MAX_KEY_LEN: usize = 186;
 
 /// A point-in-time reading of a store's state. Typed, so that the store says what it knows and
 /// only `metrics` decides names, labels and format.

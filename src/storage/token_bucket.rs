@@ -22,8 +22,8 @@ pub enum Take {
 /// One GCRA step on the bucket at `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketStep {
-    /// The bucket's key: printable ASCII, no spaces, at most [`super::MAX_KEY_LEN`] bytes.
-    pub key: String,
+    /// The bucket's key.
+    pub key: super::CounterKey,
     /// Now, in ticks.
     pub now: u128,
     /// Ticks one token takes to come back (the emission interval; at least 1).
@@ -107,7 +107,7 @@ mod tests {
 
     fn step(now: u128, take: Take) -> BucketStep {
         BucketStep {
-            key: "k".into(),
+            key: crate::storage::CounterKey::checked("k").expect("key"),
             now,
             interval: 10,
             capacity: 3,

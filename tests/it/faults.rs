@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
-use turnstile::storage::{Change, CounterOp, CounterStore, ErrorKind};
+use turnstile::storage::{Change, CounterKey, CounterOp, CounterStore, ErrorKind};
 
 use crate::support::{missing, unique};
 
@@ -231,7 +231,7 @@ async fn load(store: &MemcachedStore, clock: &ManualClock, length: Duration) -> 
             let mut phase = Phase::default();
             while Instant::now() < end {
                 let hit = CounterOp {
-                    key: unique("fault"),
+                    key: CounterKey::checked(unique("fault")).expect("key"),
                     change: Change::Add(1),
                     expires_at: now + 60,
                 };
@@ -323,7 +323,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     // Heal, and time the recovery.
     ns.drop_packets(None);
     let healed = Instant::now();
-    let key = unique("after");
+    let key = CounterKey::checked(unique("after")).expect("key");
     let hit = |n| CounterOp {
         key: key.clone(),
         change: Change::Add(n),

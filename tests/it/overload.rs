@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
-use turnstile::storage::{Change, CounterOp, CounterStore, ErrorKind, Gauge};
+use turnstile::storage::{Change, CounterKey, CounterOp, CounterStore, ErrorKind, Gauge};
 
 use crate::support::{Memcached, memcached_store, unique};
 
 fn hit(key: &str, now: u64) -> CounterOp {
     CounterOp {
-        key: key.to_owned(),
+        key: CounterKey::checked(key).expect("key"),
         change: Change::Add(1),
         expires_at: now + 60,
     }

@@ -10,7 +10,7 @@ use tokio::net::UdpSocket;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::discovery::Resolver;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore};
-use turnstile::storage::{Change, CounterOp, CounterStore};
+use turnstile::storage::{Change, CounterKey, CounterOp, CounterStore};
 
 use crate::process::{Process, RULES, rules_root};
 use crate::support::{Memcached, req1, unique};
@@ -87,7 +87,7 @@ async fn discovery_refresh_and_failed_lookups() {
     .await
     .expect("discover");
     assert_eq!(store.servers(), vec![format!("127.0.0.1:{}", mc2.port)]);
-    let key = unique("srv");
+    let key = CounterKey::checked(unique("srv")).expect("key");
     let hit = |n| CounterOp {
         key: key.clone(),
         change: Change::Add(n),

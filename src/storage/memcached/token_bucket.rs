@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::transport::Sent;
 use super::{Inner, MemcachedStore};
-use crate::storage::{BucketAnswer, BucketStep, StorageError};
+use crate::storage::{BucketAnswer, BucketStep, CounterKey, StorageError};
 
 /// Compare-and-swap rounds one batch may take before it gives up with an error.
 pub(super) const MAX_ATTEMPTS: usize = 8;
@@ -25,11 +25,11 @@ type Reply = oneshot::Sender<Result<BucketAnswer, StorageError>>;
 /// Steps waiting per bucket key while an update of that key is out.
 #[derive(Debug, Default)]
 pub(super) struct Coalescer {
-    waiting: Mutex<HashMap<String, Vec<(BucketStep, Reply)>>>,
+    waiting: Mutex<HashMap<CounterKey, Vec<(BucketStep, Reply)>>>,
 }
 
 impl Coalescer {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(BucketStep, Reply)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Vec<(BucketStep, Reply)>>> {
         crate::storage::remote::lock(&self.waiting)
     }
 
@@ -49,7 +49,7 @@ impl Coalescer {
     }
 
     /// Every step queued for `key`; when none is left the key is forgotten (the update ends).
-    fn take(&self, key: &str) -> Vec<(BucketStep, Reply)> {
+    fn take(&self, key: &CounterKey) -> Vec<(BucketStep, Reply)> {
         let mut waiting = self.lock();
         match waiting.get_mut(key) {
             Some(queue) if !queue.is_empty() => std::mem::take(queue),
@@ -80,7 +80,7 @@ impl MemcachedStore {
 
 impl Inner {
     /// Applies every queued step of `key`, batch after batch, until none is left.
-    async fn drain_bucket(&self, key: String) {
+    async fn drain_bucket(&self, key: CounterKey) {
         loop {
             let batch = self.buckets.take(&key);
             if batch.is_empty() {

@@ -81,7 +81,13 @@ pub(super) async fn hit(
 async fn adds(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
     let adds = hits
         .iter()
-        .map(|h| (h.key.clone(), op_code(h.change.bounded()).1, h.expires_at))
+        .map(|h| {
+            (
+                h.key.as_str().to_owned(),
+                op_code(h.change.bounded()).1,
+                h.expires_at,
+            )
+        })
         .collect();
     let deadline = store.inner.options.timeout;
     match tokio::time::timeout(deadline, store.coalescer().add(adds)).await {

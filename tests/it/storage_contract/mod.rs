@@ -34,7 +34,9 @@ mod postgres;
 mod redis;
 
 use turnstile::clock::{Clock, ManualClock};
-use turnstile::storage::{BucketStep, Change, CounterOp, CounterStore, MAX_KEY_LEN, Take};
+use turnstile::storage::{
+    BucketStep, Change, CounterKey, CounterOp, CounterStore, MAX_KEY_LEN, Take,
+};
 
 use crate::support::unique;
 
@@ -86,7 +88,7 @@ pub(super) mod cases {
 
 pub(super) fn hit(key: &str, change: Change, expires_at: u64) -> CounterOp {
     CounterOp {
-        key: key.to_owned(),
+        key: CounterKey::checked(key).expect("key"),
         change,
         expires_at,
     }
@@ -220,7 +222,7 @@ pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
 pub(super) fn step(key: &str, now: u128, take: Take) -> BucketStep {
     // One token per second, three at most; ticks are milliseconds.
     BucketStep {
-        key: key.to_owned(),
+        key: CounterKey::checked(key).expect("key"),
         now,
         interval: 1_000,
         capacity: 3,
