@@ -5,6 +5,7 @@
 //!
 //! Must not touch: rule matching, keys, the store's implementation, protobuf.
 
+use std::num::NonZeroU128;
 use std::time::Duration;
 
 use super::ops::{CountSlot, Destination, Operations, StepSlot};
@@ -111,48 +112,9 @@ fn previous_window_op(take: Take) -> Change {
 /// The descriptor's store operations, and how to read their answers.
 pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
     let period = p.rate.period.seconds();
-    let change = match p.take {
-        Take::Take(n) => Change::Add(n),
-        Take::Refund(n) => Change::Sub(n),
-    };
-    // A token bucket that never refills (`requests_per_unit: 0`, e.g. by an override) blocks
-    // everything, as a fixed window of 0 does.
-    let algorithm = match p.rate.algorithm {
-        Algorithm::TokenBucket { .. } if p.rate.requests_per_unit == 0 => Algorithm::FixedWindow,
-        other => other,
-    };
-    match algorithm {
-        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-            let window = Window::of(period, p.now_ms / 1000);
-            let current = CounterOp {
-                key: (p.key)(Tail::Window {
-                    period,
-                    start: window.start,
-                }),
-                change,
-                // A sliding window reads its counter during the next window too.
-                expires_at: window.end() + period * u64::from(algorithm != Algorithm::FixedWindow),
-            };
-            if algorithm == Algorithm::FixedWindow {
-                return Plan::Fixed {
-                    counter: current,
-                    window,
-                };
-            }
-            let previous = CounterOp {
-                key: (p.key)(Tail::Window {
-                    period,
-                    start: window.start.saturating_sub(period),
-                }),
-                change: previous_window_op(p.take),
-                expires_at: window.start,
-            };
-            Plan::Sliding {
-                current,
-                previous,
-                window,
-            }
-        }
+    match p.rate.algorithm {
+        Algorithm::FixedWindow => window_plan(p, period, false),
+        Algorithm::SlidingWindow => window_plan(p, period, true),
         Algorithm::Concurrency => Plan::Lease {
             counter: CounterOp {
                 key: (p.key)(Tail::Lease { period }),
@@ -164,20 +126,67 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
             },
         },
         Algorithm::TokenBucket { burst } => {
-            let rate = u128::from(p.rate.requests_per_unit.max(1));
-            let capacity = u128::from(p.rate.requests_per_unit) + u128::from(burst);
-            Plan::Bucket {
-                step: BucketStep {
-                    key: (p.key)(Tail::Bucket { period, rate }),
-                    now: u128::from(p.now_ms) * rate,
-                    interval: u128::from(period) * 1000,
-                    capacity,
-                    take: p.take,
-                    ticks_per_milli: rate,
-                },
-                capacity,
+            let rate = NonZeroU128::new(u128::from(p.rate.requests_per_unit));
+            let interval = NonZeroU128::new(u128::from(period) * 1000);
+            match (rate, interval) {
+                (Some(rate), Some(interval)) => {
+                    let capacity = rate.saturating_add(u128::from(burst));
+                    Plan::Bucket {
+                        step: BucketStep {
+                            key: (p.key)(Tail::Bucket {
+                                period,
+                                rate: rate.get(),
+                            }),
+                            now: u128::from(p.now_ms) * rate.get(),
+                            interval,
+                            capacity,
+                            take: p.take,
+                            ticks_per_milli: rate,
+                        },
+                        capacity: capacity.get(),
+                    }
+                }
+                // A bucket that never refills (`requests_per_unit: 0`, e.g. by an override)
+                // blocks everything, as a fixed window of 0 does.
+                _ => window_plan(p, period, false),
             }
         }
+    }
+}
+
+/// A fixed window's counter, or a sliding window's current counter and previous one.
+fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<CounterOp, BucketStep> {
+    let window = Window::of(period, p.now_ms / 1000);
+    let current = CounterOp {
+        key: (p.key)(Tail::Window {
+            period,
+            start: window.start,
+        }),
+        change: match p.take {
+            Take::Take(n) => Change::Add(n),
+            Take::Refund(n) => Change::Sub(n),
+        },
+        // A sliding window reads its counter during the next window too.
+        expires_at: window.end() + period * u64::from(sliding),
+    };
+    if !sliding {
+        return Plan::Fixed {
+            counter: current,
+            window,
+        };
+    }
+    let previous = CounterOp {
+        key: (p.key)(Tail::Window {
+            period,
+            start: window.start.saturating_sub(period),
+        }),
+        change: previous_window_op(p.take),
+        expires_at: window.start,
+    };
+    Plan::Sliding {
+        current,
+        previous,
+        window,
     }
 }
 

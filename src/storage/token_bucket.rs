@@ -9,6 +9,8 @@
 //!
 //! Must not touch: rules, limits, how a store keeps or transports the state.
 
+use std::num::NonZeroU128;
+
 /// What a step does with tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
@@ -26,14 +28,14 @@ pub struct BucketStep {
     pub key: super::CounterKey,
     /// Now, in ticks.
     pub now: u128,
-    /// Ticks one token takes to come back (the emission interval; at least 1).
-    pub interval: u128,
-    /// Tokens a full bucket holds (at least 1).
-    pub capacity: u128,
+    /// Ticks one token takes to come back (the emission interval).
+    pub interval: NonZeroU128,
+    /// Tokens a full bucket holds.
+    pub capacity: NonZeroU128,
     /// Take or refund.
     pub take: Take,
     /// Ticks per millisecond, so a store can tell when a state is worthless (a full bucket).
-    pub ticks_per_milli: u128,
+    pub ticks_per_milli: NonZeroU128,
 }
 
 /// The answer to one step.
@@ -54,10 +56,11 @@ impl BucketStep {
         match self.take {
             Take::Take(n) => {
                 // A look (0 tokens) is admitted when one token would be.
-                let cost = u128::from(n.max(1)).saturating_mul(self.interval);
+                let interval = self.interval.get();
+                let cost = u128::from(n.max(1)).saturating_mul(interval);
                 let fits = tat.saturating_add(cost) - self.now
-                    <= self.capacity.saturating_mul(self.interval);
-                let after = tat.saturating_add(u128::from(n).saturating_mul(self.interval));
+                    <= self.capacity.get().saturating_mul(interval);
+                let after = tat.saturating_add(u128::from(n).saturating_mul(interval));
                 if fits && n > 0 {
                     (
                         BucketAnswer {
@@ -77,7 +80,7 @@ impl BucketStep {
                 }
             }
             Take::Refund(n) => {
-                let back = u128::from(n).saturating_mul(self.interval);
+                let back = u128::from(n).saturating_mul(self.interval.get());
                 let after = tat.saturating_sub(back).max(self.now);
                 let changed = stored.is_some_and(|s| s != after);
                 (
@@ -94,7 +97,7 @@ impl BucketStep {
     /// The Unix second after which the state `tat` means a full bucket and may be dropped
     /// (rounded up, plus one second of slack for stores that expire early).
     pub fn expires_at(&self, tat: u128) -> u64 {
-        let millis = tat.div_ceil(self.ticks_per_milli.max(1));
+        let millis = tat.div_ceil(self.ticks_per_milli.get());
         u64::try_from(millis.div_ceil(1000))
             .unwrap_or(u64::MAX)
             .saturating_add(1)
@@ -103,16 +106,16 @@ impl BucketStep {
 
 #[cfg(test)]
 mod tests {
-    use super::{BucketStep, Take};
+    use super::{BucketStep, NonZeroU128, Take};
 
     fn step(now: u128, take: Take) -> BucketStep {
         BucketStep {
             key: crate::storage::CounterKey::checked("k").expect("key"),
             now,
-            interval: 10,
-            capacity: 3,
+            interval: NonZeroU128::new(10).expect("nonzero"),
+            capacity: NonZeroU128::new(3).expect("nonzero"),
             take,
-            ticks_per_milli: 1,
+            ticks_per_milli: NonZeroU128::MIN,
         }
     }
 

@@ -19,10 +19,10 @@ pub(super) async fn step(
     };
     let (nows, intervals, capacities) = (
         text(|s| s.now),
-        text(|s| s.interval.max(1)),
-        text(|s| s.capacity),
+        text(|s| s.interval.get()),
+        text(|s| s.capacity.get()),
     );
-    let ticks = text(|s| s.ticks_per_milli.max(1));
+    let ticks = text(|s| s.ticks_per_milli.get());
     let (mut amounts, mut refunds) = (Vec::new(), Vec::new());
     for s in steps {
         let (n, refund) = match s.take {

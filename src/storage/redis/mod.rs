@@ -174,17 +174,17 @@ impl Inner {
     async fn steps(&self, steps: &[&BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         let mut invocation = self.scripts.bucket.prepare_invoke();
         for step in steps {
-            if step.capacity.saturating_mul(step.interval) >= BUCKET_MAX_SCALE {
+            if step.capacity.get().saturating_mul(step.interval.get()) >= BUCKET_MAX_SCALE {
                 return Err(StorageError::protocol(format!(
                     "token bucket too large for Redis: capacity {} x period {} ms must stay \
                      under 2^53",
                     step.capacity, step.interval
                 )));
             }
-            let rate = step.ticks_per_milli.max(1);
+            let rate = step.ticks_per_milli.get();
             // More than a full bucket is refused (a take) or fills it (a refund) whatever the
             // amount: bounded so, n × period stays within the script's exact range.
-            let full = u64::try_from(step.capacity).unwrap_or(u64::MAX);
+            let full = u64::try_from(step.capacity.get()).unwrap_or(u64::MAX);
             let (n, refund) = match step.take {
                 Take::Take(n) => (n.min(full.saturating_add(1)), 0),
                 Take::Refund(n) => (n.min(full), 1),
@@ -193,8 +193,8 @@ impl Inner {
                 .key(step.key.as_bytes())
                 .arg(u64::try_from(step.now / rate).unwrap_or(u64::MAX))
                 .arg(u64::try_from(rate).unwrap_or(u64::MAX))
-                .arg(u64::try_from(step.interval).unwrap_or(u64::MAX))
-                .arg(u64::try_from(step.capacity).unwrap_or(u64::MAX))
+                .arg(u64::try_from(step.interval.get()).unwrap_or(u64::MAX))
+                .arg(u64::try_from(step.capacity.get()).unwrap_or(u64::MAX))
                 .arg(n)
                 .arg(refund);
         }
@@ -211,7 +211,7 @@ impl Inner {
             .chunks(3)
             .zip(steps)
             .map(|(v, step)| {
-                let rate = step.ticks_per_milli.max(1);
+                let rate = step.ticks_per_milli.get();
                 let (q, r) = (
                     u128::try_from(v[1]).unwrap_or(0),
                     u128::try_from(v[2]).unwrap_or(0),

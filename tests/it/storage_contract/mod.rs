@@ -33,6 +33,7 @@ mod memory;
 mod postgres;
 mod redis;
 
+use std::num::NonZeroU128;
 use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::{
     BucketStep, Change, CounterKey, CounterOp, CounterStore, MAX_KEY_LEN, Take,
@@ -224,10 +225,10 @@ pub(super) fn step(key: &str, now: u128, take: Take) -> BucketStep {
     BucketStep {
         key: CounterKey::checked(key).expect("key"),
         now,
-        interval: 1_000,
-        capacity: 3,
+        interval: NonZeroU128::new(1_000).expect("nonzero"),
+        capacity: NonZeroU128::new(3).expect("nonzero"),
         take,
-        ticks_per_milli: 1,
+        ticks_per_milli: NonZeroU128::MIN,
     }
 }
 
@@ -279,7 +280,7 @@ pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clo
     for i in 0..64 {
         let store = stores[i % stores.len()].clone();
         let mut step = step(&key, now, Take::Take(1));
-        step.capacity = 20;
+        step.capacity = NonZeroU128::new(20).expect("nonzero");
         tasks.push(tokio::spawn(async move { store.bucket(&[step]).await }));
     }
     let mut tats = Vec::new();
