@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
 # A/B of two Turnstile binaries, interleaved so the machine's drift hits both alike: for each
 # round, each binary serves h2load (one pre-encoded request, 4 connections x 32 streams) on the
-# memory backend (1 and 5 descriptors) and on one memcached (5 descriptors). Prints one line per
-# run and the median requests/s per binary and shape.
-#   ./scripts/ab.sh BINARY_A BINARY_B [SECONDS] [ROUNDS]   (needs h2load, memcached, the bench tools)
+# memory backend (1 and 5 descriptors), on one memcached (1 and 5 descriptors) and on three
+# memcached servers (5 descriptors); with FLOOR=1 the no-op floor (turnstile-floor, the same
+# tonic stack answering a constant OK) runs in every round too and each median is also given
+# as a ratio to the floor's. Prints one line per run and the median requests/s per binary and
+# shape.
+#   [FLOOR=1] ./scripts/ab.sh BINARY_A BINARY_B [SECONDS] [ROUNDS]
+#   (needs h2load, memcached, the bench tools: cargo build --release -p turnstile-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 secs=${3:-5} rounds=${4:-3}
 tools=${TOOLS:-target/release}
 work=$(mktemp -d)
-taskset -c 1 memcached -l 127.0.0.1 -p 21421 -U 0 -t 1 -m 256 -u root & mc=$!
-trap 'kill $mc 2>/dev/null || true; rm -rf "$work"' EXIT
+mcs=()
+for port in 21421 21422 21423; do
+  taskset -c 1 memcached -l 127.0.0.1 -p "$port" -U 0 -t 1 -m 256 -u root & mcs+=($!)
+done
+trap 'kill "${mcs[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
-wait_port 21421
+for port in 21421 21422 21423; do wait_port "$port"; done
 for d in 1 5; do "$tools/turnstile-loadgen" --dump-body "$work/req$d.bin" --descriptors "$d" --domain bench; done
 run() { # binary descriptors env... -> rps
   local bin=$1 desc=$2; shift 2
-  env GRPC_HOST=127.0.0.1 GRPC_PORT=18191 HOST=127.0.0.1 PORT=18192 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18193 \
-    SHUTDOWN_DRAIN_SECONDS=0 MEMCACHE_TIMEOUT=500ms "$@" taskset -c 0 "$bin" --config-dir scripts/bench-rules 2>/dev/null &
+  if [ "$bin" = floor ]; then
+    taskset -c 0 "$tools/turnstile-floor" 127.0.0.1:18191 2>/dev/null &
+  else
+    env GRPC_HOST=127.0.0.1 GRPC_PORT=18191 HOST=127.0.0.1 PORT=18192 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18193 \
+      SHUTDOWN_DRAIN_SECONDS=0 MEMCACHE_TIMEOUT=500ms "$@" taskset -c 0 "$bin" --config-dir scripts/bench-rules 2>/dev/null &
+  fi
   local server=$!
   wait_port 18191
   taskset -c 1 h2load -D "$secs" -c 4 -m 32 -t 1 --data="$work/req$desc.bin" \
@@ -27,11 +38,16 @@ run() { # binary descriptors env... -> rps
   kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
 }
 declare -A all=()
+which_ones="A B"; [ "${FLOOR:-0}" = 1 ] && which_ones="A B F"
+shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
+  "memcached|1|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
+  "memcached|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
+  "memcached-x3|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421,127.0.0.1:21422,127.0.0.1:21423")
 for round in $(seq "$rounds"); do
-  for shape in "memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory" "memcached|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"; do
+  for shape in "${shapes[@]}"; do
     IFS='|' read -r name desc envs <<<"$shape"
-    for which in A B; do
-      bin=$a; [ "$which" = B ] && bin=$b
+    for which in $which_ones; do
+      case $which in A) bin=$a ;; B) bin=$b ;; F) bin=floor ;; esac
       # shellcheck disable=SC2086
       rps=$(run "$bin" "$desc" $envs)
       echo "round $round $which $name $desc descriptors: $rps req/s"
@@ -39,11 +55,22 @@ for round in $(seq "$rounds"); do
     done
   done
 done
+median() { echo "$@" | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo
-echo "| shape | A median req/s | B median req/s | B / A |"
-echo "|---|---|---|---|"
-for key in "memory|1" "memory|5" "memcached|5"; do
-  ma=$(echo ${all["A|$key"]} | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-  mb=$(echo ${all["B|$key"]} | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-  printf '| %s descriptors | %.0f | %.0f | %.3f |\n' "${key/|/ }" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
+if [ "${FLOOR:-0}" = 1 ]; then
+  echo "| shape | floor median req/s | A median req/s | A / floor | B median req/s | B / floor | B / A |"
+  echo "|---|---|---|---|---|---|---|"
+else
+  echo "| shape | A median req/s | B median req/s | B / A |"
+  echo "|---|---|---|---|"
+fi
+for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; do
+  ma=$(median ${all["A|$key"]}) mb=$(median ${all["B|$key"]})
+  if [ "${FLOOR:-0}" = 1 ]; then
+    mf=$(median ${all["F|$key"]})
+    printf '| %s descriptors | %.0f | %.0f | %.3f | %.0f | %.3f | %.3f |\n' "${key/|/ }" "$mf" "$ma" \
+      "$(echo "$ma / $mf" | bc -l)" "$mb" "$(echo "$mb / $mf" | bc -l)" "$(echo "$mb / $ma" | bc -l)"
+  else
+    printf '| %s descriptors | %.0f | %.0f | %.3f |\n' "${key/|/ }" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
+  fi
 done
