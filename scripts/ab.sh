@@ -35,7 +35,9 @@ run() { # binary descriptors env... -> rps
     -H 'content-type: application/grpc' -H 'te: trailers' \
     http://127.0.0.1:18191/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit 2>/dev/null |
     awk '/finished in/ {print $4}'
-  kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+  # Turnstile drains on SIGINT; the floor has no handler and ends on SIGTERM.
+  if [ "$bin" = floor ]; then kill "$server"; else kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; fi
+  wait "$server" 2>/dev/null || true
 }
 declare -A all=()
 which_ones="A B"; [ "${FLOOR:-0}" = 1 ] && which_ones="A B F"

@@ -14,15 +14,17 @@
 //!   │ limiter        windows, algorithms, keys → store operations
 //!   └──────────────┬──────────────────────────┘
 //!                  ▼
-//!   Limiter: the one port to the stores (nothing else calls a store; a test checks it)
-//!   │ routing        each operation has a Destination: main, per-second (REDIS_PERSECOND: SECOND
-//!   │                limits), durable (POSTGRES_FROM_UNIT: long windows → PostgreSQL)
+//!   limiter::Operations: the one port to the stores (nothing else calls a store; a test
+//!   │                checks it). Plan<CounterOp, BucketStep> → queued with a Destination → a
+//!   │                typed slot (CountSlot, StepSlot) that reads the answer after one apply
+//!   │ routing        Destination: main, per-second (REDIS_PERSECOND: SECOND limits), durable
+//!   │                (POSTGRES_FROM_UNIT: long windows → PostgreSQL); one call per store
 //!   │ metrics::Instrumented   latency and errors per store call (and a child span when traced)
 //!   ▼
 //! storage: memory (sharded, expiry index) │ memcached (ring, pipelined meta commands)
 //!          │ redis (single, cluster, sentinel; Lua scripts)
 //!          │ postgres (durable; one server-side function call per request, owned schema)
-//!   ONE batched call per store: [CounterOp{key, change, expires_at}] → [count after], bucket steps
+//!   ONE batched call per store: [CounterOp{CounterKey, change, expires_at}] → [count after], steps
 //!   → answers; a late answer on a busy runtime is overload (storage::lateness)
 //!   ▼
 //! limiter::Verdict → rls::response (StorageError → UNAVAILABLE / RESOURCE_EXHAUSTED)

@@ -8,10 +8,11 @@
 use std::num::NonZeroU128;
 use std::time::Duration;
 
+use super::key::{Keys, Tail};
 use super::ops::{CountSlot, Destination, Operations, StepSlot};
 use super::window::Window;
 use crate::rules::{Algorithm, PerUnit};
-use crate::storage::{BucketAnswer, BucketStep, Change, CounterKey, CounterOp, Take};
+use crate::storage::{BucketAnswer, BucketStep, Change, CounterOp, Take};
 
 /// What a descriptor asks of the store: its operations (`Plan<CounterOp, BucketStep>`, as
 /// planned) or where their answers are ([`Queued`], once they are in the request's
@@ -76,27 +77,13 @@ pub(crate) struct Outcome {
     pub(crate) used: u64,
 }
 
-/// What ends a counter key after the descriptor's part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tail {
-    /// A window of `period` seconds starting at `start` (`|60@1200`).
-    Window { period: u64, start: u64 },
-    /// RLQS demand (allowed + denied) in a window of `period` seconds starting at `start`
-    /// (`|60~d1200`).
-    Demand { period: u64, start: u64 },
-    /// A concurrency count (`|60~c`).
-    Lease { period: u64 },
-    /// A token bucket's state (`|60~tb5`).
-    Bucket { period: u64, rate: u128 },
-}
-
 /// Everything a plan needs to know about its descriptor.
 pub(crate) struct PlanInput<'a> {
     pub(crate) rate: PerUnit,
     pub(crate) take: Take,
     pub(crate) now_ms: u64,
-    /// Builds the key for a tail.
-    pub(crate) key: &'a mut dyn FnMut(Tail) -> CounterKey,
+    /// The descriptor's keys, started on it.
+    pub(crate) keys: &'a mut Keys,
 }
 
 /// What a sliding window's request does to its previous window: a refund of everything (a
@@ -117,7 +104,7 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
         Algorithm::SlidingWindow => window_plan(p, period, true),
         Algorithm::Concurrency => Plan::Lease {
             counter: CounterOp {
-                key: (p.key)(Tail::Lease { period }),
+                key: p.keys.last_key(Tail::Lease { period }),
                 change: match p.take {
                     Take::Take(n) => Change::Lease(n),
                     Take::Refund(n) => Change::Release(n),
@@ -133,7 +120,7 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
                     let capacity = rate.saturating_add(u128::from(burst));
                     Plan::Bucket {
                         step: BucketStep {
-                            key: (p.key)(Tail::Bucket {
+                            key: p.keys.last_key(Tail::Bucket {
                                 period,
                                 rate: rate.get(),
                             }),
@@ -157,11 +144,16 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
 /// A fixed window's counter, or a sliding window's current counter and previous one.
 fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<CounterOp, BucketStep> {
     let window = Window::of(period, p.now_ms / 1000);
+    let tail = Tail::Window {
+        period,
+        start: window.start,
+    };
     let current = CounterOp {
-        key: (p.key)(Tail::Window {
-            period,
-            start: window.start,
-        }),
+        // A sliding window writes a second key from the same descriptor part.
+        key: match sliding {
+            true => p.keys.key(tail),
+            false => p.keys.last_key(tail),
+        },
         change: match p.take {
             Take::Take(n) => Change::Add(n),
             Take::Refund(n) => Change::Sub(n),
@@ -176,7 +168,7 @@ fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<Counte
         };
     }
     let previous = CounterOp {
-        key: (p.key)(Tail::Window {
+        key: p.keys.last_key(Tail::Window {
             period,
             start: window.start.saturating_sub(period),
         }),

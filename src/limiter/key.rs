@@ -5,11 +5,24 @@
 //! its own and two different descriptors never share a key. The reference's layout is kept
 //! beside it for window counters when asked for.
 //!
-//! One [`Keys`] serves a whole request: each descriptor's part is written once into its reused
-//! buffer and each key is that part plus a tail, so a key costs one allocation (its own).
+//! [`Keys`] writes a descriptor's part once, sized up front, and each key is that part plus a
+//! tail; the last key takes the buffer itself, so a fixed window's key costs one allocation.
 
-use super::algorithm::Tail;
 use crate::storage::{CounterKey, KeyWriter, Separator, Tag};
+
+/// What ends a counter key after the descriptor's part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// A window of `period` seconds starting at `start` (`|60@1200`).
+    Window { period: u64, start: u64 },
+    /// RLQS demand (allowed + denied) in a window of `period` seconds starting at `start`
+    /// (`|60~d1200`).
+    Demand { period: u64, start: u64 },
+    /// A concurrency count (`|60~c`).
+    Lease { period: u64 },
+    /// A token bucket's state (`|60~tb5`).
+    Bucket { period: u64, rate: u128 },
+}
 
 /// Which bytes window counters are kept under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,7 +40,9 @@ pub enum KeyLayout {
     Reference,
 }
 
-/// The keys of one descriptor at a time, written into buffers reused across descriptors.
+/// The keys of one descriptor at a time. Each descriptor's part is written once, sized up
+/// front, and its last key takes that buffer as it is: a fixed window's key costs one
+/// allocation, its own.
 #[derive(Debug)]
 pub(crate) struct Keys {
     writer: KeyWriter,
@@ -37,11 +52,14 @@ pub(crate) struct Keys {
     reference: Option<String>,
 }
 
+/// Room for the longest tail: two 20-digit numbers and their separators.
+const TAIL_ROOM: usize = 48;
+
 impl Keys {
-    /// Buffers for a request's keys.
+    /// No descriptor yet (nothing allocated).
     pub(crate) fn new() -> Keys {
         Keys {
-            writer: KeyWriter::with_capacity(128),
+            writer: KeyWriter::with_capacity(0),
             base: 0,
             reference: None,
         }
@@ -56,8 +74,14 @@ impl Keys {
         domain: &str,
         entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
     ) {
+        // Unescaped lengths: one allocation unless a component needs escaping.
+        let raw = entries
+            .clone()
+            .fold(prefix.len() + domain.len(), |n, (k, v)| {
+                n + k.len() + v.len() + 2
+            });
         let w = &mut self.writer;
-        w.truncate(0);
+        *w = KeyWriter::with_capacity(raw + TAIL_ROOM);
         w.component(prefix).keep().component(domain);
         for (k, v) in entries.clone() {
             w.separator(Separator::Part)
@@ -73,14 +97,38 @@ impl Keys {
         };
     }
 
-    /// The current descriptor's key for a tail: the reference's bytes for windows when that
-    /// layout is on (and the key is within its bound), else Turnstile's.
+    /// The current descriptor's key for a tail, keeping its part for another key.
     pub(crate) fn key(&mut self, tail: Tail) -> CounterKey {
-        if let (Tail::Window { start, .. }, Some(reference)) = (tail, &self.reference)
-            && let Ok(key) = CounterKey::reference(format!("{reference}{start}"))
-        {
-            return key;
+        match self.reference_key(tail) {
+            Some(key) => key,
+            None => self.write_tail(tail).key(),
         }
+    }
+
+    /// The current descriptor's last key: its buffer becomes the key. Start the next descriptor
+    /// before asking for another.
+    pub(crate) fn last_key(&mut self, tail: Tail) -> CounterKey {
+        match self.reference_key(tail) {
+            Some(key) => key,
+            None => {
+                self.write_tail(tail);
+                std::mem::replace(&mut self.writer, KeyWriter::with_capacity(0)).finish()
+            }
+        }
+    }
+
+    /// The reference's bytes for a window, when that layout is on and the key is within its
+    /// bound.
+    fn reference_key(&self, tail: Tail) -> Option<CounterKey> {
+        match (tail, &self.reference) {
+            (Tail::Window { start, .. }, Some(reference)) => {
+                CounterKey::reference(format!("{reference}{start}")).ok()
+            }
+            _ => None,
+        }
+    }
+
+    fn write_tail(&mut self, tail: Tail) -> &mut KeyWriter {
         let w = &mut self.writer;
         w.truncate(self.base);
         match tail {
@@ -102,8 +150,7 @@ impl Keys {
                 .separator(Separator::Kind)
                 .tag(Tag::Bucket)
                 .number(rate),
-        };
-        w.key()
+        }
     }
 }
 
@@ -134,7 +181,7 @@ pub fn counter_key<'a>(
 ) -> CounterKey {
     let mut keys = Keys::new();
     keys.start(KeyLayout::Turnstile, prefix, domain, entries);
-    keys.key(Tail::Window {
+    keys.last_key(Tail::Window {
         period,
         start: window_start,
     })
@@ -174,6 +221,33 @@ mod tests {
             assert!(k.bytes().all(|b| b.is_ascii_graphic()), "{k}");
         }
         assert_ne!(key(&[("k", &long)]), key(&[("k", &long[1..])]));
+    }
+
+    #[test]
+    fn the_reference_layout_within_its_bound_and_turnstiles_beyond() {
+        use super::{KeyLayout, Keys, Tail};
+        use crate::storage::MAX_REFERENCE_KEY_LEN;
+        let window = Tail::Window {
+            period: 60,
+            start: 1200,
+        };
+        let mut keys = Keys::new();
+        let entries = [("k", "a b"), ("k2", "v")];
+        keys.start(KeyLayout::Reference, "p:", "d", entries.iter().copied());
+        assert_eq!(keys.key(window).as_str(), "p:d_k_a b_k2_v_1200");
+        // Other tails keep Turnstile's layout.
+        let lease = keys.key(Tail::Lease { period: 60 });
+        assert_eq!(lease.as_str(), "p:d|k=a%20b|k2=v|60~c");
+        let long = "x".repeat(MAX_REFERENCE_KEY_LEN);
+        keys.start(
+            KeyLayout::Reference,
+            "p:",
+            "d",
+            [("k", long.as_str())].into_iter(),
+        );
+        let key = keys.key(window);
+        assert!(key.len() <= MAX_KEY_LEN, "{}", key.len());
+        assert!(key.starts_with("p:#"), "{key}");
     }
 
     proptest! {

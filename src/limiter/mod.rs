@@ -278,7 +278,7 @@ impl<S: CounterStore> Limiter<S> {
             rate,
             take,
             now_ms: batch.now_ms,
-            key: &mut |tail| keys.key(tail),
+            keys,
         });
         if let (Some(cache), algorithm::Plan::Fixed { counter, window }) =
             (&self.local_cache, &plan)

@@ -2,8 +2,7 @@
 //! layout (Turnstile's or the reference's), wildcard values that share one counter, and the
 //! tails. Must not touch: the store, the decision.
 
-use super::algorithm::Tail;
-use super::key::Keys;
+use super::key::{Keys, Tail};
 use super::{Applied, Descriptor, Limiter};
 use crate::rules::{LevelMatch, Limit, PathLevel};
 use crate::storage::CounterKey;
@@ -61,7 +60,7 @@ impl<S> Limiter<S> {
     ) -> CounterKey {
         let mut keys = Keys::new();
         self.start_for(&mut keys, domain, entries.iter().copied(), &rule.path);
-        keys.key(tail)
+        keys.last_key(tail)
     }
 
     fn start_for<'e>(
