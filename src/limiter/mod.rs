@@ -308,9 +308,10 @@ impl<S: CounterStore> Limiter<S> {
         self.clock.now_millis()
     }
 
-    /// The process-wide settings.
-    pub fn settings(&self) -> &LimiterSettings {
-        &self.settings
+    /// `SHADOW_MODE`: whether an OVER_LIMIT answer becomes OK (RLQS applies it to its
+    /// assignments too).
+    pub fn shadow_mode(&self) -> bool {
+        self.settings.shadow_mode
     }
 
     fn fail_open<'r>(

@@ -147,7 +147,7 @@ impl QuotaStream {
             self.held_here -= new_bytes;
             return Err(err.into());
         }
-        let shadow = limiter.settings().shadow_mode;
+        let shadow = limiter.shadow_mode();
         let mut out = Vec::with_capacity(usages.len());
         for (((u, r), placed), slots) in usages.iter().zip(resolved).zip(placed).zip(slots) {
             let bucket_counts = match (placed, slots) {

@@ -184,7 +184,7 @@ impl<S: CounterStore> Session<S> {
             return None;
         }
         let rules = self.rules();
-        let shadow = self.state.limiter.settings().shadow_mode;
+        let shadow = self.state.limiter.shadow_mode();
         let decided = self.quota.refresh(&rules, shadow, now);
         if decided.is_empty() {
             return None;

@@ -176,7 +176,7 @@ impl SimEnvoy {
         }
         let decided = self
             .stream
-            .refresh(rules, limiter.settings().shadow_mode, now_ms);
+            .refresh(rules, limiter.shadow_mode(), now_ms);
         if let Some(d) = decided.first() {
             self.take(d.assignment, now_ms);
         }
