@@ -42,10 +42,25 @@ impl MemcachedStore {
         Ok(counts)
     }
 
+    /// The command for one hit, its amount bounded, at `now` (Unix seconds).
+    fn command<'h>(&self, hit: &'h CounterOp, now: u64) -> Command<'h> {
+        Command {
+            key: &hit.key,
+            change: hit.change.bounded(),
+            exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
+        }
+    }
+
     /// The counts after `hits`, as memcached answers them.
     async fn apply_hits(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
         let topology = self.inner.topology.load();
+        let command = |hit| self.command(hit, now);
+        // One server: one batch in the hits' order, without grouping or joining.
+        if let [only] = topology.servers.as_slice() {
+            let commands: Vec<Command<'_>> = hits.iter().map(command).collect();
+            return self.inner.apply(only, &commands).await;
+        }
         // Group the hits by server: one batch (one write, one round trip) per server, the
         // servers in parallel.
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -61,17 +76,7 @@ impl MemcachedStore {
         }
         let batches = groups.iter().map(|(server, members)| {
             // The server's commands, built once, straight from the hits.
-            let commands: Vec<Command<'_>> = members
-                .iter()
-                .map(|&i| {
-                    let hit = &hits[i];
-                    Command {
-                        key: &hit.key,
-                        change: hit.change.bounded(),
-                        exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
-                    }
-                })
-                .collect();
+            let commands: Vec<Command<'_>> = members.iter().map(|&i| command(&hits[i])).collect();
             let topology = &topology;
             async move {
                 self.inner

@@ -174,9 +174,7 @@ impl SimEnvoy {
         {
             return;
         }
-        let decided = self
-            .stream
-            .refresh(rules, limiter.shadow_mode(), now_ms);
+        let decided = self.stream.refresh(rules, limiter.shadow_mode(), now_ms);
         if let Some(d) = decided.first() {
             self.take(d.assignment, now_ms);
         }
