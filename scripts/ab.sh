@@ -7,9 +7,9 @@
 # as a ratio to the floor's. Prints one line per run and the median requests/s per binary and
 # shape.
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
-# --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: on this shared
-# machine it scatters far less than the saturated rate (which also moves with the client's
-# core), and it is the same ratio when the server is CPU-bound.
+# --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
+# does not depend on the client's core (on this shared machine it scatters about as much as
+# the saturated rate, ±15 % between rounds).
 #   [FLOOR=1] [MEASURE=cpu] ./scripts/ab.sh BINARY_A BINARY_B [SECONDS] [ROUNDS]
 #   (needs h2load, memcached, the bench tools: cargo build --release -p turnstile-bench)
 set -euo pipefail
