@@ -1,6 +1,6 @@
 //! The one port to the stores: operations bound for the main, per-second or durable store,
 //! each answered in place. An operation is added with its [`Destination`] and gives back a
-//! typed slot ([`CountSlot`], [`StepSlot`]) that reads its answer after [`Operations::apply`];
+//! typed slot ([`CountSlot`], [`StepSlot`]) that reads its answer after [`Limiter::apply`](super::Limiter::apply);
 //! each store gets at most one counter call and one bucket call, every store at the same time.
 //! RLS, RLQS and the counters API all go through here; nothing else calls a store.
 //!
@@ -63,7 +63,7 @@ struct Lane {
     answers: Vec<BucketAnswer>,
 }
 
-/// A set of store operations, each with its destination, and after [`Operations::apply`]
+/// A set of store operations, each with its destination, and after [`Limiter::apply`](super::Limiter::apply)
 /// their answers.
 #[derive(Debug, Default)]
 pub struct Operations {
@@ -142,7 +142,7 @@ impl Operations {
         &mut self.lanes[slot.to.lane()].hits[slot.at]
     }
 
-    /// The count after the operation at `slot` (after a successful [`Operations::apply`],
+    /// The count after the operation at `slot` (after a successful [`Limiter::apply`](super::Limiter::apply),
     /// which checks that every operation has its answer).
     pub fn count(&self, slot: CountSlot) -> u64 {
         self.lanes[slot.to.lane()].counts[slot.at]
