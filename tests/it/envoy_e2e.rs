@@ -14,7 +14,40 @@ use crate::deploy::envoy;
 use crate::process::{Process, http_get, rules_root, temp_dir};
 use crate::support::{Memcached, free_port};
 
-pub(crate) struct Envoy(pub(crate) Child);
+pub(crate) struct Envoy(pub(crate) Child, PathBuf);
+
+impl Envoy {
+    /// Envoy on `config`, its log (warnings and errors) kept beside the config file.
+    pub(crate) fn spawn(binary: &Path, config: &Path) -> Envoy {
+        let log = config.with_file_name("envoy.log");
+        let child = Command::new(binary)
+            .args(["--use-dynamic-base-id", "--log-level", "warn", "-c"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("envoy log"))
+            .spawn()
+            .expect("spawn envoy");
+        Envoy(child, log)
+    }
+
+    /// Waits until Envoy's admin on `admin` says ready; fails at once, with the end of Envoy's
+    /// log, if Envoy exits first (a port another test took, a config it refuses).
+    pub(crate) fn wait_ready(&mut self, admin: u16) {
+        let (child, log) = (&mut self.0, &self.1);
+        wait_for("Envoy ready", || {
+            if let Some(status) = child.try_wait().expect("envoy status") {
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect::<Vec<_>>();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "Envoy exited ({status}) before it was ready; its log ends:\n{}",
+                    tail.join("\n")
+                );
+            }
+            http_get(admin, "/ready").map(|r| r.0) == Some(200)
+        });
+    }
+}
 
 impl Drop for Envoy {
     fn drop(&mut self) {
@@ -90,14 +123,7 @@ pub(crate) fn start_envoy(
     let dir = temp_dir("envoy");
     let config = dir.join("envoy.yaml");
     std::fs::write(&config, text).expect("write");
-    let child = Command::new(binary)
-        .args(["--use-dynamic-base-id", "--log-level", "warn", "-c"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn envoy");
-    Envoy(child)
+    Envoy::spawn(binary, &config)
 }
 
 pub(crate) fn wait_for(what: &str, probe: impl FnMut() -> bool) {
@@ -123,16 +149,14 @@ fn envoy_turnstile_memcached_end_to_end() {
         ],
     );
     let (listener, admin) = (free_port(), free_port());
-    let _envoy = start_envoy(
+    let mut envoy = start_envoy(
         &binary,
         "deploy/envoy/envoy.yaml",
         turnstile.grpc,
         listener,
         admin,
     );
-    wait_for("Envoy ready", || {
-        http_get(admin, "/ready").map(|r| r.0) == Some(200)
-    });
+    envoy.wait_ready(admin);
     let healthy = format!(
         "ratelimit::127.0.0.1:{}::health_flags::healthy",
         turnstile.grpc

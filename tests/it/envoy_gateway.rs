@@ -107,15 +107,7 @@ fn start_proxy(binary: &Path, grpc: u16, listener: u16, admin: u16, ca: &Path) -
         .replace("CA_FILE", &ca.display().to_string());
     let config = temp_dir("eg-envoy").join("envoy.yaml");
     std::fs::write(&config, text).expect("write");
-    Envoy(
-        std::process::Command::new(binary)
-            .args(["--use-dynamic-base-id", "--log-level", "warn", "-c"])
-            .arg(&config)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn envoy"),
-    )
+    Envoy::spawn(binary, &config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

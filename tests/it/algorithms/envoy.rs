@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::deploy::envoy;
 use crate::envoy_e2e::{header, request, start_envoy, wait_for};
-use crate::process::{Process, http_get, rules_root};
+use crate::process::{Process, rules_root};
 use crate::support::{Memcached, connect, desc, free_port, req};
 
 const RULES: &str = r#"
@@ -58,16 +58,14 @@ fn envoy_concurrency_token_bucket_and_sliding_window() {
         &[("BACKEND_TYPE", "memcache"), ("MEMCACHE_HOST_PORT", &addr)],
     );
     let (listener, admin) = (free_port(), free_port());
-    let _envoy = start_envoy(
+    let mut envoy = start_envoy(
         &binary,
         "deploy/envoy/algorithms.yaml",
         turnstile.grpc,
         listener,
         admin,
     );
-    wait_for("Envoy ready", || {
-        http_get(admin, "/ready").map(|r| r.0) == Some(200)
-    });
+    envoy.wait_ready(admin);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -37,14 +37,7 @@ async fn turnstiles_span_is_a_child_of_envoys_rate_limit_call() {
     .replace("OTLP_PORT", &receiver.addr.port().to_string());
     let config = temp_dir("envoy-tracing").join("envoy.yaml");
     std::fs::write(&config, text).expect("write");
-    let _envoy = Envoy(
-        std::process::Command::new(binary)
-            .args(["--use-dynamic-base-id", "--log-level", "warn", "-c"])
-            .arg(&config)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn envoy"),
-    );
+    let _envoy = Envoy::spawn(&binary, &config);
     let ready = tokio::task::spawn_blocking(move || {
         wait_for("Envoy ready", || {
             http_get(admin, "/ready").map(|r| r.0) == Some(200)
