@@ -248,6 +248,7 @@ impl FileCompiler<'_> {
             fail_open: raw.fail_open.as_ref().is_some_and(|f| f.value),
             path: node_path.to_vec(),
             full_key: full_key.to_owned(),
+            attached: Default::default(),
         })
     }
 }

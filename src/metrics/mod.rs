@@ -61,6 +61,9 @@ const OVERFLOW: &str = "__overflow__";
 /// Every metric of the process.
 #[derive(Debug)]
 pub struct Metrics {
+    /// This instance among the process's (tests run several over one rule set): stats attached
+    /// to a limit by another instance are not this one's.
+    id: u64,
     limits: RwLock<HashMap<Vec<String>, Arc<LimitStats>>>,
     /// Configuration-derived stats keys by the limit's `full_key` (at most the number of limits
     /// ever loaded).
@@ -110,7 +113,9 @@ impl Metrics {
             .iter()
             .map(|(k, v)| format!(",{k}=\"{}\"", label::escape(v)))
             .collect();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             limits: RwLock::default(),
             by_full_key: RwLock::default(),
             domain_not_found: RwLock::default(),

@@ -11,6 +11,12 @@ use super::split::{Split, split_hits};
 use super::{LimitStats, Metrics, OVERFLOW, label, stats_key};
 use crate::limiter::{Counting, Request, Verdict};
 
+/// The stats counters metrics attach to a configured limit, and which metrics did.
+struct Attached {
+    owner: u64,
+    stats: Arc<LimitStats>,
+}
+
 impl Metrics {
     /// The counters of a stats key. Keys built from request values (`dynamic`) are bounded;
     /// keys that come from the configuration alone are always kept.
@@ -134,16 +140,27 @@ impl Metrics {
                 continue;
             }
             let applied = limited.applied;
-            let stats = match applied.rule() {
-                // Configuration-derived keys: found by the limit's precomputed full key, without
-                // building the segments again.
-                Some(rule) if !stats_key::is_dynamic(&applied) => self.static_stats(rule, || {
-                    stats_key::segments(&request.domain, &descriptor.entries, &applied)
-                }),
+            let segments = || stats_key::segments(&request.domain, &descriptor.entries, &applied);
+            let found;
+            let stats: &LimitStats = match applied.rule() {
+                // Configuration-derived keys: attached to the limit the first time (found by its
+                // precomputed full key), then read from it without hashing anything.
+                Some(rule) if !stats_key::is_dynamic(&applied) => {
+                    let attach = || Attached {
+                        owner: self.id,
+                        stats: self.static_stats(rule, segments),
+                    };
+                    match rule.attached.get_or_attach(attach) {
+                        Some(attached) if attached.owner == self.id => &attached.stats,
+                        _ => {
+                            found = self.static_stats(rule, segments);
+                            &found
+                        }
+                    }
+                }
                 _ => {
-                    let segments =
-                        stats_key::segments(&request.domain, &descriptor.entries, &applied);
-                    self.limit_stats(segments, true)
+                    found = self.limit_stats(segments(), true);
+                    &found
                 }
             };
             let limit = u64::from(limited.rate.requests_per_unit);

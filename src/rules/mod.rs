@@ -5,12 +5,14 @@
 //! Must not touch: YAML, protobuf types, storage, tokio. Nothing here is joined with `_`: the
 //! composite-key ambiguities of the reference do not exist in this model.
 
+mod attached;
 mod matcher;
 mod metadata;
 mod rate;
 mod replaces;
 mod wildcard;
 
+pub use attached::Attached;
 pub use matcher::MAX_UNORDERED_STEPS;
 pub use metadata::MetaValue;
 pub use rate::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Unit};
@@ -87,6 +89,8 @@ pub struct Limit {
     pub path: Vec<PathLevel>,
     /// `domain.key_value.key…` as the reference prints it in `/rlconfig`.
     pub full_key: String,
+    /// What metrics attach to this limit: its stats counters, found without hashing its key.
+    pub attached: Attached,
 }
 
 /// One node of a descriptor tree.

@@ -151,3 +151,57 @@ async fn disable_stats_counts_no_descriptor_stats_and_starts_no_sink() {
     assert_eq!(metric(&text, "ratelimit_service_total_requests"), Some(3));
     assert_eq!(metric(&text, "turnstile_ready"), Some(1));
 }
+
+/// A configured limit's stats counters are attached to the limit the first time it is counted
+/// and read from it after: two metrics over one rule set (as tests run several services) still
+/// count apart, and a reloaded rule set counts on into the same series.
+#[tokio::test]
+async fn two_metrics_over_one_rule_set_count_apart_and_a_reload_counts_on() {
+    use std::sync::Arc;
+    use turnstile::clock::ManualClock;
+    use turnstile::config::{LoadOptions, parse_files};
+    use turnstile::limiter::{Descriptor, Entry, Limiter, Request};
+    use turnstile::metrics::Metrics;
+    use turnstile::storage::memory::MemoryStore;
+
+    let rules = || {
+        let text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 9}\n";
+        parse_files(&[("r.yaml".into(), text.into())], LoadOptions::default())
+            .expect("rules")
+            .rules
+    };
+    let clock = ManualClock::new(1_796_000_000);
+    let store = MemoryStore::new(100, Arc::new(clock.clone()));
+    let limiter = Limiter::new(store, Arc::new(clock), Default::default());
+    let request = Request {
+        domain: "d".into(),
+        descriptors: vec![Descriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            limit_override: None,
+            hits: 1,
+            refund: false,
+            hits_addend: None,
+        }],
+        hits_addend: 0,
+    };
+    let (a, b) = (Metrics::new(100, 0.8, &[]), Metrics::new(100, 0.8, &[]));
+    let hits = |m: &Metrics| {
+        metric(
+            &m.render(&[]),
+            r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="k"}"#,
+        )
+    };
+    let first = rules();
+    for metrics in [&a, &a, &b] {
+        let verdict = limiter.check(&first, &request).await.expect("decided");
+        metrics.record(&request, &verdict);
+    }
+    assert_eq!((hits(&a), hits(&b)), (Some(2), Some(1)));
+    let reloaded = rules();
+    let verdict = limiter.check(&reloaded, &request).await.expect("decided");
+    a.record(&request, &verdict);
+    assert_eq!(hits(&a), Some(3), "one series across the reload");
+}
