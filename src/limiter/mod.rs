@@ -2,8 +2,13 @@
 //! descriptor in one batched store call, and turn the counts into a [`Verdict`] with the
 //! reference's semantics (replaces, unlimited, shadow mode, quota mode, global shadow mode).
 //!
+//! The stages, each over its own type: descriptors → matched limits (`matched`, `replaced`) →
+//! plans (`algorithm::plan`, keys from `key`) → operations queued in [`Operations`] (`ops`, the
+//! one port to the stores, which routes each to its store and hands back a typed slot) →
+//! outcomes read through the slots (`algorithm::decide`) → [`Verdict`].
+//!
 //! Must not touch: protobuf types, tonic, YAML, memcached crates. Uses storage only through the
-//! [`CounterStore`] trait and time only through [`Clock`].
+//! [`CounterStore`] trait (called from `ops` alone) and time only through [`Clock`].
 
 mod algorithm;
 mod batch;
