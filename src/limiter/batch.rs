@@ -62,11 +62,14 @@ impl Batch {
             .iter()
             .filter_map(|p| match (p.plan, p.take) {
                 (Plan::Fixed { counter, .. }, Take::Take(n)) if n > 0 => {
-                    let read = CounterOp {
-                        change: Change::Add(0),
-                        ..self.ops.op(counter).clone()
-                    };
-                    let read = (!cached_over).then(|| reads.add(counter.destination(), read));
+                    let read = (!cached_over).then(|| {
+                        let op = self.ops.op(counter);
+                        let read = CounterOp {
+                            change: Change::Add(0),
+                            ..op.clone()
+                        };
+                        reads.add(counter.destination(), read)
+                    });
                     Some((counter, n, u64::from(p.rate.requests_per_unit), read))
                 }
                 _ => None,
