@@ -24,43 +24,30 @@ impl<S> Limiter<S> {
         self.start_for(keys, domain, entries, path);
     }
 
-    /// The key of the fixed-window counter that RLS keeps for `entries` (in path order) under
-    /// `rule`, for the window of `period` seconds starting at `start`: RLQS folds its usage
-    /// reports into the very counters RLS counts in.
-    pub fn window_key(
+    /// The keys RLQS counts a bucket in, for `entries` (in path order) under `rule` and the
+    /// window of `period` seconds starting at `start`: the fixed-window counter RLS keeps (so
+    /// RLQS folds its reports into the very counter RLS counts in), and the demand counters
+    /// (requests allowed and denied, always in Turnstile's layout) of this window and the one
+    /// before. The descriptor's part is written once for the three.
+    pub fn bucket_keys(
         &self,
         domain: &str,
         entries: &[(&str, &str)],
         rule: &Limit,
         period: u64,
         start: u64,
-    ) -> CounterKey {
-        self.rule_key(domain, entries, rule, Tail::Window { period, start })
-    }
-
-    /// The key of the demand counter (requests allowed and denied) RLQS keeps beside
-    /// [`Limiter::window_key`], always in Turnstile's layout.
-    pub fn demand_key(
-        &self,
-        domain: &str,
-        entries: &[(&str, &str)],
-        rule: &Limit,
-        period: u64,
-        start: u64,
-    ) -> CounterKey {
-        self.rule_key(domain, entries, rule, Tail::Demand { period, start })
-    }
-
-    fn rule_key(
-        &self,
-        domain: &str,
-        entries: &[(&str, &str)],
-        rule: &Limit,
-        tail: Tail,
-    ) -> CounterKey {
+    ) -> [CounterKey; 3] {
         let mut keys = Keys::new();
         self.start_for(&mut keys, domain, entries.iter().copied(), &rule.path);
-        keys.last_key(tail)
+        let before = start.saturating_sub(period);
+        [
+            keys.key(Tail::Window { period, start }),
+            keys.key(Tail::Demand { period, start }),
+            keys.last_key(Tail::Demand {
+                period,
+                start: before,
+            }),
+        ]
     }
 
     fn start_for<'e>(

@@ -208,7 +208,8 @@ pub(super) fn plan<S: CounterStore>(
                 Rate::Unlimited { .. } => Destination::Main,
             };
             let (period, start, end) = (window.period, window.start, window.end());
-            let demand = |at| limiter.demand_key(domain, entries, limit, period, at);
+            let [window_key, demand_now, demand_before] =
+                limiter.bucket_keys(domain, entries, limit, period, start);
             let mut add = |key, n, expires_at| {
                 let change = Change::Add(n);
                 ops.add(
@@ -221,17 +222,9 @@ pub(super) fn plan<S: CounterStore>(
                 )
             };
             Some(BucketSlots {
-                used: add(
-                    limiter.window_key(domain, entries, limit, period, start),
-                    split.allowed,
-                    end,
-                ),
-                demand_now: add(demand(start), split.demand, end + period),
-                demand_before: add(
-                    demand(start.saturating_sub(period)),
-                    split.earlier_demand,
-                    end,
-                ),
+                used: add(window_key, split.allowed, end),
+                demand_now: add(demand_now, split.demand, end + period),
+                demand_before: add(demand_before, split.earlier_demand, end),
             })
         })
         .collect();
