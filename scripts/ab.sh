@@ -3,14 +3,15 @@
 # round, each binary serves h2load (one pre-encoded request, 4 connections x 32 streams) on the
 # memory backend (1 and 5 descriptors), on one memcached (1 and 5 descriptors) and on three
 # memcached servers (5 descriptors); with FLOOR=1 the no-op floor (turnstile-floor, the same
-# tonic stack answering a constant OK) runs in every round too and each median is also given
-# as a ratio to the floor's. Prints one line per run and the median requests/s per binary and
+# tonic stack answering a constant OK, on Turnstile's runtime) runs in every round too and each
+# median is also given as a ratio to the floor's; FLOOR=2 adds a second floor on Tokio's
+# default runtime (LIFO slot on: the floor issue 20 was first measured against), column D. Prints one line per run and the median requests/s per binary and
 # shape.
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as
 # the saturated rate, ±15 % between rounds).
-#   [FLOOR=1] [MEASURE=cpu] ./scripts/ab.sh BINARY_A BINARY_B [SECONDS] [ROUNDS]
+#   [FLOOR=1|2] [MEASURE=cpu] ./scripts/ab.sh BINARY_A BINARY_B [SECONDS] [ROUNDS]
 #   (needs h2load, memcached, the bench tools: cargo build --release -p turnstile-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,9 @@ for port in 21421 21422 21423; do wait_port "$port"; done
 for d in 1 5; do "$tools/turnstile-loadgen" --dump-body "$work/req$d.bin" --descriptors "$d" --domain bench; done
 run() { # binary descriptors env... -> rps
   local bin=$1 desc=$2; shift 2
-  if [ "$bin" = floor ]; then
-    taskset -c 0 "$tools/turnstile-floor" 127.0.0.1:18191 2>/dev/null &
+  if [ "$bin" = floor ] || [ "$bin" = floor-default ]; then
+    local runtime=turnstile; [ "$bin" = floor-default ] && runtime=default
+    FLOOR_RUNTIME=$runtime taskset -c 0 "$tools/turnstile-floor" 127.0.0.1:18191 2>/dev/null &
   else
     env GRPC_HOST=127.0.0.1 GRPC_PORT=18191 HOST=127.0.0.1 PORT=18192 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18193 \
       SHUTDOWN_DRAIN_SECONDS=0 MEMCACHE_TIMEOUT=500ms "$@" taskset -c 0 "$bin" --config-dir scripts/bench-rules 2>/dev/null &
@@ -50,12 +52,12 @@ run() { # binary descriptors env... -> rps
       awk '/finished in/ {print $4}'
   fi
   # Turnstile drains on SIGINT; the floor has no handler and ends on SIGTERM.
-  if [ "$bin" = floor ]; then kill "$server"; else kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; fi
+  if [ "$bin" = floor ] || [ "$bin" = floor-default ]; then kill "$server"; else kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; fi
   wait "$server" 2>/dev/null || true
 }
 declare -A all=()
 unit="req/s"; [ "${MEASURE:-rps}" = cpu ] && unit="calls per CPU-second"
-which_ones="A B"; [ "${FLOOR:-0}" = 1 ] && which_ones="A B F"
+which_ones="A B"; [ "${FLOOR:-0}" = 1 ] && which_ones="A B F"; [ "${FLOOR:-0}" = 2 ] && which_ones="A B F D"
 shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
   "memcached|1|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
   "memcached|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
@@ -64,7 +66,7 @@ for round in $(seq "$rounds"); do
   for shape in "${shapes[@]}"; do
     IFS='|' read -r name desc envs <<<"$shape"
     for which in $which_ones; do
-      case $which in A) bin=$a ;; B) bin=$b ;; F) bin=floor ;; esac
+      case $which in A) bin=$a ;; B) bin=$b ;; F) bin=floor ;; D) bin=floor-default ;; esac
       # shellcheck disable=SC2086
       rps=$(run "$bin" "$desc" $envs)
       echo "round $round $which $name $desc descriptors: $rps $unit"
@@ -74,7 +76,10 @@ for round in $(seq "$rounds"); do
 done
 median() { echo "$@" | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo
-if [ "${FLOOR:-0}" = 1 ]; then
+if [ "${FLOOR:-0}" = 2 ]; then
+  echo "| shape | floor median $unit | A median | A / floor | B median | B / floor | B / A | default-runtime floor | B / that floor |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+elif [ "${FLOOR:-0}" = 1 ]; then
   echo "| shape | floor median $unit | A median | A / floor | B median | B / floor | B / A |"
   echo "|---|---|---|---|---|---|---|"
 else
@@ -83,10 +88,15 @@ else
 fi
 for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; do
   ma=$(median ${all["A|$key"]}) mb=$(median ${all["B|$key"]})
-  if [ "${FLOOR:-0}" = 1 ]; then
+  if [ "${FLOOR:-0}" != 0 ]; then
     mf=$(median ${all["F|$key"]})
-    printf '| %s descriptors | %.0f | %.0f | %.3f | %.0f | %.3f | %.3f |\n' "${key/|/ }" "$mf" "$ma" \
+    printf '| %s descriptors | %.0f | %.0f | %.3f | %.0f | %.3f | %.3f |' "${key/|/ }" "$mf" "$ma" \
       "$(echo "$ma / $mf" | bc -l)" "$mb" "$(echo "$mb / $mf" | bc -l)" "$(echo "$mb / $ma" | bc -l)"
+    if [ "${FLOOR:-0}" = 2 ]; then
+      md=$(median ${all["D|$key"]})
+      printf ' %.0f | %.3f |' "$md" "$(echo "$mb / $md" | bc -l)"
+    fi
+    echo
   else
     printf '| %s descriptors | %.0f | %.0f | %.3f |\n' "${key/|/ }" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
   fi

@@ -61,7 +61,7 @@ fn serve(config_dir: Option<PathBuf>) -> ExitCode {
         }
     };
     turnstile::telemetry::init(&settings.log_level, settings.log_json);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match turnstile::app::runtime::build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("turnstile: starting the runtime: {err}");

@@ -14,6 +14,7 @@ mod label;
 mod listeners;
 mod migrate;
 mod options;
+pub mod runtime;
 mod signals;
 mod source;
 mod store;
@@ -189,6 +190,13 @@ impl App {
             admin_token,
         } = self;
         tracing::info!(target: LIFECYCLE, ?addresses, "serving");
+        if !runtime::lifo_slot_off() {
+            tracing::warn!(
+                target: LIFECYCLE,
+                "built without --cfg tokio_unstable: the runtime's LIFO slot is on, so HTTP/2 \
+                 responses leave one write each (see src/app/runtime.rs)"
+            );
+        }
         let tracer = state.tracer.clone();
         let (stop_tx, stop_rx) = watch::channel(false);
         let health = Arc::clone(&state.health);

@@ -2,7 +2,8 @@
 //! `ShouldRateLimit` with a constant OK response, doing no work. What it serves per second on a
 //! core is the most any tonic rate-limit service can serve there.
 //!
-//! Usage: `turnstile-floor [ADDR]` (default `127.0.0.1:18081`).
+//! Usage: `[FLOOR_RUNTIME=default] turnstile-floor [ADDR]` (default `127.0.0.1:18081`); it runs
+//! on Turnstile's runtime unless `FLOOR_RUNTIME=default` asks for Tokio's default one.
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -41,7 +42,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:18081".into())
         .parse()?;
-    let runtime = tokio::runtime::Runtime::new()?;
+    // Turnstile's own runtime (LIFO slot off), so the floor is the same stack; with
+    // FLOOR_RUNTIME=default, Tokio's default runtime (the floor issue 20 was measured against).
+    let runtime = if std::env::var("FLOOR_RUNTIME").is_ok_and(|r| r == "default") {
+        tokio::runtime::Runtime::new()?
+    } else {
+        turnstile::app::runtime::build()?
+    };
     runtime.block_on(async move {
         tonic::transport::Server::builder()
             .tcp_nodelay(true)
