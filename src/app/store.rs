@@ -70,13 +70,17 @@ impl From<PostgresStore> for Store {
     }
 }
 
+/// PostgreSQL's futures are ~2.4 KB (a transaction's state), the others at most ~0.5 KB: boxed,
+/// so that every request's future is not sized (and moved at every `.await` layer, measured
+/// 6 % of the server's time in `memmove`) for the one backend that waits a network round trip
+/// and a commit anyway.
 impl CounterStore for Store {
     async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         match self {
             Store::Memory(s) => s.apply_ops(hits).await,
             Store::Memcached(s) => s.apply_ops(hits).await,
             Store::Redis(s) => s.apply_ops(hits).await,
-            Store::Postgres(s) => s.apply_ops(hits).await,
+            Store::Postgres(s) => Box::pin(s.apply_ops(hits)).await,
         }
     }
 
@@ -85,7 +89,7 @@ impl CounterStore for Store {
             Store::Memory(s) => s.bucket(steps).await,
             Store::Memcached(s) => s.bucket(steps).await,
             Store::Redis(s) => s.bucket(steps).await,
-            Store::Postgres(s) => s.bucket(steps).await,
+            Store::Postgres(s) => Box::pin(s.bucket(steps)).await,
         }
     }
 

@@ -182,19 +182,16 @@ impl Lane {
 
     async fn apply<S: CounterStore>(&mut self, store: &S) -> Result<(), StorageError> {
         let (hits, steps) = (&self.hits, &self.steps);
-        let counters = async {
-            match hits.is_empty() {
-                true => Ok(Vec::new()),
-                false => store.apply_ops(hits).await,
+        // One kind of operation (the common case) awaits its one call; both kinds, a join,
+        // boxed so that it does not double every request's future.
+        let (counts, answers) = match (hits.is_empty(), steps.is_empty()) {
+            (true, true) => (Vec::new(), Vec::new()),
+            (false, true) => (store.apply_ops(hits).await?, Vec::new()),
+            (true, false) => (Vec::new(), store.bucket(steps).await?),
+            (false, false) => {
+                Box::pin(try_join(store.apply_ops(hits), store.bucket(steps))).await?
             }
         };
-        let buckets = async {
-            match steps.is_empty() {
-                true => Ok(Vec::new()),
-                false => store.bucket(steps).await,
-            }
-        };
-        let (counts, answers) = try_join(counters, buckets).await?;
         if counts.len() != hits.len() || answers.len() != steps.len() {
             return Err(StorageError::protocol(format!(
                 "{} answers to {} operations",
