@@ -5,8 +5,8 @@
 # memcached servers (5 descriptors); with FLOOR=1 the no-op floor (turnstile-floor, the same
 # tonic stack answering a constant OK, on Turnstile's runtime) runs in every round too and each
 # median is also given as a ratio to the floor's; FLOOR=2 adds a second floor on Tokio's
-# default runtime (LIFO slot on: the floor issue 20 was first measured against), column D. Prints one line per run and the median requests/s per binary and
-# shape.
+# default runtime (LIFO slot on: the floor issue 20 was first measured against), column D.
+# Prints one line per run and the median requests/s per binary and shape.
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as

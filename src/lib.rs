@@ -63,7 +63,7 @@
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `rlqs`, `settings`, `storage`, `tls` |
-//! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain | every module |
+//! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain; the runtime it runs on (LIFO slot off) | every module |
 
 pub mod app;
 pub mod clock;
