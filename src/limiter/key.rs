@@ -122,7 +122,12 @@ impl Keys {
     fn reference_key(&self, tail: Tail) -> Option<CounterKey> {
         match (tail, &self.reference) {
             (Tail::Window { start, .. }, Some(reference)) => {
-                CounterKey::reference(format!("{reference}{start}")).ok()
+                let mut digits = itoa::Buffer::new();
+                let start = digits.format(start);
+                let mut text = String::with_capacity(reference.len() + start.len());
+                text.push_str(reference);
+                text.push_str(start);
+                CounterKey::reference(text).ok()
             }
             _ => None,
         }

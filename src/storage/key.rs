@@ -171,9 +171,10 @@ impl KeyWriter {
         self
     }
 
-    /// Appends a number in decimal.
+    /// Appends a number in decimal (without `core::fmt`, whose u128 path divides by 10^19: 0.5 %
+    /// of the server at saturation, perf).
     pub fn number(&mut self, n: u128) -> &mut KeyWriter {
-        let _ = write!(self.text, "{n}");
+        self.text.push_str(itoa::Buffer::new().format(n));
         self
     }
 

@@ -43,8 +43,9 @@ impl Server {
                 server.name
             )));
         }
-        let started = std::time::Instant::now();
-        let error = match tokio::time::timeout(deadline.timeout, call).await {
+        // One clock read serves both the deadline and the lateness measure.
+        let started = tokio::time::Instant::now();
+        let error = match tokio::time::timeout_at(started + deadline.timeout, call).await {
             Ok(Ok(answer)) => {
                 server.record_success();
                 return Ok(answer);
@@ -64,7 +65,7 @@ impl Server {
                 let store = format!("memcached {}", server.name);
                 return Err(late(
                     &store,
-                    started,
+                    started.into_std(),
                     deadline.timeout,
                     &deadline.scheduling,
                 ));

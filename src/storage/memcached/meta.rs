@@ -17,16 +17,26 @@ fn push_key(out: &mut Vec<u8>, key: &str) {
     out.truncate(start + written);
 }
 
+/// Appends ` {flag}{n}`: one numeric flag of a meta command.
+fn push_flag(out: &mut Vec<u8>, flag: u8, n: u64) {
+    out.push(b' ');
+    out.push(flag);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 /// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
-/// missing.
+/// missing. The hot path: numbers written without `core::fmt`.
 pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
-    // Writing into a Vec cannot fail.
     if n == 0 {
         out.extend_from_slice(b" b D0 v\r\n");
     } else {
-        let _ = write!(out, " b N{exptime} J{n} D{n} v\r\n");
+        out.extend_from_slice(b" b");
+        push_flag(out, b'N', exptime);
+        push_flag(out, b'J', n);
+        push_flag(out, b'D', n);
+        out.extend_from_slice(b" v\r\n");
     }
 }
 

@@ -200,6 +200,17 @@ impl MemcachedStore {
 }
 
 impl Inner {
+    /// The server that owns `key` now, as an owned handle (it is held across awaits, where an
+    /// `arc_swap` guard would crowd the thread's fast slots; see `apply_hits`).
+    fn server_for(&self, key: &str) -> Result<Arc<Server>, StorageError> {
+        let topology = self.topology.load();
+        topology
+            .ring
+            .server_for(key.as_bytes())
+            .map(|i| Arc::clone(&topology.servers[i]))
+            .ok_or_else(|| StorageError::unavailable("no memcached servers"))
+    }
+
     /// memcached's exptime for a counter: the end of its window plus jitter plus one second
     /// (memcached may expire an item up to a second early), relative when it fits in 30 days,
     /// absolute otherwise, so week, month and year counters live as long as their windows; 0

@@ -108,12 +108,8 @@ impl Inner {
         key: &str,
         steps: &[&BucketStep],
     ) -> Result<Vec<BucketAnswer>, StorageError> {
-        let topology = self.topology.load();
-        let server = topology
-            .ring
-            .server_for(key.as_bytes())
-            .map(|i| &topology.servers[i])
-            .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
+        let server = self.server_for(key)?;
+        let server = &server;
         for _ in 0..MAX_ATTEMPTS {
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
