@@ -1,0 +1,136 @@
+//! Which service a gRPC request goes to: the service name in its path (`/{service}/{method}`),
+//! compared with each service's name, `UNIMPLEMENTED` for any other. This is what tonic's
+//! `Routes` does through an axum router, which captures the method as a URL parameter and boxes
+//! the request's and the response's bodies on every call: six allocations and ~0.3 us a call at
+//! saturation (perf, 2026-12-02; BENCHMARKS.md). `ShouldRateLimit` goes straight to the rate-limit
+//! service's own future; the other services (RLQS streams, health, reflection) are boxed once.
+//!
+//! Must not touch: what any service answers, the layers in front (`server::mod` adds them).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceExt};
+
+use crate::rls::RlsServer;
+use crate::storage::CounterStore;
+
+/// A service behind the dispatch, boxed.
+type Boxed = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
+
+/// Every gRPC service of the port, found by the service name in the request's path.
+pub(super) struct Routes<S> {
+    rls: RlsServer<S>,
+    /// Shared: hyper clones the service for every request, and a list of boxed services would
+    /// cost an allocation per service per request.
+    others: Arc<Vec<(&'static str, Boxed)>>,
+}
+
+impl<S> Clone for Routes<S> {
+    fn clone(&self) -> Self {
+        Routes {
+            rls: self.rls.clone(),
+            others: Arc::clone(&self.others),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Routes<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.others.iter().map(|(name, _)| *name).collect();
+        f.debug_struct("Routes")
+            .field("rls", &RlsServer::<S>::NAME)
+            .field("others", &names)
+            .finish()
+    }
+}
+
+impl<S: CounterStore> Routes<S> {
+    /// The rate-limit service, and no other yet.
+    pub(super) fn new(rls: RlsServer<S>) -> Routes<S> {
+        Routes {
+            rls,
+            others: Arc::new(Vec::new()),
+        }
+    }
+
+    /// Adds `service` under its name.
+    pub(super) fn with<T>(mut self, service: T) -> Routes<S>
+    where
+        T: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        T::Future: Send + 'static,
+    {
+        Arc::make_mut(&mut self.others).push((T::NAME, BoxCloneSyncService::new(service)));
+        self
+    }
+}
+
+/// The service name of a gRPC path, `/{service}/{method}`.
+fn service_name(path: &str) -> Option<&str> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    (!method.is_empty()).then_some(service)
+}
+
+/// What tonic's router answers for a path no service serves.
+fn unimplemented() -> http::Response<Body> {
+    let (parts, ()) = tonic::Status::unimplemented("")
+        .into_http::<()>()
+        .into_parts();
+    http::Response::from_parts(parts, Body::empty())
+}
+
+impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Every service here is always ready; each is readied below as it is called.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let Some(name) = service_name(request.uri().path()) else {
+            return Box::pin(async { Ok(unimplemented()) });
+        };
+        if name == RlsServer::<S>::NAME {
+            // Always ready (its `poll_ready` is `Ready`), so called directly.
+            return self.rls.call(request);
+        }
+        match self.others.iter().find(|(n, _)| *n == name) {
+            Some((_, service)) => Box::pin(service.clone().oneshot(request)),
+            None => Box::pin(async { Ok(unimplemented()) }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_name;
+
+    #[test]
+    fn service_names_come_from_the_path() {
+        assert_eq!(
+            service_name("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"),
+            Some("envoy.service.ratelimit.v3.RateLimitService")
+        );
+        assert_eq!(
+            service_name("/grpc.health.v1.Health/Check"),
+            Some("grpc.health.v1.Health")
+        );
+        assert_eq!(service_name("/only-a-service"), None);
+        assert_eq!(service_name("/service/"), None);
+        assert_eq!(service_name("no-slash/Method"), None);
+        assert_eq!(service_name(""), None);
+    }
+}
