@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
+//!   │ server::routes  service by path name    │
 //!   │ server::admission  adaptive limit on    │
 //!   │ calls in flight (GRPC_ADAPTIVE_…)       │
 //!   │ rls::convert  pb → Request,             │ rlqs::convert  reports → Usage; bounds and

@@ -34,6 +34,12 @@ pub(crate) struct SchedulingDelay {
     /// `epoch`).
     worst_us: AtomicU64,
     since_ms: AtomicU64,
+    /// The worst delay of the period before (µs; 0 when that period was not the one just
+    /// before): without it, a stall measured just before a period ends would be forgotten by
+    /// the next measurement, milliseconds later, while a deadline it delayed is still running
+    /// (a late answer then blamed on a healthy store, about one run in six of
+    /// `overload_on_a_healthy_memcached_is_never_unavailable` under three CPU hogs).
+    previous_us: AtomicU64,
     /// When the sampler last measured (ms since `epoch`; 0: never).
     sampled_ms: AtomicU64,
 }
@@ -50,6 +56,7 @@ impl SchedulingDelay {
             epoch: Instant::now(),
             worst_us: AtomicU64::new(0),
             since_ms: AtomicU64::new(0),
+            previous_us: AtomicU64::new(0),
             sampled_ms: AtomicU64::new(0),
         }
     }
@@ -88,8 +95,15 @@ impl SchedulingDelay {
         let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
         let now = self.now_ms();
         let recent = u64::try_from(RECENT.as_millis()).unwrap_or(u64::MAX);
-        if now.saturating_sub(self.since_ms.load(Ordering::Relaxed)) > recent {
-            // A new period: the old worst is forgotten.
+        let age = now.saturating_sub(self.since_ms.load(Ordering::Relaxed));
+        if age > recent {
+            // A new period: the old worst becomes the previous one if that period just ended,
+            // so a stall stays recent for at least `RECENT` (one sampler writes; no race).
+            let previous = match age > 2 * recent {
+                true => 0,
+                false => self.worst_us.load(Ordering::Relaxed),
+            };
+            self.previous_us.store(previous, Ordering::Relaxed);
             self.since_ms.store(now, Ordering::Relaxed);
             self.worst_us.store(us, Ordering::Relaxed);
         } else {
@@ -105,7 +119,11 @@ impl SchedulingDelay {
             > 2 * u64::try_from(RECENT.as_millis()).unwrap_or(u64::MAX);
         match stale {
             true => Duration::ZERO,
-            false => Duration::from_micros(self.worst_us.load(Ordering::Relaxed)),
+            false => Duration::from_micros(
+                self.worst_us
+                    .load(Ordering::Relaxed)
+                    .max(self.previous_us.load(Ordering::Relaxed)),
+            ),
         }
     }
 }
@@ -172,6 +190,35 @@ mod tests {
             saturated_runtime(much, deadline, &idle).is_some(),
             "30 ms of 200"
         );
+    }
+
+    #[test]
+    fn a_stall_just_before_a_period_ends_stays_recent() {
+        // A measure that began ten seconds ago, so that periods can be placed in its past.
+        let delay = SchedulingDelay {
+            epoch: Instant::now() - Duration::from_secs(10),
+            ..SchedulingDelay::new()
+        };
+        delay.record(Duration::from_millis(40));
+        // The period began long enough ago that the next measurement opens a new one.
+        let recent = u64::try_from(super::RECENT.as_millis()).expect("ms");
+        let began = delay.now_ms().saturating_sub(recent + 1);
+        delay
+            .since_ms
+            .store(began, std::sync::atomic::Ordering::Relaxed);
+        delay.record(Duration::from_micros(100));
+        assert_eq!(
+            delay.recent(),
+            Duration::from_millis(40),
+            "the 40 ms stall of the period just ended is still recent"
+        );
+        // A period that ended long before counts for nothing.
+        let long_ago = delay.now_ms().saturating_sub(3 * recent);
+        delay
+            .since_ms
+            .store(long_ago, std::sync::atomic::Ordering::Relaxed);
+        delay.record(Duration::from_micros(100));
+        assert_eq!(delay.recent(), Duration::from_micros(100));
     }
 
     #[test]
