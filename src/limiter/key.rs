@@ -122,11 +122,10 @@ impl Keys {
     fn reference_key(&self, tail: Tail) -> Option<CounterKey> {
         match (tail, &self.reference) {
             (Tail::Window { start, .. }, Some(reference)) => {
-                let mut digits = itoa::Buffer::new();
-                let start = digits.format(start);
-                let mut text = String::with_capacity(reference.len() + start.len());
+                // The window start has at most 20 digits.
+                let mut text = String::with_capacity(reference.len() + 20);
                 text.push_str(reference);
-                text.push_str(start);
+                text.push_str(itoa::Buffer::new().format(start));
                 CounterKey::reference(text).ok()
             }
             _ => None,

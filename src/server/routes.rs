@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, ready};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::util::BoxCloneSyncService;
@@ -83,11 +83,8 @@ fn service_name(path: &str) -> Option<&str> {
 }
 
 /// What tonic's router answers for a path no service serves.
-fn unimplemented() -> http::Response<Body> {
-    let (parts, ()) = tonic::Status::unimplemented("")
-        .into_http::<()>()
-        .into_parts();
-    http::Response::from_parts(parts, Body::empty())
+fn unimplemented() -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
+    Box::pin(ready(Ok(tonic::Status::unimplemented("").into_http())))
 }
 
 impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
@@ -102,7 +99,7 @@ impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let Some(name) = service_name(request.uri().path()) else {
-            return Box::pin(async { Ok(unimplemented()) });
+            return unimplemented();
         };
         if name == RlsServer::<S>::NAME {
             // Always ready (its `poll_ready` is `Ready`), so called directly.
@@ -110,7 +107,7 @@ impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
         }
         match self.others.iter().find(|(n, _)| *n == name) {
             Some((_, service)) => Box::pin(service.clone().oneshot(request)),
-            None => Box::pin(async { Ok(unimplemented()) }),
+            None => unimplemented(),
         }
     }
 }

@@ -109,7 +109,6 @@ impl Inner {
         steps: &[&BucketStep],
     ) -> Result<Vec<BucketAnswer>, StorageError> {
         let server = self.server_for(key)?;
-        let server = &server;
         for _ in 0..MAX_ATTEMPTS {
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
