@@ -139,3 +139,46 @@ async fn stats_cardinality_is_bounded() {
         text.contains(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="unspec_v7"} 1"#)
     );
 }
+
+/// Paths no service serves are `UNIMPLEMENTED`, as tonic's router answered them, and every
+/// other service is still found by its name (`server::routes`).
+#[tokio::test]
+async fn unknown_services_and_methods_are_unimplemented() {
+    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
+    let mut grpc = crate::support::raw_grpc(s.addr).await;
+    for path in [
+        "/no.such.Service/Method",
+        "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod",
+        "/grpc.health.v1.Health/NoSuchMethod",
+    ] {
+        grpc.ready().await.expect("ready");
+        let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitRequest>::default();
+        let answer = grpc
+            .unary(
+                tonic::Request::new(RateLimitRequest::default()),
+                http::uri::PathAndQuery::from_static(path),
+                codec,
+            )
+            .await;
+        let status = answer.expect_err(path);
+        assert_eq!(status.code(), GrpcCode::Unimplemented, "{path}: {status:?}");
+    }
+    let mut health = tonic_health::pb::health_client::HealthClient::new(
+        tonic::transport::Endpoint::from_shared(format!("http://{}", s.addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers through the dispatch");
+    assert_eq!(
+        serving.into_inner().status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
