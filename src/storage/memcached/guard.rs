@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::PROBE_DEADLINE;
 use super::health::Server;
-use super::transport::{Sent, TransportError};
+use super::transport::{Sent, Transport, TransportError};
 use crate::storage::StorageError;
 use crate::storage::lateness::SchedulingDelay;
 use crate::storage::remote::late;

@@ -9,14 +9,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::transport::Transport;
+use super::transport::ServerTransport;
 use crate::storage::remote::Backoff;
 
 /// A server, the transport that reaches it, and its health.
 #[derive(Debug)]
 pub(super) struct Server {
     pub(super) name: String,
-    pub(super) transport: Box<dyn Transport>,
+    pub(super) transport: ServerTransport,
     health: Backoff,
     /// The server has answered at least once (until then readiness asks it).
     answered: AtomicBool,
@@ -26,7 +26,7 @@ pub(super) struct Server {
 
 impl Server {
     /// A server reached through `transport`, healthy until it fails.
-    pub(super) fn new(name: String, transport: Box<dyn Transport>) -> Server {
+    pub(super) fn new(name: String, transport: ServerTransport) -> Server {
         Server {
             name,
             transport,

@@ -7,8 +7,8 @@
 
 use futures_util::future::try_join_all;
 
-use super::MemcachedStore;
 use super::transport::Command;
+use super::{Inner, MemcachedStore};
 use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 
 impl MemcachedStore {
@@ -42,15 +42,6 @@ impl MemcachedStore {
         Ok(counts)
     }
 
-    /// The command for one hit, its amount bounded, at `now` (Unix seconds).
-    fn command<'h>(&self, hit: &'h CounterOp, now: u64) -> Command<'h> {
-        Command {
-            key: &hit.key,
-            change: hit.change.bounded(),
-            exptime: self.inner.exptime(&hit.key, hit.expires_at, now),
-        }
-    }
-
     /// The counts after `hits`, as memcached answers them.
     async fn apply_hits(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
@@ -59,42 +50,104 @@ impl MemcachedStore {
         // calls in flight than slots every load takes the slow path (0.8 % of the server's
         // time at saturation, perf).
         let topology = self.inner.topology.load_full();
-        let command = |hit| self.command(hit, now);
-        // One server: one batch in the hits' order, without grouping or joining.
+        // One server: one batch in the hits' order, without grouping or joining; boxed, as
+        // the join below boxes its batches, so that the remote call's future (a deadline
+        // timer, the transport's) does not grow every decision's future, which is moved on
+        // every call on every backend (tests/future_size.rs).
         if let [only] = topology.servers.as_slice() {
-            let commands: Vec<Command<'_>> = hits.iter().map(command).collect();
-            return self.inner.apply(only, &commands).await;
+            let commands = Commands::new(&self.inner, hits, None, now);
+            return Box::pin(self.inner.apply(only, commands)).await;
         }
-        // Group the hits by server: one batch (one write, one round trip) per server, the
-        // servers in parallel.
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (i, hit) in hits.iter().enumerate() {
-            let server = topology
-                .ring
-                .server_for(hit.key.as_bytes())
-                .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
-            match groups.iter_mut().find(|(s, _)| *s == server) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((server, vec![i])),
-            }
-        }
-        let batches = groups.iter().map(|(server, members)| {
-            // The server's commands, built once, straight from the hits.
-            let commands: Vec<Command<'_>> = members.iter().map(|&i| command(&hits[i])).collect();
-            let topology = &topology;
-            async move {
-                self.inner
-                    .apply(&topology.servers[*server], &commands)
-                    .await
-            }
+        // Each hit's server; then one batch (one write, one round trip) per server, the servers
+        // in parallel, each batch written straight from the hits it takes.
+        let owners = hits
+            .iter()
+            .map(|hit| topology.ring.server_for(hit.key.as_bytes()))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
+        let batches = servers_of(&owners).map(|server| {
+            let commands = Commands::new(&self.inner, hits, Some((&owners, server)), now);
+            self.inner.apply(&topology.servers[server], commands)
         });
         let answers = try_join_all(batches).await?;
+        // Each server's counts back in the hits' order.
         let mut counts = vec![0; hits.len()];
-        for ((_, members), answer) in groups.iter().zip(answers) {
-            for (&i, count) in members.iter().zip(answer) {
-                counts[i] = count;
+        for (server, answer) in servers_of(&owners).zip(answers) {
+            let slots = counts.iter_mut().zip(&owners);
+            let theirs = slots.filter(|(_, owner)| **owner == server);
+            for ((slot, _), count) in theirs.zip(answer) {
+                *slot = count;
             }
         }
         Ok(counts)
+    }
+}
+
+/// The servers that `owners` (each hit's server) names, each once, in order of first hit.
+fn servers_of(owners: &[usize]) -> impl Iterator<Item = usize> + '_ {
+    (0..owners.len())
+        .filter(|&i| !owners[..i].contains(&owners[i]))
+        .map(|i| owners[i])
+}
+
+/// The commands of one server's batch, made from the hits as they are written: every hit (one
+/// server), or those that `owners` gives the server. An iterator, so a batch is never collected
+/// first; a named type rather than adapters over closures, which a future held across an await
+/// cannot carry and still be `Send` (rustc's higher-ranked closure lifetimes).
+struct Commands<'h> {
+    store: &'h Inner,
+    hits: std::slice::Iter<'h, CounterOp>,
+    /// Each remaining hit's server, and the server this batch is for.
+    owners: Option<(std::slice::Iter<'h, usize>, usize)>,
+    /// Commands still to come.
+    left: usize,
+    /// Unix seconds, for the commands' exptimes.
+    now: u64,
+}
+
+impl<'h> Commands<'h> {
+    fn new(
+        store: &'h Inner,
+        hits: &'h [CounterOp],
+        owners: Option<(&'h [usize], usize)>,
+        now: u64,
+    ) -> Self {
+        let left = owners.map_or(hits.len(), |(owners, server)| {
+            owners.iter().filter(|o| **o == server).count()
+        });
+        Commands {
+            store,
+            hits: hits.iter(),
+            owners: owners.map(|(owners, server)| (owners.iter(), server)),
+            left,
+            now,
+        }
+    }
+}
+
+impl<'h> Iterator for Commands<'h> {
+    type Item = Command<'h>;
+
+    fn next(&mut self) -> Option<Command<'h>> {
+        loop {
+            let hit = self.hits.next()?;
+            let ours = match &mut self.owners {
+                None => true,
+                Some((owners, server)) => owners.next() == Some(server),
+            };
+            if ours {
+                self.left = self.left.saturating_sub(1);
+                // The amount bounded, the exptime from the hit's window.
+                return Some(Command {
+                    key: &hit.key,
+                    change: hit.change.bounded(),
+                    exptime: self.store.exptime(&hit.key, hit.expires_at, self.now),
+                });
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
     }
 }

@@ -38,7 +38,7 @@ use health::Server;
 use pipelined::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
-use transport::{Command, Sent, Transport};
+use transport::{Command, Sent, ServerTransport, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);
@@ -229,9 +229,9 @@ impl Inner {
     }
 
     /// A transport to `server` of the configured kind.
-    fn transport(&self, server: &str) -> Box<dyn Transport> {
+    fn transport(&self, server: &str) -> ServerTransport {
         let pooled = |protocol| {
-            Box::new(Pooled::new(
+            ServerTransport::Pooled(Pooled::new(
                 server.to_owned(),
                 self.pool_size,
                 self.deadline.timeout,
@@ -239,18 +239,24 @@ impl Inner {
             ))
         };
         match self.transport {
-            MemcachedTransport::Pipelined => Box::new(Pipelined::new(server.to_owned())),
+            MemcachedTransport::Pipelined => {
+                ServerTransport::Pipelined(Pipelined::new(server.to_owned()))
+            }
             MemcachedTransport::Pool => pooled(Protocol::Meta),
             MemcachedTransport::Classic => pooled(Protocol::Classic),
         }
     }
 
     /// The counts after `commands`, which all belong to `server`.
-    async fn apply(
+    async fn apply<'k, I>(
         &self,
         server: &Arc<Server>,
-        commands: &[Command<'_>],
-    ) -> Result<Vec<u64>, StorageError> {
+        commands: I,
+    ) -> Result<Vec<u64>, StorageError>
+    where
+        I: IntoIterator<Item = Command<'k>> + Send,
+        I::IntoIter: Send,
+    {
         let sent = Sent::default();
         let call = server.transport.apply(commands, &sent);
         server.guarded(&self.deadline, &sent, call).await

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
 
 use super::meta::{
     push_add, push_lease, push_read_state, push_release, push_sub, push_write_state,
@@ -52,6 +50,13 @@ impl Pipelined {
         if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
             return Ok(pipe);
         }
+        // Boxed: connecting (DNS, TCP) is rare and its future large; inline, it would grow
+        // every call's future, which is moved on every call (tests/future_size.rs).
+        Box::pin(self.connect(slot)).await
+    }
+
+    /// Connects `slot`, unless a caller that held the lock before did.
+    async fn connect(&self, slot: &Slot) -> io::Result<Arc<Pipeline>> {
         let _connecting = slot.connecting.lock().await;
         if let Some(pipe) = slot.current.load_full().filter(|p| !p.is_closed()) {
             return Ok(pipe);
@@ -90,81 +95,72 @@ fn unexpected(reply: &Reply, command: &str) -> TransportError {
 }
 
 impl Transport for Pipelined {
-    fn apply<'a>(
-        &'a self,
-        commands: &'a [CounterCommand<'a>],
-        sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
-        async move {
-            // All of a request's commands for this server in one write.
-            let mut lines = Vec::with_capacity(commands.len() * 64);
-            for c in commands {
-                match c.change {
-                    Change::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
-                    Change::Sub(n) => push_sub(&mut lines, c.key, n),
-                    Change::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
-                    Change::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
-                }
+    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
+    where
+        I: IntoIterator<Item = CounterCommand<'k>> + Send,
+        I::IntoIter: Send,
+    {
+        // All of a request's commands for this server in one write.
+        let commands = commands.into_iter();
+        let mut lines = Vec::with_capacity(commands.size_hint().0.max(1) * 64);
+        let mut count = 0;
+        for c in commands {
+            match c.change {
+                Change::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
+                Change::Sub(n) => push_sub(&mut lines, c.key, n),
+                Change::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
+                Change::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
             }
-            self.call(lines, commands.len(), Some(Arc::clone(sent)))
-                .await?
-                .into_iter()
-                .map(|reply| match reply {
-                    Reply::Value(n) => Ok(n),
-                    Reply::NotFound => Ok(0),
-                    Reply::Error(e) => Err(TransportError::Protocol(e)),
-                    other => Err(unexpected(&other, "ma")),
-                })
-                .collect()
+            count += 1;
         }
-        .boxed()
+        self.call(lines, count, Some(Arc::clone(sent)))
+            .await?
+            .into_iter()
+            .map(|reply| match reply {
+                Reply::Value(n) => Ok(n),
+                Reply::NotFound => Ok(0),
+                Reply::Error(e) => Err(TransportError::Protocol(e)),
+                other => Err(unexpected(&other, "ma")),
+            })
+            .collect()
     }
 
-    fn read_state<'a>(
+    async fn read_state<'a>(
         &'a self,
         key: &'a str,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>> {
-        async move {
-            let mut line = Vec::with_capacity(64);
-            push_read_state(&mut line, key);
-            match self.one(line, sent).await? {
-                Reply::State { value, cas } => Ok(Some((value, cas))),
-                Reply::Miss => Ok(None),
-                other => Err(unexpected(&other, "mg")),
-            }
+    ) -> Result<Option<(u128, u64)>, TransportError> {
+        let mut line = Vec::with_capacity(64);
+        push_read_state(&mut line, key);
+        match self.one(line, sent).await? {
+            Reply::State { value, cas } => Ok(Some((value, cas))),
+            Reply::Miss => Ok(None),
+            other => Err(unexpected(&other, "mg")),
         }
-        .boxed()
     }
 
-    fn write_state<'a>(
+    async fn write_state<'a>(
         &'a self,
         key: &'a str,
         value: u128,
         cas: Option<u64>,
         exptime: u64,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<bool, TransportError>> {
-        async move {
-            let mut line = Vec::with_capacity(96);
-            push_write_state(&mut line, key, value, cas, exptime);
-            match self.one(line, sent).await? {
-                Reply::Stored => Ok(true),
-                Reply::NotStored | Reply::NotFound => Ok(false),
-                other => Err(unexpected(&other, "ms")),
-            }
+    ) -> Result<bool, TransportError> {
+        let mut line = Vec::with_capacity(96);
+        push_write_state(&mut line, key, value, cas, exptime);
+        match self.one(line, sent).await? {
+            Reply::Stored => Ok(true),
+            Reply::NotStored | Reply::NotFound => Ok(false),
+            other => Err(unexpected(&other, "ms")),
         }
-        .boxed()
     }
 
-    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
-        async move {
-            match self.call(b"mn\r\n".to_vec(), 1, None).await?.as_slice() {
-                [Reply::Noop] => Ok(()),
-                other => Err(TransportError::Protocol(format!("{other:?} to mn"))),
-            }
+    async fn probe(&self) -> Result<(), TransportError> {
+        match self.call(b"mn\r\n".to_vec(), 1, None).await?.as_slice() {
+            [Reply::Noop] => Ok(()),
+            other => Err(TransportError::Protocol(format!("{other:?} to mn"))),
         }
-        .boxed()
     }
 
     fn reset(&self) {

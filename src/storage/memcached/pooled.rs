@@ -8,9 +8,6 @@ use std::time::Duration;
 
 use async_memcached::{Client, Error};
 use bb8::Pool;
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
-
 use std::sync::atomic::Ordering;
 
 pub(super) use super::pooled_commands::Protocol;
@@ -122,53 +119,45 @@ impl Pooled {
 }
 
 impl Transport for Pooled {
-    fn apply<'a>(
-        &'a self,
-        commands: &'a [Command<'a>],
-        sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>> {
+    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
+    where
+        I: IntoIterator<Item = Command<'k>> + Send,
+        I::IntoIter: Send,
+    {
         // One connection per command, all at once; the same counter twice in order.
-        in_key_order(commands, |c| c.key, move |c| self.one(c, sent)).boxed()
+        let commands: Vec<Command<'k>> = commands.into_iter().collect();
+        in_key_order(&commands, |c| c.key, |c| self.one(c, sent)).await
     }
 
-    fn read_state<'a>(
+    async fn read_state<'a>(
         &'a self,
         key: &'a str,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>> {
-        async move {
-            self.meta_only("a token bucket")?;
-            let mut conn = self.connection().await?;
-            sent.store(true, Ordering::Release);
-            Ok(read_state(&mut conn, key).await?)
-        }
-        .boxed()
+    ) -> Result<Option<(u128, u64)>, TransportError> {
+        self.meta_only("a token bucket")?;
+        let mut conn = self.connection().await?;
+        sent.store(true, Ordering::Release);
+        Ok(read_state(&mut conn, key).await?)
     }
 
-    fn write_state<'a>(
+    async fn write_state<'a>(
         &'a self,
         key: &'a str,
         value: u128,
         cas: Option<u64>,
         exptime: u64,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<bool, TransportError>> {
-        async move {
-            self.meta_only("a token bucket")?;
-            let mut conn = self.connection().await?;
-            sent.store(true, Ordering::Release);
-            Ok(write_state(&mut conn, key, value, cas, exptime).await?)
-        }
-        .boxed()
+    ) -> Result<bool, TransportError> {
+        self.meta_only("a token bucket")?;
+        let mut conn = self.connection().await?;
+        sent.store(true, Ordering::Release);
+        Ok(write_state(&mut conn, key, value, cas, exptime).await?)
     }
 
-    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>> {
-        async move {
-            let mut conn = self.connection().await?;
-            conn.version().await?;
-            Ok(())
-        }
-        .boxed()
+    async fn probe(&self) -> Result<(), TransportError> {
+        let mut conn = self.connection().await?;
+        conn.version().await?;
+        Ok(())
     }
 
     fn reset(&self) {

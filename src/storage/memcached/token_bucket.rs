@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::transport::Sent;
+use super::transport::{Sent, Transport};
 use super::{Inner, MemcachedStore};
 use crate::storage::{BucketAnswer, BucketStep, CounterKey, StorageError};
 

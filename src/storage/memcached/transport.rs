@@ -1,19 +1,22 @@
-//! How counter commands reach one memcached server: the [`Transport`] trait and its error type.
-//! Two transports implement it: [`Pipelined`](super::pipeline::Pipelined) (our own meta-protocol
-//! connections shared by every caller, one write per batch; the default) and
-//! [`Pooled`](super::pooled::Pooled) (async-memcached connections in a bb8 pool, one command in
-//! flight each; meta commands, or the classic `incr`/`add` family for memcached < 1.6). The
-//! store, the ring and the health tracking above it know only this trait, so a new transport
-//! (or the Redis backend's) follows the same shape.
+//! How counter commands reach one memcached server: the [`Transport`] trait, its error type and
+//! [`ServerTransport`], the configured one. Two transports implement it:
+//! [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol connections shared by every
+//! caller, one write per batch; the default) and [`Pooled`](super::pooled::Pooled)
+//! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
+//! classic `incr`/`add` family for memcached < 1.6). The store, the ring and the health tracking
+//! above it know only this trait, so a new transport (or the Redis backend's) follows the same
+//! shape. The trait is dispatched statically through [`ServerTransport`]: a `dyn Transport`
+//! would box every call's future (one allocation per server per call on the hot path).
 //!
 //! Must not touch: rules, limiter, the store's grouping of hits by server.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use futures_util::future::BoxFuture;
-
+use super::pipelined::Pipelined;
+use super::pooled::Pooled;
 use crate::storage::Change;
 
 /// One counter command for a server.
@@ -68,20 +71,24 @@ pub(super) struct Connections {
 
 /// A way of carrying counter commands to one server.
 pub(super) trait Transport: Send + Sync + fmt::Debug {
-    /// Applies every command, in order for the same key, and returns the count after each;
-    /// sets `sent` once the commands are on their way to the server.
-    fn apply<'a>(
-        &'a self,
-        commands: &'a [Command<'a>],
-        sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Vec<u64>, TransportError>>;
+    /// Applies every command, in order for the same key, and returns the count after each, in
+    /// the commands' order; sets `sent` once the commands are on their way to the server. The
+    /// commands come as an iterator, so a caller never collects them first.
+    fn apply<'k, I>(
+        &self,
+        commands: I,
+        sent: &Sent,
+    ) -> impl Future<Output = Result<Vec<u64>, TransportError>> + Send
+    where
+        I: IntoIterator<Item = Command<'k>> + Send,
+        I::IntoIter: Send;
 
     /// Reads a bucket state and its CAS token (`None` when missing).
     fn read_state<'a>(
         &'a self,
         key: &'a str,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<Option<(u128, u64)>, TransportError>>;
+    ) -> impl Future<Output = Result<Option<(u128, u64)>, TransportError>> + Send + 'a;
 
     /// Writes a bucket state with TTL `exptime`: in place of the item whose CAS token is `cas`,
     /// or as a new item when `cas` is `None`. `false` when another writer got there first.
@@ -92,14 +99,85 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
         cas: Option<u64>,
         exptime: u64,
         sent: &'a Sent,
-    ) -> BoxFuture<'a, Result<bool, TransportError>>;
+    ) -> impl Future<Output = Result<bool, TransportError>> + Send + 'a;
 
     /// One cheap round trip that proves the server answers.
-    fn probe(&self) -> BoxFuture<'_, Result<(), TransportError>>;
+    fn probe(&self) -> impl Future<Output = Result<(), TransportError>> + Send + '_;
 
     /// Forgets the current connections after a failure, so the next use reconnects.
     fn reset(&self);
 
     /// The connections held now.
     fn connections(&self) -> Connections;
+}
+
+/// The transport of one server, of the configured kind (`MEMCACHE_TRANSPORT`).
+#[derive(Debug)]
+pub(super) enum ServerTransport {
+    /// Shared pipelined connections (the default).
+    Pipelined(Pipelined),
+    /// A bb8 pool, meta or classic commands.
+    Pooled(Pooled),
+}
+
+impl Transport for ServerTransport {
+    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
+    where
+        I: IntoIterator<Item = Command<'k>> + Send,
+        I::IntoIter: Send,
+    {
+        match self {
+            ServerTransport::Pipelined(t) => t.apply(commands, sent).await,
+            // Boxed: the pool's future (a join over connection checkouts) is several times the
+            // pipelined one, and an enum's future is as large as its largest arm, paid in
+            // `memmove` on every call (tests/future_size.rs).
+            ServerTransport::Pooled(t) => Box::pin(t.apply(commands, sent)).await,
+        }
+    }
+
+    async fn read_state<'a>(
+        &'a self,
+        key: &'a str,
+        sent: &'a Sent,
+    ) -> Result<Option<(u128, u64)>, TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.read_state(key, sent).await,
+            ServerTransport::Pooled(t) => t.read_state(key, sent).await,
+        }
+    }
+
+    async fn write_state<'a>(
+        &'a self,
+        key: &'a str,
+        value: u128,
+        cas: Option<u64>,
+        exptime: u64,
+        sent: &'a Sent,
+    ) -> Result<bool, TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.write_state(key, value, cas, exptime, sent).await,
+            ServerTransport::Pooled(t) => t.write_state(key, value, cas, exptime, sent).await,
+        }
+    }
+
+    async fn probe(&self) -> Result<(), TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.probe().await,
+            ServerTransport::Pooled(t) => t.probe().await,
+        }
+    }
+
+    fn reset(&self) {
+        match self {
+            ServerTransport::Pipelined(t) => t.reset(),
+            ServerTransport::Pooled(t) => t.reset(),
+        }
+    }
+
+    fn connections(&self) -> Connections {
+        match self {
+            ServerTransport::Pipelined(t) => t.connections(),
+            ServerTransport::Pooled(t) => t.connections(),
+        }
+    }
 }
