@@ -151,3 +151,74 @@ impl<'h> Iterator for Commands<'h> {
         (self.left, Some(self.left))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Commands, servers_of};
+    use crate::clock::ManualClock;
+    use crate::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
+    use crate::storage::{Change, CounterKey, CounterOp};
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn store() -> MemcachedStore {
+        let options = MemcachedOptions {
+            // Never connected: building commands asks nothing of the server.
+            servers: vec!["127.0.0.1:1".into()],
+            pool_size: 1,
+            timeout: Duration::from_secs(1),
+            jitter_max_seconds: 0,
+            transport: MemcachedTransport::default(),
+        };
+        MemcachedStore::new(options, Arc::new(ManualClock::new(NOW))).expect("store")
+    }
+
+    fn hit(key: &str, change: Change) -> CounterOp {
+        CounterOp {
+            key: CounterKey::checked(key).expect("key"),
+            change,
+            expires_at: NOW + 60,
+        }
+    }
+
+    #[test]
+    fn each_server_once_in_order_of_its_first_hit() {
+        assert_eq!(servers_of(&[2, 0, 2, 1, 0]).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(servers_of(&[1, 1, 1]).collect::<Vec<_>>(), [1]);
+        assert_eq!(servers_of(&[]).count(), 0);
+    }
+
+    #[test]
+    fn a_batch_takes_its_servers_hits_in_order_and_knows_its_length() {
+        let store = store();
+        let hits = [
+            hit("a", Change::Add(1)),
+            hit("b", Change::Add(2)),
+            hit("c", Change::Sub(3)),
+            hit("d", Change::Add(4)),
+        ];
+        let owners = [1, 0, 1, 1];
+        let batch = Commands::new(&store.inner, &hits, Some((&owners, 1)), NOW);
+        assert_eq!(batch.size_hint(), (3, Some(3)));
+        let taken: Vec<(String, Change, u64)> = batch
+            .map(|c| (c.key.to_owned(), c.change, c.exptime))
+            .collect();
+        // The window ends in 60 s; memcached may expire a second early, so one more.
+        assert_eq!(
+            taken,
+            [
+                ("a".to_owned(), Change::Add(1), 61),
+                ("c".to_owned(), Change::Sub(3), 61),
+                ("d".to_owned(), Change::Add(4), 61),
+            ]
+        );
+        let other = Commands::new(&store.inner, &hits, Some((&owners, 0)), NOW);
+        assert_eq!(other.map(|c| c.key).collect::<Vec<_>>(), ["b"]);
+        let all = Commands::new(&store.inner, &hits, None, NOW);
+        assert_eq!(all.size_hint(), (4, Some(4)));
+        assert_eq!(all.count(), 4);
+    }
+}
