@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::transport::ServerTransport;
+use super::dispatch::ServerTransport;
 use crate::storage::remote::Backoff;
 
 /// A server, the transport that reaches it, and its health.

@@ -11,6 +11,7 @@
 //! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
 
 pub mod discovery;
+mod dispatch;
 mod guard;
 mod health;
 mod hits;
@@ -34,11 +35,12 @@ use futures_util::future::try_join_all;
 use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
 use crate::clock::Clock;
 use discovery::Resolver;
+use dispatch::ServerTransport;
 use health::Server;
 use pipelined::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
-use transport::{Command, Sent, ServerTransport, Transport};
+use transport::{Command, Sent, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);

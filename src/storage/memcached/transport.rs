@@ -1,12 +1,13 @@
-//! How counter commands reach one memcached server: the [`Transport`] trait, its error type and
-//! [`ServerTransport`], the configured one. Two transports implement it:
+//! How counter commands reach one memcached server: the [`Transport`] trait and its error type.
+//! Two transports implement it:
 //! [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol connections shared by every
 //! caller, one write per batch; the default) and [`Pooled`](super::pooled::Pooled)
 //! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
 //! classic `incr`/`add` family for memcached < 1.6). The store, the ring and the health tracking
 //! above it know only this trait, so a new transport (or the Redis backend's) follows the same
-//! shape. The trait is dispatched statically through [`ServerTransport`]: a `dyn Transport`
-//! would box every call's future (one allocation per server per call on the hot path).
+//! shape. The trait is dispatched statically (the `dispatch` module's `ServerTransport`): a
+//! `dyn Transport` would box every call's future (one allocation per server per call on the
+//! hot path).
 //!
 //! Must not touch: rules, limiter, the store's grouping of hits by server.
 
@@ -15,8 +16,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::pipelined::Pipelined;
-use super::pooled::Pooled;
 use crate::storage::Change;
 
 /// One counter command for a server.
@@ -109,75 +108,4 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
 
     /// The connections held now.
     fn connections(&self) -> Connections;
-}
-
-/// The transport of one server, of the configured kind (`MEMCACHE_TRANSPORT`).
-#[derive(Debug)]
-pub(super) enum ServerTransport {
-    /// Shared pipelined connections (the default).
-    Pipelined(Pipelined),
-    /// A bb8 pool, meta or classic commands.
-    Pooled(Pooled),
-}
-
-impl Transport for ServerTransport {
-    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
-    where
-        I: IntoIterator<Item = Command<'k>> + Send,
-        I::IntoIter: Send,
-    {
-        match self {
-            ServerTransport::Pipelined(t) => t.apply(commands, sent).await,
-            // Boxed: the pool's future (a join over connection checkouts) is several times the
-            // pipelined one, and an enum's future is as large as its largest arm, paid in
-            // `memmove` on every call (tests/future_size.rs).
-            ServerTransport::Pooled(t) => Box::pin(t.apply(commands, sent)).await,
-        }
-    }
-
-    async fn read_state<'a>(
-        &'a self,
-        key: &'a str,
-        sent: &'a Sent,
-    ) -> Result<Option<(u128, u64)>, TransportError> {
-        match self {
-            ServerTransport::Pipelined(t) => t.read_state(key, sent).await,
-            ServerTransport::Pooled(t) => t.read_state(key, sent).await,
-        }
-    }
-
-    async fn write_state<'a>(
-        &'a self,
-        key: &'a str,
-        value: u128,
-        cas: Option<u64>,
-        exptime: u64,
-        sent: &'a Sent,
-    ) -> Result<bool, TransportError> {
-        match self {
-            ServerTransport::Pipelined(t) => t.write_state(key, value, cas, exptime, sent).await,
-            ServerTransport::Pooled(t) => t.write_state(key, value, cas, exptime, sent).await,
-        }
-    }
-
-    async fn probe(&self) -> Result<(), TransportError> {
-        match self {
-            ServerTransport::Pipelined(t) => t.probe().await,
-            ServerTransport::Pooled(t) => t.probe().await,
-        }
-    }
-
-    fn reset(&self) {
-        match self {
-            ServerTransport::Pipelined(t) => t.reset(),
-            ServerTransport::Pooled(t) => t.reset(),
-        }
-    }
-
-    fn connections(&self) -> Connections {
-        match self {
-            ServerTransport::Pipelined(t) => t.connections(),
-            ServerTransport::Pooled(t) => t.connections(),
-        }
-    }
 }
