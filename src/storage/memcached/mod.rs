@@ -18,10 +18,11 @@ mod hits;
 mod meta;
 mod pipeline;
 #[cfg(fuzzing)]
-pub use pipeline::fuzz_replies;
+pub use reply::fuzz_replies;
 mod pipelined;
 mod pooled;
 mod pooled_commands;
+mod reply;
 mod ring;
 mod token_bucket;
 mod transport;

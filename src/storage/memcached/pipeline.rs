@@ -13,42 +13,17 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use super::reply::{Reply, read_reply};
 use super::transport::{Sent, TransportError};
 
 /// Callers' batches that may wait for the writer on one connection.
 const COMMAND_QUEUE: usize = 4_096;
 /// Written batches whose answers the reader has not read yet, on one connection.
 const PENDING_QUEUE: usize = 16_384;
-
-/// One answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Reply {
-    /// `VA` with the counter's value.
-    Value(u64),
-    /// `NF`: no such counter.
-    NotFound,
-    /// `MN`.
-    Noop,
-    /// `VA` with a bucket state and its CAS token (`mg ... v c`).
-    State {
-        /// The stored TAT.
-        value: u128,
-        /// The item's CAS token.
-        cas: u64,
-    },
-    /// `EN`: no such item (`mg`).
-    Miss,
-    /// `HD`: stored (`ms`).
-    Stored,
-    /// `NS` or `EX` or `NF` to `ms`: someone else created or changed the item first.
-    NotStored,
-    /// An error line or anything unexpected.
-    Error(String),
-}
 
 /// A caller waiting for `count` answers.
 type Pending = (usize, oneshot::Sender<Vec<Reply>>);
@@ -212,87 +187,3 @@ async fn reader(
         let _ = caller.send(replies);
     }
 }
-
-/// The longest value a reply carries: a u128 bucket state in decimal is at most 39 digits.
-const MAX_VALUE_LEN: usize = 48;
-
-/// Reads one reply (`None` at the end of the stream); `line` and `data` are reused buffers.
-pub(super) async fn read_reply<R: AsyncBufRead + Unpin>(
-    read: &mut R,
-    line: &mut String,
-    data: &mut Vec<u8>,
-) -> io::Result<Option<Reply>> {
-    line.clear();
-    if read.read_line(line).await? == 0 {
-        return Ok(None);
-    }
-    parse(line, read, data).await.map(Some)
-}
-
-async fn parse<R: AsyncBufRead + Unpin>(
-    line: &str,
-    read: &mut R,
-    data: &mut Vec<u8>,
-) -> io::Result<Reply> {
-    let line = line.trim_end();
-    let mut words = line.split(' ');
-    Ok(match words.next() {
-        Some("VA") => {
-            // A length beyond any counter is a broken stream, never an allocation to make.
-            let len: usize = words
-                .next()
-                .and_then(|l| l.parse().ok())
-                .filter(|len| *len <= MAX_VALUE_LEN)
-                .ok_or_else(|| bad(line))?;
-            let cas = words.find_map(|w| w.strip_prefix('c').and_then(|c| c.parse().ok()));
-            data.clear();
-            data.resize(len + 2, 0);
-            read.read_exact(data).await?;
-            let text = String::from_utf8_lossy(&data[..len]);
-            let text = text.trim();
-            match (cas, text.parse::<u128>()) {
-                (Some(cas), Ok(value)) => Reply::State { value, cas },
-                (None, Ok(n)) => u64::try_from(n).map_or_else(
-                    |_| Reply::Error(format!("not a counter: {text:?}")),
-                    Reply::Value,
-                ),
-                (_, Err(_)) => Reply::Error(format!("not a counter: {text:?}")),
-            }
-        }
-        Some("NF") => Reply::NotFound,
-        Some("MN") => Reply::Noop,
-        Some("EN") => Reply::Miss,
-        Some("HD") => Reply::Stored,
-        Some("NS" | "EX") => Reply::NotStored,
-        _ => Reply::Error(line.to_owned()),
-    })
-}
-
-/// Parses `input` as a stream of replies, as the reader does, and returns how many it read
-/// before the end or an error. For the fuzz target only (`cargo fuzz` sets `cfg(fuzzing)`).
-#[cfg(fuzzing)]
-pub fn fuzz_replies(input: &[u8]) -> usize {
-    use std::future::Future;
-    let mut read = input;
-    let (mut line, mut data) = (String::new(), Vec::new());
-    let mut parsed = 0;
-    loop {
-        let mut next = std::pin::pin!(read_reply(&mut read, &mut line, &mut data));
-        // An in-memory reader never waits: one poll finishes the future.
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match next.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(Ok(Some(_))) => parsed += 1,
-            _ => return parsed,
-        }
-    }
-}
-
-fn bad(line: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("bad memcached answer: {line:?}"),
-    )
-}
-
-#[cfg(test)]
-mod tests;

@@ -10,7 +10,8 @@ use arc_swap::ArcSwapOption;
 use super::meta::{
     push_add, push_lease, push_read_state, push_release, push_sub, push_write_state,
 };
-use super::pipeline::{Pipeline, Reply};
+use super::pipeline::Pipeline;
+use super::reply::Reply;
 use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
 use crate::storage::Change;
 
