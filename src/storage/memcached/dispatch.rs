@@ -4,6 +4,10 @@
 //!
 //! Must not touch: what a transport sends (its own module's), health, the ring.
 
+use std::future::Future;
+
+use futures_util::future::Either;
+
 use super::pipelined::Pipelined;
 use super::pooled::Pooled;
 use super::transport::{Command, Connections, Sent, Transport, TransportError};
@@ -18,17 +22,23 @@ pub(super) enum ServerTransport {
 }
 
 impl Transport for ServerTransport {
-    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
+    // Not an `async fn`: the pipelined future is returned as it is (an `async fn` would keep
+    // the commands a second time beside it), the pool's boxed.
+    fn apply<'k, I>(
+        &self,
+        commands: I,
+        sent: &Sent,
+    ) -> impl Future<Output = Result<Vec<u64>, TransportError>> + Send
     where
         I: IntoIterator<Item = Command<'k>> + Send,
         I::IntoIter: Send,
     {
         match self {
-            ServerTransport::Pipelined(t) => t.apply(commands, sent).await,
+            ServerTransport::Pipelined(t) => Either::Left(t.apply(commands, sent)),
             // Boxed: the pool's future (a join over connection checkouts) is several times the
             // pipelined one, and an enum's future is as large as its largest arm, paid in
             // `memmove` on every call (tests/future_size.rs).
-            ServerTransport::Pooled(t) => Box::pin(t.apply(commands, sent)).await,
+            ServerTransport::Pooled(t) => Either::Right(Box::pin(t.apply(commands, sent))),
         }
     }
 

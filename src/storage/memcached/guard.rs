@@ -6,6 +6,9 @@
 //! Must not touch: what the commands are (counters, bucket states), the ring.
 
 use std::future::Future;
+
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -30,64 +33,83 @@ impl Server {
     /// deadline and this server's health tracking: a server in backoff is not asked; time
     /// spent before the write is Turnstile's overload; a late answer is checked by a probe
     /// before the server is called down; connection faults mark it down at once.
-    pub(super) async fn guarded<T>(
-        self: &Arc<Self>,
-        deadline: &Deadline,
-        sent: &Sent,
-        call: impl Future<Output = Result<T, TransportError>>,
-    ) -> Result<T, StorageError> {
-        let server = self;
-        if !server.admit() {
-            return Err(StorageError::unavailable(format!(
+    ///
+    /// Decided when called (admission, the deadline's start), to be awaited at once. A
+    /// combinator rather than an `async fn`: an `async fn` keeps its argument `call` and the
+    /// deadline that wraps it side by side, twice the transport's future in every call's.
+    pub(super) fn guarded<'a, T: 'a>(
+        self: &'a Arc<Self>,
+        deadline: &'a Deadline,
+        sent: &'a Sent,
+        call: impl Future<Output = Result<T, TransportError>> + 'a,
+    ) -> impl Future<Output = Result<T, StorageError>> + 'a {
+        if !self.admit() {
+            let down = StorageError::unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
-                server.name
-            )));
+                self.name
+            ));
+            return Either::Left(std::future::ready(Err(down)));
         }
         // One clock read serves both the deadline and the lateness measure.
         let started = tokio::time::Instant::now();
-        let error = match tokio::time::timeout_at(started + deadline.timeout, call).await {
-            Ok(Ok(answer)) => {
-                server.record_success();
+        let timed = tokio::time::timeout_at(started + deadline.timeout, call);
+        Either::Right(timed.map(move |outcome| match outcome {
+            Ok(answer) => self.judge(answer),
+            Err(_) => Err(self.too_late(deadline, sent, started)),
+        }))
+    }
+
+    /// What a server's answer in time says about it.
+    fn judge<T>(self: &Arc<Self>, answer: Result<T, TransportError>) -> Result<T, StorageError> {
+        let error = match answer {
+            Ok(answer) => {
+                self.record_success();
                 return Ok(answer);
             }
-            Ok(Err(err)) => err,
-            Err(_) if !sent.load(Ordering::Acquire) => {
-                // Never written: the time went in Turnstile's own queue.
-                return Err(StorageError::overloaded(format!(
-                    "commands for memcached {} waited {:?} in Turnstile without being sent",
-                    server.name, deadline.timeout
-                )));
-            }
-            Err(_) => {
-                // Written, not answered in time: ask the server on the side before calling it
-                // down (Turnstile may have been too busy to read the answer).
-                self.probe_later();
-                let store = format!("memcached {}", server.name);
-                return Err(late(
-                    &store,
-                    started.into_std(),
-                    deadline.timeout,
-                    &deadline.scheduling,
-                ));
-            }
+            Err(error) => error,
         };
         if let TransportError::Overloaded(why) = error {
             return Err(StorageError::overloaded(why));
         }
         if error.is_connection_fault() {
-            server.record_failure();
-            server.transport.reset();
+            self.record_failure();
+            self.transport.reset();
             Err(StorageError::unavailable(format!(
                 "memcached {}: {error}",
-                server.name
+                self.name
             )))
         } else {
-            server.record_success();
+            self.record_success();
             Err(StorageError::protocol(format!(
                 "memcached {}: {error}",
-                server.name
+                self.name
             )))
         }
+    }
+
+    /// The error for a call its deadline ended: Turnstile's own overload when the commands
+    /// were never written; otherwise late, with a probe on the side before the server is
+    /// called down (Turnstile may have been too busy to read the answer).
+    fn too_late(
+        self: &Arc<Self>,
+        deadline: &Deadline,
+        sent: &Sent,
+        started: tokio::time::Instant,
+    ) -> StorageError {
+        if !sent.load(Ordering::Acquire) {
+            return StorageError::overloaded(format!(
+                "commands for memcached {} waited {:?} in Turnstile without being sent",
+                self.name, deadline.timeout
+            ));
+        }
+        self.probe_later();
+        let store = format!("memcached {}", self.name);
+        late(
+            &store,
+            started.into_std(),
+            deadline.timeout,
+            &deadline.scheduling,
+        )
     }
 
     /// Probes this server in the background (one probe at a time); a probe that fails within
