@@ -1,16 +1,23 @@
 //! Unit tests of `reply`.
-#[tokio::test]
-async fn replies_parse_and_absurd_lengths_are_refused() {
-    use super::{Reply, read_reply};
-    let mut input: &[u8] = b"VA 2 \r\n42\r\nNF\r\nMN\r\nVA 18446744073709551615\r\n";
+use super::{Reply, read_reply};
+
+/// The first `n` replies of `input`, and what reading one more gives.
+async fn read_n(mut input: &[u8], n: usize) -> (Vec<Reply>, std::io::Result<Option<Reply>>) {
     let (mut line, mut data) = (String::new(), Vec::new());
     let mut replies = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         let reply = read_reply(&mut input, &mut line, &mut data).await;
         replies.push(reply.expect("parsed").expect("a reply"));
     }
+    let next = read_reply(&mut input, &mut line, &mut data).await;
+    (replies, next)
+}
+
+#[tokio::test]
+async fn replies_parse_and_absurd_lengths_are_refused() {
+    let input = b"VA 2 \r\n42\r\nNF\r\nMN\r\nVA 18446744073709551615\r\n";
+    let (replies, absurd) = read_n(input, 3).await;
     assert_eq!(replies, [Reply::Value(42), Reply::NotFound, Reply::Noop]);
-    let absurd = read_reply(&mut input, &mut line, &mut data).await;
     assert!(
         absurd.is_err(),
         "a claimed length beyond any counter is a broken stream"
@@ -19,14 +26,7 @@ async fn replies_parse_and_absurd_lengths_are_refused() {
 
 #[tokio::test]
 async fn state_replies_parse() {
-    use super::{Reply, read_reply};
-    let mut input: &[u8] = b"VA 3 c99\r\n123\r\nEN\r\nHD\r\nEX\r\nNS\r\n";
-    let (mut line, mut data) = (String::new(), Vec::new());
-    let mut replies = Vec::new();
-    for _ in 0..5 {
-        let reply = read_reply(&mut input, &mut line, &mut data).await;
-        replies.push(reply.expect("parsed").expect("a reply"));
-    }
+    let (replies, end) = read_n(b"VA 3 c99\r\n123\r\nEN\r\nHD\r\nEX\r\nNS\r\n", 5).await;
     assert_eq!(
         replies,
         [
@@ -40,6 +40,7 @@ async fn state_replies_parse() {
             Reply::NotStored
         ]
     );
+    assert!(matches!(end, Ok(None)), "the end of the stream: {end:?}");
 }
 
 /// The general parser's answer to `input` and the bytes it leaves, read in one poll (an
