@@ -6,12 +6,12 @@
 //! Must not touch: what the commands are (counters, bucket states), the ring.
 
 use std::future::Future;
-
-use futures_util::FutureExt;
-use futures_util::future::Either;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::Either;
 
 use super::PROBE_DEADLINE;
 use super::health::Server;
