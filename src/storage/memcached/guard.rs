@@ -60,7 +60,7 @@ impl Server {
     }
 
     /// What a server's answer in time says about it.
-    fn judge<T>(self: &Arc<Self>, answer: Result<T, TransportError>) -> Result<T, StorageError> {
+    fn judge<T>(&self, answer: Result<T, TransportError>) -> Result<T, StorageError> {
         let error = match answer {
             Ok(answer) => {
                 self.record_success();
