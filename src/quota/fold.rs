@@ -30,6 +30,33 @@ pub(super) struct Tracked {
     pace: f64,
     /// The other streams' demand per request of its own, as last seen.
     others_per_own: f64,
+    /// Whether the stream has heard of the bucket (a report named it).
+    heard_of: bool,
+    /// What the stream did not see of a bucket that existed before it heard of it.
+    unseen: Option<Unseen>,
+}
+
+/// A bucket whose first report on this stream covers time before it (the data plane had the
+/// bucket and reported it elsewhere: a replica that died, a stream that broke). Its demand and
+/// admissions before `since_ms` are in the store's counts, which the stream would take for the
+/// other streams' and so give its data plane less than its share (in the window it came in
+/// and the next). They are estimated at the pace of that first report.
+#[derive(Debug, Clone, Copy)]
+struct Unseen {
+    /// When the first report's time began (ms since the epoch).
+    since_ms: u64,
+    demand_per_ms: f64,
+    allowed_per_ms: f64,
+}
+
+impl Unseen {
+    /// The estimate before `since_ms` in `[from_ms, to_ms)`: demand, allowed.
+    fn between(&self, from_ms: u64, to_ms: u64) -> (u64, u64) {
+        let ms = to_ms.min(self.since_ms).saturating_sub(from_ms) as f64;
+        // Rounded: the pace is exact only to a request per report.
+        let estimate = |per_ms: f64| (per_ms * ms).round() as u64;
+        (estimate(self.demand_per_ms), estimate(self.allowed_per_ms))
+    }
 }
 
 impl Tracked {
@@ -48,13 +75,40 @@ impl Tracked {
         self.last_demand = split.demand;
     }
 
+    /// Adds to the stream's own demand and admissions, in the first window it counts the
+    /// bucket in, what it did not see of a bucket that came from elsewhere: estimated at its
+    /// pace, and never more than the store's `counts` hold beyond what this stream reported
+    /// (a data plane whose first report covers time it had no bucket in brings nothing).
+    fn add_unseen(&mut self, counts: &Counts) {
+        let Some(unseen) = self.unseen else { return };
+        let (start_ms, period_ms) = (self.window_start * 1_000, self.period * 1_000);
+        let (now, allowed) = unseen.between(start_ms, u64::MAX);
+        let (before, _) = unseen.between(start_ms.saturating_sub(period_ms), start_ms);
+        let beyond = |counted: u64, own: u64| counted.saturating_sub(own);
+        self.demand.0 += now.min(beyond(counts.demand_now, self.demand.0));
+        self.demand.1 += before.min(beyond(counts.demand_before, self.demand.1));
+        self.allowed += allowed.min(beyond(counts.used, self.allowed));
+    }
+
     /// Notes the demand a report carried per fill interval, from how long it covered (Envoy's
-    /// `time_elapsed`; 0, as in a bucket's first report, says nothing).
-    pub(super) fn heard(&mut self, usage: &Usage) {
-        if usage.elapsed_ms > 0 {
-            let demand = usage.allowed.saturating_add(usage.denied) as f64;
-            let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
-            self.pace = demand * interval_ms / usage.elapsed_ms as f64;
+    /// `time_elapsed`; 0, as in a bucket's first report, says nothing), and whether the
+    /// stream's first report of the bucket covers time before it (the bucket came from
+    /// elsewhere).
+    pub(super) fn heard(&mut self, usage: &Usage, now_ms: u64) {
+        let first = !std::mem::replace(&mut self.heard_of, true);
+        if usage.elapsed_ms == 0 {
+            return;
+        }
+        let demand = usage.allowed.saturating_add(usage.denied) as f64;
+        let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
+        self.pace = demand * interval_ms / usage.elapsed_ms as f64;
+        if first {
+            let elapsed = usage.elapsed_ms as f64;
+            self.unseen = Some(Unseen {
+                since_ms: now_ms.saturating_sub(usage.elapsed_ms),
+                demand_per_ms: demand / elapsed,
+                allowed_per_ms: usage.allowed as f64 / elapsed,
+            });
         }
     }
 
@@ -81,10 +135,13 @@ impl Tracked {
         }
     }
 
-    /// The bucket is no longer counted (unmatched or unlimited, e.g. after a reload).
+    /// The bucket is no longer counted (unmatched or unlimited, e.g. after a reload). The
+    /// stream still knows it heard of it; what it did not see before is no longer in counts
+    /// it will read.
     fn uncounted(&mut self) {
         *self = Tracked {
             held: self.held,
+            heard_of: self.heard_of,
             ..Tracked::default()
         };
     }
@@ -262,7 +319,11 @@ pub(super) fn assign(
             _ => (unmatched(settings.unmatched, ttl_seconds), None),
         };
     };
+    let first_counted = tracked.window_end_ms().is_none();
     tracked.add_demand(window.period, window.start, split);
+    if let (true, Some(counts)) = (first_counted, &counts) {
+        tracked.add_unseen(counts);
+    }
     tracked.seen_all = demand_now;
     let input = ShareInput {
         limit: *per_window,

@@ -155,7 +155,7 @@ impl QuotaStream {
                 _ => None,
             };
             let tracked = self.buckets.entry(u.bucket.clone()).or_default();
-            tracked.heard(u);
+            tracked.heard(u, now_ms);
             let (assignment, usage) =
                 assign(&self.settings, tracked, r, bucket_counts, shadow, now_ms);
             tracked.held = Some(assignment);

@@ -45,6 +45,11 @@ struct SimEnvoy {
     reported_at: u64,
     /// The bucket exists (a first request created it); `created` until its first report.
     bucket: Option<Created>,
+    /// When its replica dies and when a new one takes its reports (ms from the start): in
+    /// between no report gets through and the assignment held goes on; the new replica's
+    /// stream knows nothing of the bucket.
+    restart: Option<(u64, u64)>,
+    settings: RlqsSettings,
 }
 
 /// Where a simulated Envoy's bucket stands.
@@ -75,6 +80,27 @@ impl SimEnvoy {
             first_admitted: Vec::new(),
             reported_at: START_MS,
             bucket: None,
+            restart: None,
+            settings,
+        }
+    }
+
+    /// The same Envoy, its replica killed at `down_ms` and replaced at `back_ms`.
+    fn restarted(mut self, down_ms: u64, back_ms: u64) -> Self {
+        self.restart = Some((down_ms, back_ms));
+        self
+    }
+
+    /// Whether its replica is down at `t_ms`; at the moment the new one is up, its stream
+    /// replaces the old one.
+    fn replica_down(&mut self, t_ms: u64) -> bool {
+        match self.restart {
+            Some((down, back)) if (down..back).contains(&t_ms) => true,
+            Some((_, back)) if t_ms == back => {
+                self.stream = QuotaStream::new(self.settings);
+                false
+            }
+            _ => false,
         }
     }
 
@@ -227,6 +253,9 @@ async fn simulate(mut envoys: Vec<SimEnvoy>, windows: usize) -> Vec<Vec<Served>>
         let window = (t / 60_000) as usize;
         for envoy in envoys.iter_mut() {
             envoy.step(t, window);
+            if envoy.replica_down(t) {
+                continue;
+            }
             envoy.window_end(&rules, &limiter, START_MS + t).await;
             let due = match envoy.bucket {
                 None => false,
@@ -432,6 +461,31 @@ async fn whichever_envoy_reports_first_the_small_one_gets_its_share() {
         let result = simulate(envoys, 4).await;
         print_table(
             &format!("16 and 4 req/s, reports at phases {a} and {b} ms"),
+            120,
+            &result,
+        );
+        assert_shared_by_demand(&result);
+    }
+}
+
+#[tokio::test]
+async fn the_small_envoy_gets_its_share_after_its_replica_restarts() {
+    // As in the real-Envoy test: 16 and 4 requests a second, reports every 5 s; the 4-per-second
+    // Envoy's replica dies 13 s before a window ends and a new one takes its reports 2 s later
+    // (its first report there covers the time since its last one). Its new stream has seen
+    // none of the window before and only part of the one it starts in, while the counts in the
+    // store hold all of its earlier demand.
+    for down in [80_000, 100_000, 107_000] {
+        let s = RlqsSettings::default();
+        let envoys = vec![
+            SimEnvoy::new(|_| 16.0, 10, s).reporting_every(5_000),
+            SimEnvoy::new(|_| 4.0, 2_370, s)
+                .reporting_every(5_000)
+                .restarted(down, down + 2_000),
+        ];
+        let result = simulate(envoys, 4).await;
+        print_table(
+            &format!("16 and 4 req/s, the small one's replica down at {down} ms for 2 s"),
             120,
             &result,
         );
