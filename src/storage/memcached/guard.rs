@@ -1,14 +1,14 @@
 //! The deadline and health tracking around every memcached call: a server in backoff is not
-//! asked, time spent before the write is Turnstile's own overload (never a dead server), a late
-//! answer is checked by a probe on the side before the server is called down, and connection
-//! faults mark it down at once.
+//! asked, time spent before the write is Turnstile's own overload (never a dead server: a call
+//! never written, or written with less than half its deadline left, is not the server's
+//! lateness), a late answer is checked by a probe on the side before the server is called
+//! down, and connection faults mark it down at once.
 //!
 //! Must not touch: what the commands are (counters, bucket states), the ring.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::Either;
@@ -88,28 +88,35 @@ impl Server {
     }
 
     /// The error for a call its deadline ended: Turnstile's own overload when the commands
-    /// were never written; otherwise late, with a probe on the side before the server is
-    /// called down (Turnstile may have been too busy to read the answer).
+    /// were never written, or written so late that the server had less than half the deadline
+    /// to answer; otherwise late, with a probe on the side before the server is called down
+    /// (Turnstile may have been too busy to read the answer).
     fn too_late(
         self: &Arc<Self>,
         deadline: &Deadline,
         sent: &Sent,
         started: tokio::time::Instant,
     ) -> StorageError {
-        if !sent.load(Ordering::Acquire) {
-            return StorageError::overloaded(format!(
+        let started = started.into_std();
+        match lateness(started, sent.at(), deadline.timeout) {
+            Lateness::NeverSent => StorageError::overloaded(format!(
                 "commands for memcached {} waited {:?} in Turnstile without being sent",
                 self.name, deadline.timeout
-            ));
+            )),
+            Lateness::SentLate(queued) => StorageError::overloaded(format!(
+                "commands for memcached {} waited {queued:?} in Turnstile before they were \
+                 written, of a {:?} deadline",
+                self.name, deadline.timeout
+            )),
+            Lateness::Server(queued) => {
+                self.probe_later();
+                let store = format!(
+                    "memcached {} (its commands written {queued:?} after the call began)",
+                    self.name
+                );
+                late(&store, started, deadline.timeout, &deadline.scheduling)
+            }
         }
-        self.probe_later();
-        let store = format!("memcached {}", self.name);
-        late(
-            &store,
-            started.into_std(),
-            deadline.timeout,
-            &deadline.scheduling,
-        )
     }
 
     /// Probes this server in the background (one probe at a time); a probe that fails within
@@ -129,5 +136,55 @@ impl Server {
             }
             server.probe_done(answered);
         });
+    }
+}
+
+/// Whose time a call's deadline ran out in.
+#[derive(Debug, PartialEq, Eq)]
+enum Lateness {
+    /// The commands were never written: all of it was Turnstile's.
+    NeverSent,
+    /// Written after waiting this long in Turnstile, half the deadline or more: the server had
+    /// less than half of it to answer, too little to judge it by.
+    SentLate(Duration),
+    /// Written in time, after waiting this long in Turnstile: the server's lateness, unless
+    /// Turnstile's runtime was too busy to read the answer (`late` decides).
+    Server(Duration),
+}
+
+/// Whose time a call that `started` ran out in, given when its commands were written.
+fn lateness(started: Instant, sent_at: Option<Instant>, timeout: Duration) -> Lateness {
+    let Some(at) = sent_at else {
+        return Lateness::NeverSent;
+    };
+    match at.saturating_duration_since(started) {
+        queued if queued >= timeout / 2 => Lateness::SentLate(queued),
+        queued => Lateness::Server(queued),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Lateness, lateness};
+
+    #[test]
+    fn the_server_is_judged_only_on_the_time_it_had() {
+        let started = Instant::now();
+        let timeout = Duration::from_millis(100);
+        let after = |ms| Some(started + Duration::from_millis(ms));
+        assert_eq!(lateness(started, None, timeout), Lateness::NeverSent);
+        let server = |ms| Lateness::Server(Duration::from_millis(ms));
+        assert_eq!(lateness(started, after(0), timeout), server(0));
+        assert_eq!(lateness(started, after(49), timeout), server(49));
+        assert_eq!(
+            lateness(started, after(50), timeout),
+            Lateness::SentLate(Duration::from_millis(50))
+        );
+        assert_eq!(
+            lateness(started, after(95), timeout),
+            Lateness::SentLate(Duration::from_millis(95))
+        );
     }
 }

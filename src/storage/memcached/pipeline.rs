@@ -142,8 +142,9 @@ async fn writer(
         if write.write_all(&buf).await.is_err() {
             return;
         }
+        let at = std::time::Instant::now();
         for sent in written.drain(..) {
-            sent.store(true, Ordering::Release);
+            sent.mark(at);
         }
     }
 }

@@ -80,7 +80,7 @@ impl Pipelined {
 
     /// One command line and its one answer.
     async fn one(&self, line: Vec<u8>, sent: &Sent) -> Result<Reply, TransportError> {
-        let mut replies = self.call(line, 1, Some(Arc::clone(sent))).await?;
+        let mut replies = self.call(line, 1, Some(sent.clone())).await?;
         replies
             .pop()
             .ok_or_else(|| TransportError::Protocol("no answer".into()))
@@ -114,7 +114,7 @@ impl Transport for Pipelined {
             }
             count += 1;
         }
-        self.call(lines, count, Some(Arc::clone(sent)))
+        self.call(lines, count, Some(sent.clone()))
             .await?
             .into_iter()
             .map(|reply| match reply {

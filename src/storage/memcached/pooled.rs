@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use async_memcached::{Client, Error};
 use bb8::Pool;
-use std::sync::atomic::Ordering;
 
 pub(super) use super::pooled_commands::Protocol;
 use super::pooled_commands::{add, lease, read_state, sub, write_state};
@@ -90,7 +89,7 @@ impl Pooled {
     async fn one(&self, command: &Command<'_>, sent: &Sent) -> Result<u64, TransportError> {
         let mut conn = self.connection().await?;
         // With a connection in hand, the command goes straight to the server.
-        sent.store(true, Ordering::Release);
+        sent.mark(std::time::Instant::now());
         let count = match command.change {
             Change::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
             Change::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
@@ -136,7 +135,7 @@ impl Transport for Pooled {
     ) -> Result<Option<(u128, u64)>, TransportError> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
-        sent.store(true, Ordering::Release);
+        sent.mark(std::time::Instant::now());
         Ok(read_state(&mut conn, key).await?)
     }
 
@@ -150,7 +149,7 @@ impl Transport for Pooled {
     ) -> Result<bool, TransportError> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
-        sent.store(true, Ordering::Release);
+        sent.mark(std::time::Instant::now());
         Ok(write_state(&mut conn, key, value, cas, exptime).await?)
     }
 

@@ -13,8 +13,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::storage::Change;
 
@@ -54,9 +55,42 @@ impl TransportError {
     }
 }
 
-/// Set by a transport once a batch's commands have left Turnstile (written to the socket):
-/// what separates Turnstile's own queueing from the server's response time.
-pub(super) type Sent = Arc<AtomicBool>;
+/// When a batch's commands left Turnstile (written to the socket), set by the transport: what
+/// separates Turnstile's own queueing from the server's response time. Shared by the caller
+/// and the transport (a pipelined connection's writer marks it).
+#[derive(Debug, Clone)]
+pub(super) struct Sent(Arc<AtomicU64>);
+
+/// The moment `Sent` counts from (nanoseconds after it; 0 is "not sent").
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Default for Sent {
+    fn default() -> Self {
+        // The epoch is set before any mark, so every mark is after it.
+        epoch();
+        Sent(Arc::new(AtomicU64::new(0)))
+    }
+}
+
+impl Sent {
+    /// The commands were written at `at`.
+    pub(super) fn mark(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(epoch()).as_nanos();
+        let nanos = u64::try_from(nanos).unwrap_or(u64::MAX - 1);
+        self.0.store(nanos + 1, Ordering::Release);
+    }
+
+    /// When the commands were written; `None` while they have not been.
+    pub(super) fn at(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            nanos => Some(epoch() + Duration::from_nanos(nanos - 1)),
+        }
+    }
+}
 
 /// Connections a transport holds to its server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
