@@ -8,6 +8,7 @@ mod convert;
 mod response;
 mod service;
 mod trace_attributes;
+mod unary;
 
 pub use convert::{InvalidRequest, request_from_pb, request_from_wire, text};
 pub use response::{HeaderNames, ResponseSettings, response_to_pb};

@@ -1,22 +1,20 @@
 //! The `envoy.service.ratelimit.v3.RateLimitService` route, written out rather than generated
 //! so that its decoder reads the request leniently (`turnstile.wire.v1.LenientRequest`: the
 //! header-derived texts as bytes, see `proto/turnstile/wire/v1/lenient.proto`) while answering
-//! with the official response type. Otherwise it is what tonic's generated server does: one
-//! unary method, `UNIMPLEMENTED` for any other path.
+//! with the official response type, and so that its one unary exchange goes without tonic's
+//! streaming codec (`unary`). Otherwise it is what tonic's generated server does: one unary
+//! method, `UNIMPLEMENTED` for any other path.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
+use tonic::Status;
 use tonic::body::Body;
-use tonic::server::{Grpc, NamedService, UnaryService};
-use tonic::{Request, Response, Status};
-use tonic_prost::ProstCodec;
+use tonic::server::NamedService;
 
 use super::RateLimitHandler;
-use crate::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::storage::CounterStore;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -48,25 +46,6 @@ impl<S> NamedService for RlsServer<S> {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
-/// `ShouldRateLimit` as a unary method.
-struct ShouldRateLimit<S>(Arc<RateLimitHandler<S>>);
-
-impl<S: CounterStore> UnaryService<LenientRequest> for ShouldRateLimit<S> {
-    type Response = RateLimitResponse;
-    type Future = BoxFuture<'static, Result<Response<RateLimitResponse>, Status>>;
-
-    fn call(&mut self, request: Request<LenientRequest>) -> Self::Future {
-        let handler = Arc::clone(&self.0);
-        Box::pin(async move {
-            let span = handler.span(request.metadata());
-            handler
-                .should_rate_limit(request.into_inner(), span)
-                .await
-                .map(Response::new)
-        })
-    }
-}
-
 impl<S, B> tower::Service<http::Request<B>> for RlsServer<S>
 where
     S: CounterStore,
@@ -85,10 +64,7 @@ where
         if request.uri().path() != SHOULD_RATE_LIMIT {
             return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
         }
-        let method = ShouldRateLimit(Arc::clone(&self.handler));
-        Box::pin(async move {
-            let codec = ProstCodec::<RateLimitResponse, LenientRequest>::default();
-            Ok(Grpc::new(codec).unary(method, request).await)
-        })
+        let handler = Arc::clone(&self.handler);
+        Box::pin(async move { Ok(super::unary::answer(&handler, request).await) })
     }
 }

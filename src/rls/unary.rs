@@ -1,0 +1,233 @@
+//! One `ShouldRateLimit` exchange on the wire: the request's one length-prefixed message read
+//! from the HTTP/2 body, the answer written as one data frame and the `grpc-status: 0`
+//! trailers. It answers as tonic's unary handling does (the same statuses and messages for a
+//! missing, truncated, oversized or compressed message, and for undecodable protobuf; errors
+//! as trailers-only responses), without its streaming codec.
+//!
+//! Why not tonic's `Grpc::unary`: it decodes through a streaming decoder (its own buffer, a
+//! state machine per message) and encodes through a streaming encoder (a buffer, a stream of
+//! one message, the trailers built from a `Status`), about 1.3 us of a call's ~12.5 us at
+//! saturation on one memcached (perf, `scripts/bench.sh` shapes); a unary call needs neither
+//! (BENCHMARKS.md, "A unary exchange without the streaming codec"). No compression: Envoy does
+//! not compress rate-limit calls, and a compressed one is refused as tonic refuses it when none
+//! is enabled.
+//!
+//! Must not touch: the decision (the handler's), routing (`service`).
+
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue};
+use http_body::Frame;
+use prost::Message;
+use tonic::Status;
+use tonic::body::Body;
+use tonic::metadata::MetadataMap;
+
+use super::RateLimitHandler;
+use crate::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use crate::pb::turnstile::wire::v1::LenientRequest;
+use crate::storage::CounterStore;
+
+/// The largest request message read (tonic's default for a server).
+const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// A message's prefix: the compressed flag and the length (big-endian `u32`).
+const PREFIX: usize = 5;
+
+/// Answers one call: the request read and decoded, the handler's answer encoded.
+pub(super) async fn answer<S, B>(
+    handler: &RateLimitHandler<S>,
+    request: http::Request<B>,
+) -> http::Response<Body>
+where
+    S: CounterStore,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (parts, body) = request.into_parts();
+    let decoded = match uncompressed(&parts.headers) {
+        Ok(()) => read_message(body).await.and_then(|message| {
+            LenientRequest::decode(message).map_err(|e| Status::internal(e.to_string()))
+        }),
+        Err(status) => Err(status),
+    };
+    let request = match decoded {
+        Ok(request) => request,
+        Err(status) => return status.into_http(),
+    };
+    let span = handler.span(&MetadataMap::from_headers(parts.headers));
+    match handler.should_rate_limit(request, span).await {
+        Ok(response) => respond(&response),
+        Err(status) => status.into_http(),
+    }
+}
+
+/// Refuses a request whose `grpc-encoding` names a compression (tonic's answer when none is
+/// enabled).
+fn uncompressed(headers: &HeaderMap) -> Result<(), Status> {
+    match headers.get("grpc-encoding").map(HeaderValue::as_bytes) {
+        None | Some(b"identity") => Ok(()),
+        Some(other) => {
+            let mut status = Status::unimplemented(format!(
+                "Content is compressed with `{}` which isn't supported",
+                String::from_utf8_lossy(other)
+            ));
+            status.metadata_mut().insert(
+                "grpc-accept-encoding",
+                tonic::metadata::MetadataValue::from_static("identity"),
+            );
+            Err(status)
+        }
+    }
+}
+
+/// Reads the body to its end and returns its first message (a unary request has one; what
+/// follows it is read and dropped, as tonic does).
+async fn read_message<B>(body: B) -> Result<Bytes, Status>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut body = pin!(body);
+    let mut read = Received::default();
+    let mut message = None;
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = match frame.map_err(|e| Status::from_error(e.into())) {
+            Ok(frame) => frame,
+            // A request the client cancelled ends there (as tonic reads it).
+            Err(status) if status.code() == tonic::Code::Cancelled => break,
+            Err(status) => return Err(status),
+        };
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        if message.is_none() {
+            read.push(chunk);
+            message = read.message()?;
+        }
+    }
+    match (message, read.is_empty()) {
+        (Some(message), _) => Ok(message),
+        (None, true) => Err(Status::internal("Missing request message.")),
+        (None, false) => Err(Status::internal("Unexpected EOF decoding stream.")),
+    }
+}
+
+/// What has arrived of a message: its first chunk as it came (most requests are one), or the
+/// chunks joined.
+#[derive(Default)]
+struct Received {
+    first: Bytes,
+    joined: Option<BytesMut>,
+}
+
+impl Received {
+    fn push(&mut self, chunk: Bytes) {
+        match &mut self.joined {
+            Some(joined) => joined.extend_from_slice(&chunk),
+            None if self.first.is_empty() => self.first = chunk,
+            None => {
+                let mut joined = BytesMut::with_capacity(self.first.len() + chunk.len());
+                joined.extend_from_slice(&self.first);
+                joined.extend_from_slice(&chunk);
+                self.joined = Some(joined);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_empty() && self.joined.is_none()
+    }
+
+    /// The message, once all of it is here; checks the prefix as soon as it is.
+    fn message(&mut self) -> Result<Option<Bytes>, Status> {
+        let bytes: &[u8] = self.joined.as_deref().unwrap_or(&self.first);
+        let Some(&[flag, a, b, c, d]) = bytes.get(..PREFIX) else {
+            return Ok(None);
+        };
+        match flag {
+            0 => {}
+            1 => {
+                return Err(Status::internal(
+                    "protocol error: received message with compressed-flag but no grpc-encoding \
+                     was specified",
+                ));
+            }
+            f => {
+                return Err(Status::internal(format!(
+                    "protocol error: received message with invalid compression flag: {f} (valid \
+                     flags are 0 and 1), while sending request"
+                )));
+            }
+        }
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(Status::out_of_range(format!(
+                "Error, decoded message length too large: found {len} bytes, the limit is: \
+                 {MAX_MESSAGE_BYTES} bytes"
+            )));
+        }
+        if bytes.len() < PREFIX + len {
+            return Ok(None);
+        }
+        let whole = match self.joined.take() {
+            Some(joined) => joined.freeze(),
+            None => std::mem::take(&mut self.first),
+        };
+        Ok(Some(whole.slice(PREFIX..PREFIX + len)))
+    }
+}
+
+/// The answer to a call that succeeded: `content-type: application/grpc`, the message, and
+/// `grpc-status: 0` in the trailers.
+fn respond(message: &RateLimitResponse) -> http::Response<Body> {
+    let len = message.encoded_len();
+    let mut data = BytesMut::with_capacity(PREFIX + len);
+    data.put_u8(0);
+    data.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    message.encode_raw(&mut data);
+    let mut response = http::Response::new(Body::new(Answer {
+        data: Some(data.freeze()),
+        trailers: true,
+    }));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+/// A unary answer's body: one data frame, then the trailers.
+struct Answer {
+    data: Option<Bytes>,
+    trailers: bool,
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        if let Some(data) = this.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if std::mem::take(&mut this.trailers) {
+            let mut trailers = HeaderMap::with_capacity(1);
+            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && !self.trailers
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! Unit tests of `unary`: reading a message however it is split, the refusals tonic gives, and
+//! the answer's frames. (The exchange itself is tested on the wire: `tests/it/`.)
+use std::collections::VecDeque;
+
+use http_body::Body as _;
+
+use super::*;
+
+/// A request body of these chunks.
+struct Chunks(VecDeque<Bytes>);
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Poll::Ready(self.get_mut().0.pop_front().map(|c| Ok(Frame::data(c))))
+    }
+}
+
+fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
+    let mut out = vec![flag];
+    out.extend_from_slice(&u32::try_from(message.len()).expect("len").to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+async fn read(chunks: &[&[u8]]) -> Result<Bytes, Status> {
+    let body = Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect());
+    read_message(body).await
+}
+
+#[tokio::test]
+async fn a_message_is_read_however_its_bytes_are_split() {
+    let whole = framed(0, b"hello world");
+    assert_eq!(read(&[&whole]).await.expect("one chunk"), "hello world");
+    for cut in 1..whole.len() {
+        let (a, b) = whole.split_at(cut);
+        assert_eq!(read(&[a, b]).await.expect("two chunks"), "hello world");
+    }
+    let bytes: Vec<&[u8]> = whole.chunks(1).collect();
+    assert_eq!(read(&bytes).await.expect("a byte each"), "hello world");
+    // What follows the message is read and dropped; an empty message is a message.
+    let mut two = framed(0, b"first");
+    two.extend(framed(0, b"second"));
+    assert_eq!(read(&[&two]).await.expect("two messages"), "first");
+    assert_eq!(read(&[&framed(0, b"")]).await.expect("empty"), "");
+}
+
+#[tokio::test]
+async fn a_bad_body_gets_tonics_status() {
+    let status = |r: Result<Bytes, Status>| {
+        let s = r.expect_err("refused");
+        (s.code(), s.message().to_owned())
+    };
+    let (code, message) = status(read(&[]).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (tonic::Code::Internal, "Missing request message.")
+    );
+    let cut = framed(0, b"hello");
+    let (code, message) = status(read(&[&cut[..7]]).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (tonic::Code::Internal, "Unexpected EOF decoding stream.")
+    );
+    let (code, message) = status(read(&[&framed(1, b"x")]).await);
+    assert_eq!(code, tonic::Code::Internal);
+    assert!(message.contains("compressed-flag"), "{message}");
+    let (code, message) = status(read(&[&framed(7, b"x")]).await);
+    assert_eq!(code, tonic::Code::Internal);
+    assert!(message.contains("invalid compression flag: 7"), "{message}");
+    // The prefix alone names a message over the limit: refused before it arrives.
+    let too_long = [0, 0x00, 0x40, 0x00, 0x01];
+    let (code, message) = status(read(&[&too_long]).await);
+    assert_eq!(code, tonic::Code::OutOfRange);
+    assert!(message.contains("found 4194305 bytes"), "{message}");
+}
+
+#[test]
+fn a_compressed_request_is_unimplemented_and_says_what_is_accepted() {
+    let mut headers = HeaderMap::new();
+    assert!(uncompressed(&headers).is_ok());
+    headers.insert("grpc-encoding", HeaderValue::from_static("identity"));
+    assert!(uncompressed(&headers).is_ok());
+    headers.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+    let status = uncompressed(&headers).expect_err("gzip");
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert_eq!(
+        status
+            .metadata()
+            .get("grpc-accept-encoding")
+            .map(|v| v.to_str().ok()),
+        Some(Some("identity"))
+    );
+}
+
+#[tokio::test]
+async fn an_answer_is_its_message_then_grpc_status_0() {
+    let message = RateLimitResponse {
+        overall_code: 1,
+        ..Default::default()
+    };
+    let response = respond(&message);
+    assert_eq!(
+        response.headers().get(http::header::CONTENT_TYPE),
+        Some(&HeaderValue::from_static("application/grpc"))
+    );
+    let mut body = pin!(response.into_body());
+    let mut frames = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        frames.push(frame.expect("frame"));
+    }
+    let [data, trailers] = frames.as_slice() else {
+        panic!("two frames: {frames:?}");
+    };
+    let data = data.data_ref().expect("data first");
+    assert_eq!(data[..], framed(0, &message.encode_to_vec())[..]);
+    let trailers = trailers.trailers_ref().expect("trailers last");
+    assert_eq!(
+        trailers.get("grpc-status"),
+        Some(&HeaderValue::from_static("0"))
+    );
+}
