@@ -10,9 +10,12 @@
 //! Must not touch: connections, server health (the backends decide what a late answer does to
 //! it), error messages beyond the one this module builds.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+
+use tokio::runtime::Id;
 
 /// A timer later than this shows a saturated runtime (tokio's timers are otherwise at most
 /// about a millisecond late), or later than a tenth of the deadline when that is longer: a
@@ -44,11 +47,20 @@ pub(crate) struct SchedulingDelay {
     sampled_ms: AtomicU64,
 }
 
-/// The process's one measure (every store reads it).
-static SHARED: OnceLock<Arc<SchedulingDelay>> = OnceLock::new();
+/// One measure per runtime (every store made on it reads it): the service has one runtime; a
+/// test binary runs many side by side, and one busy runtime's delay says nothing about when
+/// another reads its answers (with one measure for the process, a memcached 400 ms late once
+/// passed for overload on a delay of 13 ms that may have been a parallel test's runtime's).
+static SHARED: OnceLock<Mutex<HashMap<Option<Id>, Arc<SchedulingDelay>>>> = OnceLock::new();
 
 /// A sampler that has not measured for this long is taken as gone (its runtime ended).
 const SAMPLER_GONE_MS: u64 = 100;
+
+impl Default for SchedulingDelay {
+    fn default() -> Self {
+        SchedulingDelay::new()
+    }
+}
 
 impl SchedulingDelay {
     fn new() -> SchedulingDelay {
@@ -61,11 +73,17 @@ impl SchedulingDelay {
         }
     }
 
-    /// The process's measure, sampled by one task on the current tokio runtime (started when
-    /// no sampler has measured lately: one for the process, not one per store; none outside a
-    /// runtime, and then it reads zero).
+    /// The current runtime's measure, sampled by one task on it (started when no sampler has
+    /// measured lately: one for the runtime, not one per store; none outside a runtime, and
+    /// then it reads zero).
     pub(crate) fn shared() -> Arc<SchedulingDelay> {
-        let delay = Arc::clone(SHARED.get_or_init(|| Arc::new(SchedulingDelay::new())));
+        let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+        let delay = {
+            let measures = SHARED.get_or_init(Mutex::default);
+            let mut measures = measures.lock().unwrap_or_else(PoisonError::into_inner);
+            let measure = measures.entry(runtime).or_default();
+            Arc::clone(measure)
+        };
         delay.ensure_sampled();
         delay
     }

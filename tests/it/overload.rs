@@ -90,7 +90,8 @@ async fn a_refused_connection_still_marks_memcached_down() {
 /// deadline, on a runtime that is not busy: that is the store's lateness (`UNAVAILABLE` at the
 /// edge), not Turnstile's overload. (At 50 ms against 10 ms, the scheduling delay of a test
 /// runtime sharing two cores with the rest of the suite, 5.2 ms once, passed for overload,
-/// which starts at half the deadline; at this scale it would take 40 ms.)
+/// which starts at a tenth of the deadline and at least 5 ms: 8 ms here. The delay is this
+/// runtime's own; other tests' runtimes are measured apart.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_slow_memcached_is_late_not_overload() {
     let Some(mc) = Memcached::start() else {
