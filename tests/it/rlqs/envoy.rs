@@ -155,10 +155,12 @@ fn report(logs: (&Log, &Log), start: u64, len: u64, what: &str, limit: u64) -> (
     let ((adm_a, ref_a), (adm_b, ref_b)) = (tally(logs.0, start, len), tally(logs.1, start, len));
     let total = adm_a + adm_b;
     println!(
-        "  {what}: admitted {total} of {} ({:+.1} % of {limit}); Envoy A {adm_a} ({:.0} %), Envoy B {adm_b} ({:.0} %)",
+        "  {what}: admitted {total} of {} ({:+.1} % of {limit}); Envoy A {adm_a} of {} ({:.0} %), Envoy B {adm_b} of {} ({:.0} %)",
         total + ref_a + ref_b,
         (total as f64 - limit as f64) * 100.0 / limit as f64,
+        adm_a + ref_a,
         adm_a as f64 * 100.0 / total.max(1) as f64,
+        adm_b + ref_b,
         adm_b as f64 * 100.0 / total.max(1) as f64,
     );
     (total, adm_b)
