@@ -46,13 +46,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = request.into_parts();
-    let decoded = match uncompressed(&parts.headers) {
-        Ok(()) => read_message(body).await.and_then(|message| {
-            LenientRequest::decode(message).map_err(|e| Status::internal(e.to_string()))
-        }),
-        Err(status) => Err(status),
-    };
-    let request = match decoded {
+    let request = match read_request(&parts.headers, body).await {
         Ok(request) => request,
         Err(status) => return status.into_http(),
     };
@@ -61,6 +55,17 @@ where
         Ok(response) => respond(&response),
         Err(status) => status.into_http(),
     }
+}
+
+/// The request's message, decoded (an encoding refused before the body is read).
+async fn read_request<B>(headers: &HeaderMap, body: B) -> Result<LenientRequest, Status>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    uncompressed(headers)?;
+    let message = read_message(body).await?;
+    LenientRequest::decode(message).map_err(|e| Status::internal(e.to_string()))
 }
 
 /// Refuses a request whose `grpc-encoding` names a compression (tonic's answer when none is

@@ -56,12 +56,6 @@ static SHARED: OnceLock<Mutex<HashMap<Option<Id>, Arc<SchedulingDelay>>>> = Once
 /// A sampler that has not measured for this long is taken as gone (its runtime ended).
 const SAMPLER_GONE_MS: u64 = 100;
 
-impl Default for SchedulingDelay {
-    fn default() -> Self {
-        SchedulingDelay::new()
-    }
-}
-
 impl SchedulingDelay {
     fn new() -> SchedulingDelay {
         SchedulingDelay {
@@ -81,7 +75,9 @@ impl SchedulingDelay {
         let delay = {
             let measures = SHARED.get_or_init(Mutex::default);
             let mut measures = measures.lock().unwrap_or_else(PoisonError::into_inner);
-            let measure = measures.entry(runtime).or_default();
+            let measure = measures
+                .entry(runtime)
+                .or_insert_with(|| Arc::new(SchedulingDelay::new()));
             Arc::clone(measure)
         };
         delay.ensure_sampled();

@@ -86,16 +86,21 @@ fn counted(demand_now: u64, demand_before: u64, used: u64) -> Counts {
     }
 }
 
+/// `report`, heard at 70 s, counted as the stream's first in the 60 s window from 60 s, with
+/// the store's `counts` of that window.
+fn count_first_window(t: &mut Tracked, report: &Usage, counts: Counts) {
+    t.heard(report, 70_000);
+    t.add_demand(60, 60, Split::at(report, 60_000, 70_000));
+    t.add_unseen(&counts);
+}
+
 #[test]
 fn a_bucket_from_elsewhere_brings_its_unseen_demand_at_its_pace() {
     // First heard at 70 s in a report covering the 5 s before (8 allowed, 2 denied: 2 a
     // second): before 65 s this stream saw nothing of a bucket that existed. Its 60 s window
     // began at 60 s: 5 s unseen there (10 requests, 8 allowed), the 60 s before all unseen.
     let mut t = Tracked::default();
-    let report = usage(8, 2, 5_000);
-    t.heard(&report, 70_000);
-    t.add_demand(60, 60, Split::at(&report, 60_000, 70_000));
-    t.add_unseen(&counted(1_000, 1_000, 1_000));
+    count_first_window(&mut t, &usage(8, 2, 5_000), counted(1_000, 1_000, 1_000));
     assert_eq!(t.demand, (10 + 10, 120));
     assert_eq!(t.allowed, 8 + 8);
     // The next window is seen whole.
@@ -107,17 +112,13 @@ fn a_bucket_from_elsewhere_brings_its_unseen_demand_at_its_pace() {
 #[test]
 fn unseen_demand_is_never_more_than_the_store_holds_beyond_the_streams_own() {
     // The same report; the store holds 4 more requests now (3 allowed) and 50 before.
-    let mut t = Tracked::default();
     let report = usage(8, 2, 5_000);
-    t.heard(&report, 70_000);
-    t.add_demand(60, 60, Split::at(&report, 60_000, 70_000));
-    t.add_unseen(&counted(10 + 4, 50, 8 + 3));
+    let mut t = Tracked::default();
+    count_first_window(&mut t, &report, counted(10 + 4, 50, 8 + 3));
     assert_eq!((t.demand, t.allowed), ((10 + 4, 50), 8 + 3));
     // A store with nothing but this report: the data plane had no bucket before it.
     let mut t = Tracked::default();
-    t.heard(&report, 70_000);
-    t.add_demand(60, 60, Split::at(&report, 60_000, 70_000));
-    t.add_unseen(&counted(10, 0, 8));
+    count_first_window(&mut t, &report, counted(10, 0, 8));
     assert_eq!((t.demand, t.allowed), ((10, 0), 8));
 }
 
@@ -125,15 +126,11 @@ fn unseen_demand_is_never_more_than_the_store_holds_beyond_the_streams_own() {
 fn a_new_bucket_or_one_heard_of_before_has_nothing_unseen() {
     // A bucket's first report in the data plane covers no time: there was nothing before.
     let mut t = Tracked::default();
-    t.heard(&usage(1, 0, 0), 70_000);
-    t.add_demand(60, 60, Split::at(&usage(1, 0, 0), 60_000, 70_000));
-    t.add_unseen(&counted(1_000, 1_000, 1_000));
+    count_first_window(&mut t, &usage(1, 0, 0), counted(1_000, 1_000, 1_000));
     assert_eq!((t.demand, t.allowed), ((1, 0), 1));
     // Later reports covering time are not the first the stream hears.
     let mut t = Tracked::default();
     t.heard(&usage(1, 0, 0), 64_000);
-    t.heard(&usage(8, 2, 5_000), 70_000);
-    t.add_demand(60, 60, Split::at(&usage(8, 2, 5_000), 60_000, 70_000));
-    t.add_unseen(&counted(1_000, 1_000, 1_000));
+    count_first_window(&mut t, &usage(8, 2, 5_000), counted(1_000, 1_000, 1_000));
     assert_eq!((t.demand, t.allowed), ((10, 0), 8));
 }
