@@ -1,16 +1,13 @@
 //! The configured transport of one memcached server (`MEMCACHE_TRANSPORT`): [`ServerTransport`],
 //! an enum over the kinds, so the [`Transport`] trait is dispatched statically and a call's
-//! future is not boxed per server per call (a `dyn Transport` would box it).
+//! future is not boxed per server per call (a `dyn Transport` would box it); counter batches
+//! reach each kind by its own way (`pipelined`, `pooled`).
 //!
 //! Must not touch: what a transport sends (its own module's), health, the ring.
 
-use std::future::Future;
-
-use futures_util::future::Either;
-
 use super::pipelined::Pipelined;
 use super::pooled::Pooled;
-use super::transport::{Command, Connections, Sent, Transport, TransportError};
+use super::transport::{Connections, Sent, Transport, TransportError};
 
 /// The transport of one server, of the configured kind (`MEMCACHE_TRANSPORT`).
 #[derive(Debug)]
@@ -21,27 +18,25 @@ pub(super) enum ServerTransport {
     Pooled(Pooled),
 }
 
-impl Transport for ServerTransport {
-    // Not an `async fn`: the pipelined future is returned as it is (an `async fn` would keep
-    // the commands a second time beside it), the pool's boxed.
-    fn apply<'k, I>(
-        &self,
-        commands: I,
-        sent: &Sent,
-    ) -> impl Future<Output = Result<Vec<u64>, TransportError>> + Send
-    where
-        I: IntoIterator<Item = Command<'k>> + Send,
-        I::IntoIter: Send,
-    {
+impl ServerTransport {
+    /// The pipelined transport, when it is that kind.
+    pub(super) fn pipelined(&self) -> Option<&Pipelined> {
         match self {
-            ServerTransport::Pipelined(t) => Either::Left(t.apply(commands, sent)),
-            // Boxed: the pool's future (a join over connection checkouts) is several times the
-            // pipelined one, and an enum's future is as large as its largest arm, paid in
-            // `memmove` on every call (tests/future_size.rs).
-            ServerTransport::Pooled(t) => Either::Right(Box::pin(t.apply(commands, sent))),
+            ServerTransport::Pipelined(t) => Some(t),
+            ServerTransport::Pooled(_) => None,
         }
     }
 
+    /// The pooled transport, when it is that kind.
+    pub(super) fn pooled(&self) -> Option<&Pooled> {
+        match self {
+            ServerTransport::Pooled(t) => Some(t),
+            ServerTransport::Pipelined(_) => None,
+        }
+    }
+}
+
+impl Transport for ServerTransport {
     async fn read_state<'a>(
         &'a self,
         key: &'a str,

@@ -43,11 +43,7 @@ impl Server {
         sent: &'a Sent,
         call: impl Future<Output = Result<T, TransportError>> + 'a,
     ) -> impl Future<Output = Result<T, StorageError>> + 'a {
-        if !self.admit() {
-            let down = StorageError::unavailable(format!(
-                "memcached {} is down (retrying with backoff)",
-                self.name
-            ));
+        if let Err(down) = self.admitted() {
             return Either::Left(std::future::ready(Err(down)));
         }
         // One clock read serves both the deadline and the lateness measure.
@@ -55,12 +51,25 @@ impl Server {
         let timed = tokio::time::timeout_at(started + deadline.timeout, call);
         Either::Right(timed.map(move |outcome| match outcome {
             Ok(answer) => self.judge(answer),
-            Err(_) => Err(self.too_late(deadline, sent, started)),
+            Err(_) => Err(self.too_late(deadline, sent.at(), started)),
         }))
     }
 
+    /// Whether an operation may go to this server now: an error while it is in backoff (and
+    /// this caller is not the one let through).
+    pub(super) fn admitted(&self) -> Result<(), StorageError> {
+        if self.admit() {
+            Ok(())
+        } else {
+            Err(StorageError::unavailable(format!(
+                "memcached {} is down (retrying with backoff)",
+                self.name
+            )))
+        }
+    }
+
     /// What a server's answer in time says about it.
-    fn judge<T>(&self, answer: Result<T, TransportError>) -> Result<T, StorageError> {
+    pub(super) fn judge<T>(&self, answer: Result<T, TransportError>) -> Result<T, StorageError> {
         let error = match answer {
             Ok(answer) => {
                 self.record_success();
@@ -87,18 +96,19 @@ impl Server {
         }
     }
 
-    /// The error for a call its deadline ended: Turnstile's own overload when the commands
+    /// The error for a call its deadline ended (its commands written at `sent_at`, if they
+    /// were): Turnstile's own overload when the commands
     /// were never written, or written so late that the server had less than half the deadline
     /// to answer; otherwise late, with a probe on the side before the server is called down
     /// (Turnstile may have been too busy to read the answer).
-    fn too_late(
+    pub(super) fn too_late(
         self: &Arc<Self>,
         deadline: &Deadline,
-        sent: &Sent,
+        sent_at: Option<Instant>,
         started: tokio::time::Instant,
     ) -> StorageError {
         let started = started.into_std();
-        match lateness(started, sent.at(), deadline.timeout) {
+        match lateness(started, sent_at, deadline.timeout) {
             Lateness::NeverSent => StorageError::overloaded(format!(
                 "commands for memcached {} waited {:?} in Turnstile without being sent",
                 self.name, deadline.timeout

@@ -1,6 +1,8 @@
 //! A batch of counter operations on the ring: grouped by server (one write, one round trip
 //! per server, the servers in parallel), every amount bounded, and counts saturated at
-//! [`COUNT_CEILING`] (memcached's own arithmetic wraps at 2^64).
+//! [`COUNT_CEILING`] (memcached's own arithmetic wraps at 2^64). Pipelined servers take the
+//! batch as one gathered call (the `gathered` module); pooled ones as a join of one call per
+//! server.
 //!
 //! Must not touch: how commands are written or answers read (the transports'), server health
 //! (the guard's).
@@ -8,7 +10,7 @@
 use futures_util::future::try_join_all;
 
 use super::transport::Command;
-use super::{Inner, MemcachedStore};
+use super::{Inner, MemcachedStore, MemcachedTransport, Topology};
 use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 
 impl MemcachedStore {
@@ -50,24 +52,23 @@ impl MemcachedStore {
         // calls in flight than slots every load takes the slow path (0.8 % of the server's
         // time at saturation, perf).
         let topology = self.inner.topology.load_full();
-        // One server: one batch in the hits' order, without grouping or joining; boxed, as
-        // the join below boxes its batches, so that the remote call's future (a deadline
-        // timer, the transport's) does not grow every decision's future, which is moved on
+        // Boxed, as the pool's join below boxes its batches: the remote call's future (a
+        // deadline timer, the sends) would grow every decision's future, which is moved on
         // every call on every backend (tests/future_size.rs).
+        if self.inner.transport == MemcachedTransport::Pipelined {
+            return Box::pin(self.inner.gathered(&topology, hits, now)).await;
+        }
+        // One server: one batch in the hits' order, without grouping or joining.
         if let [only] = topology.servers.as_slice() {
             let commands = Commands::new(&self.inner, hits, None, now);
-            return Box::pin(self.inner.apply(only, commands)).await;
+            return Box::pin(self.inner.apply_pooled(only, commands)).await;
         }
-        // Each hit's server; then one batch (one write, one round trip) per server, the servers
-        // in parallel, each batch written straight from the hits it takes.
-        let owners = hits
-            .iter()
-            .map(|hit| topology.ring.server_for(hit.key.as_bytes()))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| StorageError::unavailable("no memcached servers"))?;
+        // One batch (one connection per command) per server, the servers in parallel, each
+        // batch made straight from the hits it takes.
+        let owners = owners(&topology, hits)?;
         let batches = servers_of(&owners).map(|server| {
             let commands = Commands::new(&self.inner, hits, Some((&owners, server)), now);
-            self.inner.apply(&topology.servers[server], commands)
+            self.inner.apply_pooled(&topology.servers[server], commands)
         });
         let answers = try_join_all(batches).await?;
         // Each server's counts back in the hits' order.
@@ -83,8 +84,16 @@ impl MemcachedStore {
     }
 }
 
+/// Each hit's server on the ring.
+pub(super) fn owners(topology: &Topology, hits: &[CounterOp]) -> Result<Vec<usize>, StorageError> {
+    hits.iter()
+        .map(|hit| topology.ring.server_for(hit.key.as_bytes()))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| StorageError::unavailable("no memcached servers"))
+}
+
 /// The servers that `owners` (each hit's server) names, each once, in order of first hit.
-fn servers_of(owners: &[usize]) -> impl Iterator<Item = usize> + '_ {
+pub(super) fn servers_of(owners: &[usize]) -> impl Iterator<Item = usize> + '_ {
     (0..owners.len())
         .filter(|&i| !owners[..i].contains(&owners[i]))
         .map(|i| owners[i])
@@ -94,7 +103,7 @@ fn servers_of(owners: &[usize]) -> impl Iterator<Item = usize> + '_ {
 /// server), or those that `owners` gives the server. An iterator, so a batch is never collected
 /// first; a named type rather than adapters over closures, which a future held across an await
 /// cannot carry and still be `Send` (rustc's higher-ranked closure lifetimes).
-struct Commands<'h> {
+pub(super) struct Commands<'h> {
     store: &'h Inner,
     hits: std::slice::Iter<'h, CounterOp>,
     /// Each remaining hit's server, and the server this batch is for.
@@ -106,7 +115,7 @@ struct Commands<'h> {
 }
 
 impl<'h> Commands<'h> {
-    fn new(
+    pub(super) fn new(
         store: &'h Inner,
         hits: &'h [CounterOp],
         owners: Option<(&'h [usize], usize)>,

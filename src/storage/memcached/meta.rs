@@ -9,6 +9,9 @@ use std::io::Write;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
+use super::transport::Command;
+use crate::storage::Change;
+
 /// Appends the key, base64-encoded, to `out` (no intermediate string).
 fn push_key(out: &mut Vec<u8>, key: &str) {
     let start = out.len();
@@ -26,7 +29,7 @@ fn push_flag(out: &mut Vec<u8>, flag: u8, n: u64) {
 
 /// Appends `ma` for adding `n` (0 reads without creating), creating with TTL `exptime` when
 /// missing. The hot path: numbers written without `core::fmt`.
-pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
     if n == 0 {
@@ -41,7 +44,7 @@ pub(super) fn push_add(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
 }
 
 /// Appends `ma` in decrement mode (floors at zero; a missing counter stays missing).
-pub(super) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
+fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
     let _ = write!(out, " b MD D{n} v\r\n");
@@ -49,7 +52,7 @@ pub(super) fn push_sub(out: &mut Vec<u8>, key: &str, n: u64) {
 
 /// Appends `ma` for a lease: add `n`, creating with TTL `exptime` when missing, and set the TTL
 /// to `exptime` either way (`n` = 0 reads without creating or touching).
-pub(super) fn push_lease(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+fn push_lease(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     if n == 0 {
         return push_add(out, key, 0, exptime);
     }
@@ -60,10 +63,20 @@ pub(super) fn push_lease(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
 
 /// Appends `ma` for a release: subtract `n` (floors at zero; a missing counter stays missing)
 /// and set the TTL of an existing counter to `exptime`.
-pub(super) fn push_release(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
+fn push_release(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     out.extend_from_slice(b"ma ");
     push_key(out, key);
     let _ = write!(out, " b MD D{n} T{exptime} v\r\n");
+}
+
+/// Appends the `ma` line of one counter command.
+pub(super) fn push_counter(out: &mut Vec<u8>, c: &Command<'_>) {
+    match c.change {
+        Change::Add(n) => push_add(out, c.key, n, c.exptime),
+        Change::Sub(n) => push_sub(out, c.key, n),
+        Change::Lease(n) => push_lease(out, c.key, n, c.exptime),
+        Change::Release(n) => push_release(out, c.key, n, c.exptime),
+    }
 }
 
 /// Appends `mg` for a bucket state with its CAS token.

@@ -12,6 +12,8 @@
 
 pub mod discovery;
 mod dispatch;
+mod gather;
+mod gathered;
 mod guard;
 mod health;
 mod hits;
@@ -250,8 +252,8 @@ impl Inner {
         }
     }
 
-    /// The counts after `commands`, which all belong to `server`.
-    async fn apply<'k, I>(
+    /// The counts after `commands`, which all belong to `server`, through its pool.
+    async fn apply_pooled<'k, I>(
         &self,
         server: &Arc<Server>,
         commands: I,
@@ -261,7 +263,15 @@ impl Inner {
         I::IntoIter: Send,
     {
         let sent = Sent::default();
-        let call = server.transport.apply(commands, &sent);
+        let Some(pooled) = server.transport.pooled() else {
+            return Err(StorageError::protocol(format!(
+                "memcached {}: a pipelined server in a pooled store",
+                server.name
+            )));
+        };
+        // Boxed: the pool's future (a join over connection checkouts) is large, and would grow
+        // every decision's future (tests/future_size.rs).
+        let call = Box::pin(pooled.apply(commands, &sent));
         server.guarded(&self.deadline, &sent, call).await
     }
 }

@@ -1,7 +1,10 @@
 //! A pipelined memcached meta-protocol connection of our own, shared by any number of callers
-//! (the [`Pipelined`](super::pipelined::Pipelined) transport holds a few per server). A writer task takes every queued command and writes them in one go; a reader
-//! task parses the answers in order (memcached answers in order, and error lines carry no
-//! opaque, so order is the only reliable match) and completes each caller's oneshot. This
+//! (the [`Pipelined`](super::pipelined::Pipelined) transport holds a few per server). A writer
+//! task takes every queued command and writes them in one go; a reader task parses the answers
+//! in order (memcached answers in order, and error lines carry no opaque, so order is the only
+//! reliable match) and hands them over: a call's share of counter commands (a
+//! [`Ticket`]) gets its counts written into the call's slots, other commands' callers get their
+//! replies through a oneshot. This
 //! replaces one round trip per connection checkout with one write per batch, and measured well
 //! ahead of the bb8 + async-memcached pool (see BENCHMARKS.md). Only meta commands are sent.
 //!
@@ -17,6 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use super::gather::{Ticket, Written, closed};
 use super::reply::{Reply, read_reply};
 use super::transport::{Sent, TransportError};
 
@@ -25,10 +29,29 @@ const COMMAND_QUEUE: usize = 4_096;
 /// Written batches whose answers the reader has not read yet, on one connection.
 const PENDING_QUEUE: usize = 16_384;
 
-/// A caller waiting for `count` answers.
-type Pending = (usize, oneshot::Sender<Vec<Reply>>);
+/// What a caller queues on a connection.
+enum Outgoing {
+    /// Command lines of its own, answered as replies (bucket states, probes).
+    Lines(Command),
+    /// A call's share of counter commands, answered in place.
+    Share(Ticket),
+}
 
-/// One caller's command lines (a request's commands for this server), answered together.
+/// Written commands whose answers are awaited, in order.
+enum Pending {
+    /// A caller waiting for `count` replies.
+    Replies(usize, oneshot::Sender<Vec<Reply>>),
+    /// A call's share waiting for its counts.
+    Share(Ticket),
+}
+
+/// When a batch's commands were written, recorded once they are.
+enum Mark {
+    Sent(Sent),
+    Share(Written),
+}
+
+/// One caller's command lines, answered together.
 struct Command {
     lines: Vec<u8>,
     count: usize,
@@ -40,7 +63,7 @@ struct Command {
 /// A shared, pipelined connection. Dropping the last handle closes it.
 #[derive(Debug, Clone)]
 pub(super) struct Pipeline {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<Outgoing>,
     /// Cleared when the reader stops (the server closed the connection or sent garbage), so the
     /// next caller reconnects instead of queueing on a dead connection.
     alive: Arc<AtomicBool>,
@@ -52,7 +75,7 @@ impl Pipeline {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (read, write) = stream.into_split();
-        let (commands, queue) = mpsc::channel::<Command>(COMMAND_QUEUE);
+        let (commands, queue) = mpsc::channel::<Outgoing>(COMMAND_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
         let alive = Arc::new(AtomicBool::new(true));
@@ -77,12 +100,6 @@ impl Pipeline {
         count: usize,
         sent: Option<Sent>,
     ) -> Result<Vec<Reply>, TransportError> {
-        let closed = || {
-            TransportError::Io(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "connection closed",
-            ))
-        };
         let (reply, answer) = oneshot::channel();
         let command = Command {
             lines,
@@ -90,23 +107,40 @@ impl Pipeline {
             reply,
             sent,
         };
-        self.commands.try_send(command).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => TransportError::Overloaded(format!(
-                "{COMMAND_QUEUE} batches already wait for one memcached connection"
-            )),
-            mpsc::error::TrySendError::Closed(_) => closed(),
-        })?;
+        self.commands
+            .try_send(Outgoing::Lines(command))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => overloaded(),
+                mpsc::error::TrySendError::Closed(_) => closed(),
+            })?;
         answer.await.map_err(|_| closed())
     }
+
+    /// Queues a call's share of counter commands; its outcome comes through the ticket. A full
+    /// queue is Turnstile's overload; a closed connection drops the ticket, which reports it.
+    pub(super) fn send(&self, ticket: Ticket) {
+        if let Err(mpsc::error::TrySendError::Full(Outgoing::Share(ticket))) =
+            self.commands.try_send(Outgoing::Share(ticket))
+        {
+            ticket.fail(overloaded());
+        }
+    }
+}
+
+/// A connection's command queue is full.
+fn overloaded() -> TransportError {
+    TransportError::Overloaded(format!(
+        "{COMMAND_QUEUE} batches already wait for one memcached connection"
+    ))
 }
 
 async fn writer(
     mut write: tokio::net::tcp::OwnedWriteHalf,
-    mut queue: mpsc::Receiver<Command>,
+    mut queue: mpsc::Receiver<Outgoing>,
     pending: mpsc::Sender<Pending>,
 ) {
     let mut buf = Vec::with_capacity(16 * 1024);
-    let mut written: Vec<Sent> = Vec::new();
+    let mut written: Vec<Mark> = Vec::new();
     while let Some(first) = queue.recv().await {
         // Let the other ready tasks (requests of this and other connections) queue their
         // commands first, so one write carries many: fewer syscalls under load, two
@@ -120,15 +154,26 @@ async fn writer(
         buf.clear();
         let mut next = Some(first);
         // Everything already queued goes out in the same write.
-        while let Some(command) = next {
+        while let Some(outgoing) = next {
             // A caller that gave up before its commands left (its deadline passed in the
             // queue) was told they were not sent: keep that true, and do not count them.
-            if !command.reply.is_closed() {
-                buf.extend_from_slice(&command.lines);
-                written.extend(command.sent);
-                if pending.send((command.count, command.reply)).await.is_err() {
-                    return;
+            let awaited = match outgoing {
+                Outgoing::Lines(command) if !command.reply.is_closed() => {
+                    buf.extend_from_slice(&command.lines);
+                    written.extend(command.sent.map(Mark::Sent));
+                    Some(Pending::Replies(command.count, command.reply))
                 }
+                Outgoing::Share(ticket) if !ticket.abandoned() => {
+                    buf.extend_from_slice(ticket.lines());
+                    written.push(Mark::Share(ticket.written()));
+                    Some(Pending::Share(ticket))
+                }
+                _ => None,
+            };
+            if let Some(awaited) = awaited
+                && pending.send(awaited).await.is_err()
+            {
+                return;
             }
             next = if buf.len() < 256 * 1024 {
                 queue.try_recv().ok()
@@ -143,8 +188,11 @@ async fn writer(
             return;
         }
         let at = std::time::Instant::now();
-        for sent in written.drain(..) {
-            sent.mark(at);
+        for mark in written.drain(..) {
+            match mark {
+                Mark::Sent(sent) => sent.mark(at),
+                Mark::Share(share) => share.mark(at),
+            }
         }
     }
 }
@@ -162,13 +210,12 @@ async fn reader(
     mut read: BufReader<tokio::net::tcp::OwnedReadHalf>,
     mut pending: mpsc::Receiver<Pending>,
 ) {
-    let mut line = String::new();
-    let mut data = Vec::new();
+    let mut buffers = Buffers::default();
     loop {
         // Wait for the next caller, but notice a closed connection while idle, so the next
         // caller reconnects instead of failing. Answers only ever follow their caller's entry
         // (the writer queues it before writing), so pending entries come first.
-        let (count, caller) = tokio::select! {
+        let awaited = tokio::select! {
             biased;
             next = pending.recv() => match next {
                 Some(next) => next,
@@ -177,14 +224,68 @@ async fn reader(
             // End of stream, an error, or bytes nobody asked for: the connection is done.
             _ = read.fill_buf() => return,
         };
+        // A stream that ends or breaks mid-answer ends the connection; what is still awaited
+        // (a ticket dropped with the queue) reports it closed.
+        let read_whole = match awaited {
+            Pending::Replies(count, caller) => {
+                let replies = buffers.replies(&mut read, count).await;
+                // A caller that gave up (deadline) no longer listens; the order is kept.
+                replies.map(|replies| drop(caller.send(replies)))
+            }
+            Pending::Share(ticket) => buffers
+                .counts(&mut read, ticket.count())
+                .await
+                .map(|(counts, failure)| ticket.answer(counts, failure)),
+        };
+        if read_whole.is_none() {
+            return;
+        }
+    }
+}
+
+/// The reader's buffers, reused from one answer to the next.
+#[derive(Default)]
+struct Buffers {
+    line: String,
+    data: Vec<u8>,
+    counts: Vec<u64>,
+}
+
+type Read = BufReader<tokio::net::tcp::OwnedReadHalf>;
+
+impl Buffers {
+    /// The next `count` replies; `None` when the stream ends or breaks first.
+    async fn replies(&mut self, read: &mut Read, count: usize) -> Option<Vec<Reply>> {
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
-            match read_reply(&mut read, &mut line, &mut data).await {
-                Ok(Some(reply)) => replies.push(reply),
-                Ok(None) | Err(_) => return,
-            }
+            replies.push(
+                read_reply(read, &mut self.line, &mut self.data)
+                    .await
+                    .ok()??,
+            );
         }
-        // A caller that gave up (deadline) no longer listens; the order is kept all the same.
-        let _ = caller.send(replies);
+        Some(replies)
+    }
+
+    /// The next `count` counts, and the first answer that was not a count; `None` when the
+    /// stream ends or breaks first.
+    async fn counts(
+        &mut self,
+        read: &mut Read,
+        count: usize,
+    ) -> Option<(&[u64], Option<TransportError>)> {
+        self.counts.clear();
+        let mut failure = None;
+        for _ in 0..count {
+            let reply = read_reply(read, &mut self.line, &mut self.data)
+                .await
+                .ok()??;
+            let count = reply.into_count().unwrap_or_else(|e| {
+                failure.get_or_insert(e);
+                0
+            });
+            self.counts.push(count);
+        }
+        Some((&self.counts, failure))
     }
 }

@@ -7,13 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
 
-use super::meta::{
-    push_add, push_lease, push_read_state, push_release, push_sub, push_write_state,
-};
+use super::gather::Ticket;
+use super::meta::{push_read_state, push_write_state};
 use super::pipeline::Pipeline;
 use super::reply::Reply;
-use super::transport::{Command as CounterCommand, Connections, Sent, Transport, TransportError};
-use crate::storage::Change;
+use super::transport::{Connections, Sent, Transport, TransportError};
 
 /// Pipelined connections per server: two keep a write in flight while the other fills.
 const CONNECTIONS_PER_SERVER: usize = 2;
@@ -68,6 +66,15 @@ impl Pipelined {
         Ok(pipe)
     }
 
+    /// Queues a call's share of counter commands for this server; its outcome comes through
+    /// the ticket, whether the share is answered or cannot be sent.
+    pub(super) async fn send(&self, ticket: Ticket) {
+        match self.connection().await {
+            Ok(pipe) => pipe.send(ticket),
+            Err(e) => ticket.fail(TransportError::Connect(e)),
+        }
+    }
+
     async fn call(
         &self,
         lines: Vec<u8>,
@@ -87,45 +94,7 @@ impl Pipelined {
     }
 }
 
-/// An answer that does not belong to the command sent.
-fn unexpected(reply: &Reply, command: &str) -> TransportError {
-    match reply {
-        Reply::Error(e) => TransportError::Protocol(e.clone()),
-        other => TransportError::Protocol(format!("unexpected {other:?} to {command}")),
-    }
-}
-
 impl Transport for Pipelined {
-    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
-    where
-        I: IntoIterator<Item = CounterCommand<'k>> + Send,
-        I::IntoIter: Send,
-    {
-        // All of a request's commands for this server in one write.
-        let commands = commands.into_iter();
-        let mut lines = Vec::with_capacity(commands.size_hint().0.max(1) * 64);
-        let mut count = 0;
-        for c in commands {
-            match c.change {
-                Change::Add(n) => push_add(&mut lines, c.key, n, c.exptime),
-                Change::Sub(n) => push_sub(&mut lines, c.key, n),
-                Change::Lease(n) => push_lease(&mut lines, c.key, n, c.exptime),
-                Change::Release(n) => push_release(&mut lines, c.key, n, c.exptime),
-            }
-            count += 1;
-        }
-        self.call(lines, count, Some(sent.clone()))
-            .await?
-            .into_iter()
-            .map(|reply| match reply {
-                Reply::Value(n) => Ok(n),
-                Reply::NotFound => Ok(0),
-                Reply::Error(e) => Err(TransportError::Protocol(e)),
-                other => Err(unexpected(&other, "ma")),
-            })
-            .collect()
-    }
-
     async fn read_state<'a>(
         &'a self,
         key: &'a str,
@@ -136,7 +105,7 @@ impl Transport for Pipelined {
         match self.one(line, sent).await? {
             Reply::State { value, cas } => Ok(Some((value, cas))),
             Reply::Miss => Ok(None),
-            other => Err(unexpected(&other, "mg")),
+            other => Err(other.unexpected("mg")),
         }
     }
 
@@ -153,7 +122,7 @@ impl Transport for Pipelined {
         match self.one(line, sent).await? {
             Reply::Stored => Ok(true),
             Reply::NotStored | Reply::NotFound => Ok(false),
-            other => Err(unexpected(&other, "ms")),
+            other => Err(other.unexpected("ms")),
         }
     }
 

@@ -86,6 +86,22 @@ impl Pooled {
         })
     }
 
+    /// Applies every command, one connection each, all at once (the same counter twice in
+    /// order), and returns the count after each, in the commands' order; marks `sent` as each
+    /// goes out.
+    pub(super) async fn apply<'k, I>(
+        &self,
+        commands: I,
+        sent: &Sent,
+    ) -> Result<Vec<u64>, TransportError>
+    where
+        I: IntoIterator<Item = Command<'k>> + Send,
+        I::IntoIter: Send,
+    {
+        let commands: Vec<Command<'k>> = commands.into_iter().collect();
+        in_key_order(&commands, |c| c.key, |c| self.one(c, sent)).await
+    }
+
     async fn one(&self, command: &Command<'_>, sent: &Sent) -> Result<u64, TransportError> {
         let mut conn = self.connection().await?;
         // With a connection in hand, the command goes straight to the server.
@@ -118,16 +134,6 @@ impl Pooled {
 }
 
 impl Transport for Pooled {
-    async fn apply<'k, I>(&self, commands: I, sent: &Sent) -> Result<Vec<u64>, TransportError>
-    where
-        I: IntoIterator<Item = Command<'k>> + Send,
-        I::IntoIter: Send,
-    {
-        // One connection per command, all at once; the same counter twice in order.
-        let commands: Vec<Command<'k>> = commands.into_iter().collect();
-        in_key_order(&commands, |c| c.key, |c| self.one(c, sent)).await
-    }
-
     async fn read_state<'a>(
         &'a self,
         key: &'a str,

@@ -11,6 +11,8 @@ use std::io;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
+use super::transport::TransportError;
+
 /// One answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Reply {
@@ -35,6 +37,26 @@ pub(super) enum Reply {
     NotStored,
     /// An error line or anything unexpected.
     Error(String),
+}
+
+impl Reply {
+    /// The count a counter command (`ma`) was answered with: 0 for a counter that does not
+    /// exist.
+    pub(super) fn into_count(self) -> Result<u64, TransportError> {
+        match self {
+            Reply::Value(n) => Ok(n),
+            Reply::NotFound => Ok(0),
+            other => Err(other.unexpected("ma")),
+        }
+    }
+
+    /// The error of an answer that does not belong to `command`.
+    pub(super) fn unexpected(self, command: &str) -> TransportError {
+        match self {
+            Reply::Error(e) => TransportError::Protocol(e),
+            other => TransportError::Protocol(format!("unexpected {other:?} to {command}")),
+        }
+    }
 }
 
 /// The longest value a reply carries: a u128 bucket state in decimal is at most 39 digits.

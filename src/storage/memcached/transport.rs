@@ -1,13 +1,14 @@
-//! How counter commands reach one memcached server: the [`Transport`] trait and its error type.
+//! How commands reach one memcached server: the [`Transport`] trait and its error type.
 //! Two transports implement it:
 //! [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol connections shared by every
 //! caller, one write per batch; the default) and [`Pooled`](super::pooled::Pooled)
 //! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
-//! classic `incr`/`add` family for memcached < 1.6). The store, the ring and the health tracking
-//! above it know only this trait, so a new transport (or the Redis backend's) follows the same
-//! shape. The trait is dispatched statically (the `dispatch` module's `ServerTransport`): a
-//! `dyn Transport` would box every call's future (one allocation per server per call on the
-//! hot path).
+//! classic `incr`/`add` family for memcached < 1.6). The trait carries what every transport
+//! does alike (bucket states, probes, connections); counter batches, the hot path, go each
+//! transport's own way: a pipelined call's shares are gathered in place across its servers
+//! (the `gather` module), a pooled call runs one command per connection (`Pooled::apply`). The
+//! trait is dispatched statically (the `dispatch` module's `ServerTransport`): a
+//! `dyn Transport` would box every call's future.
 //!
 //! Must not touch: rules, limiter, the store's grouping of hits by server.
 
@@ -104,18 +105,6 @@ pub(super) struct Connections {
 
 /// A way of carrying counter commands to one server.
 pub(super) trait Transport: Send + Sync + fmt::Debug {
-    /// Applies every command, in order for the same key, and returns the count after each, in
-    /// the commands' order; sets `sent` once the commands are on their way to the server. The
-    /// commands come as an iterator, so a caller never collects them first.
-    fn apply<'k, I>(
-        &self,
-        commands: I,
-        sent: &Sent,
-    ) -> impl Future<Output = Result<Vec<u64>, TransportError>> + Send
-    where
-        I: IntoIterator<Item = Command<'k>> + Send,
-        I::IntoIter: Send;
-
     /// Reads a bucket state and its CAS token (`None` when missing).
     fn read_state<'a>(
         &'a self,
