@@ -307,13 +307,25 @@ impl Memcached {
     }
 
     /// Starts the process on `self.port`; false if it exits (the port was taken).
+    ///
+    /// memcached runs under a shell that holds the read end of a pipe from this process: when
+    /// the pipe closes (the handle is killed, or the test binary exits, even with the handle in
+    /// a static that is never dropped) the shell stops memcached and waits for it. So no test
+    /// run leaves a memcached behind, and the shell exits when memcached does (a taken port).
     fn spawn(&mut self, binary: &PathBuf) -> bool {
-        let mut child = Command::new(binary)
+        let port = self.port.to_string();
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                // fd 3: the pipe (a background list's own stdin would be /dev/null).
+                r#"exec 3<&0; "$0" "$@" </dev/null & m=$!; { read -r _ <&3; kill $m; } & wait $m"#,
+            ])
+            .arg(binary)
             .args([
                 "-l",
                 "127.0.0.1",
                 "-p",
-                &self.port.to_string(),
+                &port,
                 "-U",
                 "0",
                 "-m",
@@ -321,6 +333,7 @@ impl Memcached {
                 "-u",
                 "root",
             ])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -346,10 +359,11 @@ impl Memcached {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Kills the process.
+    /// Stops the process, and waits until it has exited (its port is free again).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            // Closing the pipe makes the shell stop memcached and wait for it.
+            drop(child.stdin.take());
             let _ = child.wait();
         }
     }
