@@ -53,7 +53,7 @@ pub(super) struct Share {
     /// Its command lines in the call's buffer.
     lines: Range<usize>,
     /// How many commands (and answers) it has.
-    pub(super) count: usize,
+    count: usize,
     /// When its lines were written to the server's socket.
     pub(super) sent_at: Option<Instant>,
     /// How the server answered, once it has: `Ok`, or the first thing wrong.
