@@ -35,6 +35,9 @@ use turnstile::storage::memory::MemoryStore;
 
 // The real memcached process (and the wait helper it uses), shared with `tests/it`; this binary
 // uses only a little of it.
+#[allow(dead_code, unreachable_pub)]
+#[path = "it/memcached_support.rs"]
+mod memcached_support;
 #[allow(dead_code, unused_imports, unreachable_pub)]
 #[path = "it/support.rs"]
 mod support;

@@ -1,13 +1,13 @@
 //! Shared test support: the real service (`App`, the production wiring) on 127.0.0.1:0 over a
-//! counter store the test built and a clock it moves,
-//! a client, request builders, real memcached processes on free ports, and the peer tools
+//! counter store the test built and a clock it moves, a client, request builders, real
+//! memcached processes on free ports (re-exported from `memcached_support`), and the peer tools
 //! (Python grpcio + xds-protos, grpcurl) installed by `scripts/test.sh`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -23,7 +23,6 @@ use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::Rat
 use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use turnstile::rls::ResponseSettings;
 use turnstile::settings::Settings;
-use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 use turnstile::storage::memory::MemoryStore;
 
 /// A fixed, mid-window start time used by most tests (1,000,000 s: HOUR window starts 997,200).
@@ -272,141 +271,7 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A memcached process on a free port, killed on drop.
-pub struct Memcached {
-    pub port: u16,
-    child: Option<Child>,
-}
-
-fn memcached_binary() -> Option<PathBuf> {
-    ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
-impl Memcached {
-    /// Starts memcached, or `None` (after [`missing`]) when it is not installed.
-    pub fn start() -> Option<Memcached> {
-        let Some(binary) = memcached_binary() else {
-            missing("memcached");
-            return None;
-        };
-        // memcached cannot be told to pick a port: try free ones until one is ours (another
-        // process may take a port between our probe and memcached's bind).
-        for _ in 0..10 {
-            let mut mc = Memcached {
-                port: free_port(),
-                child: None,
-            };
-            if mc.spawn(&binary) {
-                return Some(mc);
-            }
-        }
-        panic!("memcached did not start on any of 10 free ports");
-    }
-
-    /// Starts the process on `self.port`; false if it exits (the port was taken).
-    ///
-    /// memcached runs under a shell that holds the read end of a pipe from this process: when
-    /// the pipe closes (the handle is killed, or the test binary exits, even with the handle in
-    /// a static that is never dropped) the shell stops memcached and waits for it. So no test
-    /// run leaves a memcached behind, and the shell exits when memcached does (a taken port).
-    fn spawn(&mut self, binary: &PathBuf) -> bool {
-        let port = self.port.to_string();
-        let mut child = Command::new("sh")
-            .args([
-                "-c",
-                // fd 3: the pipe (a background list's own stdin would be /dev/null).
-                r#"exec 3<&0; "$0" "$@" </dev/null & m=$!; { read -r _ <&3; kill $m; } & wait $m"#,
-            ])
-            .arg(binary)
-            .args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "0",
-                "-m",
-                "64",
-                "-u",
-                "root",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn memcached");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "memcached did not start on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.child = Some(child);
-        true
-    }
-
-    /// `127.0.0.1:port`.
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Stops the process, and waits until it has exited (its port is free again).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // Closing the pipe makes the shell stop memcached and wait for it.
-            drop(child.stdin.take());
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again on the same port.
-    pub fn restart(&mut self) {
-        self.kill();
-        let binary = memcached_binary().expect("memcached");
-        assert!(self.spawn(&binary), "memcached restarts on {}", self.port);
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A memcached store over `servers` on `clock`.
-pub fn memcached_store_with(
-    transport: MemcachedTransport,
-    servers: &[&Memcached],
-    clock: &ManualClock,
-    timeout: Duration,
-) -> MemcachedStore {
-    let options = MemcachedOptions {
-        servers: servers.iter().map(|m| m.addr()).collect(),
-        pool_size: 16,
-        timeout,
-        jitter_max_seconds: 0,
-        transport,
-    };
-    MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
-}
-
-/// A memcached store with the default (pipelined) transport.
-pub fn memcached_store(
-    servers: &[&Memcached],
-    clock: &ManualClock,
-    timeout: Duration,
-) -> MemcachedStore {
-    memcached_store_with(MemcachedTransport::default(), servers, clock, timeout)
-}
+pub use crate::memcached_support::{Memcached, memcached_store, memcached_store_with};
 
 /// The peer virtualenv made by `scripts/test.sh` (`TURNSTILE_PEERS_VENV` or `.venv-peers`).
 pub fn peers_venv() -> Option<PathBuf> {
