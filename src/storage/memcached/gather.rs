@@ -68,10 +68,10 @@ pub(super) struct Builder {
 }
 
 impl Builder {
-    /// An empty call of up to `hits` commands in up to `shares` shares.
-    pub(super) fn new(hits: usize, shares: usize) -> Self {
+    /// An empty call of up to `bytes` of command lines in up to `shares` shares.
+    pub(super) fn new(bytes: usize, shares: usize) -> Self {
         Builder {
-            lines: Vec::with_capacity(hits * 64),
+            lines: Vec::with_capacity(bytes),
             shares: Vec::with_capacity(shares),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::gather::{Builder, Gather, Gathered};
 use super::hits::{Commands, owners, servers_of};
-use super::meta::push_counter;
+use super::meta::{counter_line_max, push_counter};
 use super::transport::TransportError;
 use super::{Inner, Topology};
 use crate::storage::{CounterOp, StorageError};
@@ -53,16 +53,18 @@ impl Inner {
         hits: &[CounterOp],
         now: u64,
     ) -> Result<Arc<Gather>, StorageError> {
+        // The lines' buffer sized once, for the longest lines these keys can have.
+        let bytes = hits.iter().map(|h| counter_line_max(h.key.len())).sum();
         if let [only] = topology.servers.as_slice() {
             only.admitted()?;
-            let mut builder = Builder::new(hits.len(), 1);
+            let mut builder = Builder::new(bytes, 1);
             builder.share(0, |lines| {
                 write(lines, Commands::new(self, hits, None, now))
             });
             return Ok(builder.build(hits.len(), Vec::new()));
         }
         let mut owners = owners(topology, hits)?;
-        let mut builder = Builder::new(hits.len(), topology.servers.len().min(hits.len()));
+        let mut builder = Builder::new(bytes, topology.servers.len().min(hits.len()));
         for server in servers_of(&owners) {
             topology.servers[server].admitted()?;
             let commands = Commands::new(self, hits, Some((&owners, server)), now);

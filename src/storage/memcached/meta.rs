@@ -69,6 +69,13 @@ fn push_release(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
     let _ = write!(out, " b MD D{n} T{exptime} v\r\n");
 }
 
+/// The most bytes the `ma` line of a counter command on a key of `key_len` bytes takes: `ma `,
+/// the base64 key, and at most ` b MD N… J… D… T… v\r\n` with 20-digit numbers; so that a
+/// call's lines are written into one buffer sized once.
+pub(super) fn counter_line_max(key_len: usize) -> usize {
+    3 + key_len.div_ceil(3) * 4 + 6 + 4 * 22 + 4
+}
+
 /// Appends the `ma` line of one counter command.
 pub(super) fn push_counter(out: &mut Vec<u8>, c: &Command<'_>) {
     match c.change {
@@ -106,7 +113,7 @@ pub(super) fn push_write_state(
 
 #[cfg(test)]
 mod tests {
-    use super::{push_add, push_sub};
+    use super::{Change, Command, push_add, push_counter, push_sub};
 
     fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
         let mut out = Vec::new();
@@ -118,6 +125,35 @@ mod tests {
         let mut out = Vec::new();
         push_sub(&mut out, key, n);
         out
+    }
+
+    #[test]
+    fn a_counter_line_never_outgrows_its_bound() {
+        let long = "k".repeat(250);
+        for key in ["", "k", "ke", "key", long.as_str()] {
+            for change in [
+                Change::Add(u64::MAX),
+                Change::Sub(u64::MAX),
+                Change::Lease(u64::MAX),
+                Change::Release(u64::MAX),
+                Change::Add(0),
+            ] {
+                let mut out = Vec::new();
+                push_counter(
+                    &mut out,
+                    &Command {
+                        key,
+                        change,
+                        exptime: u64::MAX,
+                    },
+                );
+                assert!(
+                    out.len() <= super::counter_line_max(key.len()),
+                    "{key:?} {change:?}: {}",
+                    out.len()
+                );
+            }
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ fn poll(gather: &Gather, wakes: &Arc<Wakes>) -> Poll<()> {
 /// A call of five hits: server 7 takes hits 0, 2 and 3 (lines "a", "c", "d"), server 4 takes
 /// hits 1 and 4 ("b", "e").
 fn two_shares() -> Arc<Gather> {
-    let mut builder = Builder::new(5, 2);
+    let mut builder = Builder::new(32, 2);
     builder.share(7, |lines| {
         lines.extend_from_slice(b"a\nc\nd\n");
         3
