@@ -269,9 +269,9 @@ impl Inner {
                 server.name
             )));
         };
-        // Boxed: the pool's future (a join over connection checkouts) is large, and would grow
-        // every decision's future (tests/future_size.rs).
-        let call = Box::pin(pooled.apply(commands, &sent));
+        // Not boxed here: every caller keeps this future on the heap already (one server's
+        // call is boxed whole in `apply_hits`, several sit in the join's own allocation).
+        let call = pooled.apply(commands, &sent);
         server.guarded(&self.deadline, &sent, call).await
     }
 }
