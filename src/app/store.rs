@@ -4,6 +4,7 @@
 //! to own and stop.
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,6 +220,13 @@ pub(super) fn per_second(
     }
 }
 
+/// The pipelined memcached client's default connections per server: one per worker thread of
+/// the runtime the store is made on (the cores Turnstile sends from; `TOKIO_WORKER_THREADS`).
+fn runtime_workers() -> NonZeroUsize {
+    let workers = tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
+    NonZeroUsize::new(workers).unwrap_or(NonZeroUsize::MIN)
+}
+
 async fn memcached_store(
     s: &MemcachedSettings,
     clock: &Arc<dyn Clock>,
@@ -226,6 +234,7 @@ async fn memcached_store(
     let mut options = MemcachedOptions {
         servers: Vec::new(),
         pool_size: s.pool_size,
+        pipelined_connections: s.pipelined_connections.unwrap_or_else(runtime_workers),
         timeout: s.timeout,
         jitter_max_seconds: s.jitter_max_seconds,
         transport: s.transport,

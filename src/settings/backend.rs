@@ -1,6 +1,7 @@
 //! The counter store's settings (`BACKEND_TYPE` and the settings only its backend reads), as
 //! types that admit only meaningful combinations.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::SettingsError;
@@ -29,6 +30,9 @@ pub struct MemcachedSettings {
     pub servers: MemcachedServers,
     /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
     pub pool_size: u32,
+    /// `MEMCACHE_PIPELINED_CONNECTIONS`: connections per server of the pipelined client;
+    /// `None` (unset): one per runtime worker thread, decided when the store is made.
+    pub pipelined_connections: Option<NonZeroUsize>,
     /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
     pub timeout: Duration,
     /// `EXPIRATION_JITTER_MAX_SECONDS`.
@@ -134,6 +138,9 @@ fn memcached(r: &Reader<'_>) -> MemcachedSettings {
     MemcachedSettings {
         servers,
         pool_size: r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000),
+        pipelined_connections: r
+            .non_empty("MEMCACHE_PIPELINED_CONNECTIONS")
+            .and_then(|_| NonZeroUsize::new(r.number("MEMCACHE_PIPELINED_CONNECTIONS", 1, 1, 256))),
         timeout: r.duration(
             "MEMCACHE_TIMEOUT",
             Duration::from_millis(100),

@@ -54,6 +54,30 @@ fn defaults_match_the_reference() {
 }
 
 #[test]
+fn pipelined_memcached_connections_are_the_runtime_s_unless_set() {
+    let memcached = |extra: &[(&str, &str)]| {
+        let mut pairs = vec![("BACKEND_TYPE", "memcache"), ("MEMCACHE_HOST_PORT", "a:1")];
+        pairs.extend_from_slice(extra);
+        with(&pairs).map(|s| match s.backend {
+            Backend::Memcached(m) => m.pipelined_connections.map(std::num::NonZeroUsize::get),
+            other => panic!("memcached backend expected, got {other:?}"),
+        })
+    };
+    assert_eq!(memcached(&[]).expect("unset"), None);
+    assert_eq!(
+        memcached(&[("MEMCACHE_PIPELINED_CONNECTIONS", "")]).expect("empty"),
+        None
+    );
+    let three = [("MEMCACHE_PIPELINED_CONNECTIONS", " 3 ")];
+    assert_eq!(memcached(&three).expect("three"), Some(3));
+    for bad in ["0", "257", "two"] {
+        let e = memcached(&[("MEMCACHE_PIPELINED_CONNECTIONS", bad)]).expect_err(bad);
+        assert_eq!(e.name, "MEMCACHE_PIPELINED_CONNECTIONS");
+        assert!(e.to_string().contains("from 1 to 256"), "{e}");
+    }
+}
+
+#[test]
 fn runtime_directories_compose() {
     let s = with(&[
         ("RUNTIME_ROOT", "/data"),

@@ -287,6 +287,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     let options = MemcachedOptions {
         servers: vec![relay.to_string()],
         pool_size: 4,
+        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
         timeout: DEADLINE,
         jitter_max_seconds: 0,
         transport: Default::default(),

@@ -17,6 +17,7 @@ mod faults;
 mod ipv6;
 pub mod lifecycle;
 mod memcached_cluster;
+mod memcached_connections;
 mod memcached_support;
 mod model;
 mod modes;

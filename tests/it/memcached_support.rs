@@ -131,6 +131,7 @@ pub fn memcached_store_with(
     let options = MemcachedOptions {
         servers: servers.iter().map(|m| m.addr()).collect(),
         pool_size: 16,
+        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
         timeout,
         jitter_max_seconds: 0,
         transport,

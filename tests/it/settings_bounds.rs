@@ -44,6 +44,7 @@ const SIZES: &[(&str, &str)] = &[
     ("RLQS_MAX_BUCKET_BYTES", "memory"),
     ("EXPIRATION_JITTER_MAX_SECONDS", "memcache"),
     ("MEMCACHE_MAX_IDLE_CONNS", "memcache"),
+    ("MEMCACHE_PIPELINED_CONNECTIONS", "memcache"),
     ("REDIS_POOL_SIZE", "redis"),
     ("REDIS_PERSECOND_POOL_SIZE", "redis-persecond"),
     ("GRPC_PORT", "ports"),

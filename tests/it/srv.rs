@@ -73,6 +73,7 @@ async fn discovery_refresh_and_failed_lookups() {
     let options = MemcachedOptions {
         servers: vec![],
         pool_size: 4,
+        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
         timeout: Duration::from_millis(500),
         jitter_max_seconds: 0,
         transport: Default::default(),

@@ -178,6 +178,7 @@ mod tests {
             // Never connected: building commands asks nothing of the server.
             servers: vec!["127.0.0.1:1".into()],
             pool_size: 1,
+            pipelined_connections: std::num::NonZeroUsize::MIN,
             timeout: Duration::from_secs(1),
             jitter_max_seconds: 0,
             transport: MemcachedTransport::default(),

@@ -29,6 +29,7 @@ mod ring;
 mod token_bucket;
 mod transport;
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,8 @@ pub struct MemcachedOptions {
     pub servers: Vec<String>,
     /// Connections per server (pooled transports).
     pub pool_size: u32,
+    /// Connections per server of the pipelined transport, each shared by every caller.
+    pub pipelined_connections: NonZeroUsize,
     /// Deadline of one operation, connection included.
     pub timeout: Duration,
     /// Extra TTL of up to this many seconds, spread per key (`EXPIRATION_JITTER_MAX_SECONDS`).
@@ -105,6 +108,7 @@ struct Inner {
     buckets: token_bucket::Coalescer,
     transport: MemcachedTransport,
     pool_size: u32,
+    pipelined_connections: NonZeroUsize,
     /// Every call's deadline, and the runtime's scheduling delay (a late answer on a busy
     /// runtime is overload).
     deadline: guard::Deadline,
@@ -128,6 +132,7 @@ impl MemcachedStore {
                 buckets: token_bucket::Coalescer::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
+                pipelined_connections: options.pipelined_connections,
                 deadline: guard::Deadline {
                     timeout: options.timeout,
                     scheduling: crate::storage::lateness::SchedulingDelay::shared(),
@@ -244,9 +249,10 @@ impl Inner {
             ))
         };
         match self.transport {
-            MemcachedTransport::Pipelined => {
-                ServerTransport::Pipelined(Pipelined::new(server.to_owned()))
-            }
+            MemcachedTransport::Pipelined => ServerTransport::Pipelined(Pipelined::new(
+                server.to_owned(),
+                self.pipelined_connections,
+            )),
             MemcachedTransport::Pool => pooled(Protocol::Meta),
             MemcachedTransport::Classic => pooled(Protocol::Classic),
         }

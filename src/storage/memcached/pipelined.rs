@@ -1,7 +1,14 @@
 //! The pipelined transport to one server: a few shared [`Pipeline`] connections, used round
 //! robin, connected on first use and again after they break.
+//!
+//! How many (`MEMCACHE_PIPELINED_CONNECTIONS`) is the app's choice; by default one per runtime
+//! worker thread. memcached serves a connection on one of its worker threads, so a replica's
+//! load reaches as many of them as the replica has cores to send from; on one core a second
+//! connection only splits every write in two (one `sendto` a batch, and one wake of memcached,
+//! is most of what a batch costs): measured in BENCHMARKS.md.
 
 use std::io;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,9 +19,6 @@ use super::meta::{push_read_state, push_write_state};
 use super::pipeline::Pipeline;
 use super::reply::Reply;
 use super::transport::{Connections, Sent, Transport, TransportError};
-
-/// Pipelined connections per server: two keep a write in flight while the other fills.
-const CONNECTIONS_PER_SERVER: usize = 2;
 
 /// One pipelined connection slot, connected on first use and again after it breaks.
 #[derive(Debug, Default)]
@@ -32,13 +36,11 @@ pub(super) struct Pipelined {
 }
 
 impl Pipelined {
-    /// A transport to `server` (`host:port`); connections are made lazily.
-    pub(super) fn new(server: String) -> Self {
+    /// A transport to `server` (`host:port`) over `connections` connections, made lazily.
+    pub(super) fn new(server: String, connections: NonZeroUsize) -> Self {
         Self {
             server,
-            slots: (0..CONNECTIONS_PER_SERVER)
-                .map(|_| Slot::default())
-                .collect(),
+            slots: (0..connections.get()).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
         }
     }
