@@ -31,7 +31,8 @@ pub struct MemcachedSettings {
     /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
     pub pool_size: u32,
     /// `MEMCACHE_PIPELINED_CONNECTIONS`: connections per server of the pipelined client;
-    /// `None` (unset): one per runtime worker thread, decided when the store is made.
+    /// `None` (unset): one per runtime worker thread, at most four, decided when the store is
+    /// made.
     pub pipelined_connections: Option<NonZeroUsize>,
     /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
     pub timeout: Duration,

@@ -1,6 +1,6 @@
 //! How many connections the pipelined memcached client holds to each server, counted in the
 //! kernel's TCP table and by `turnstile_memcached_connections`: one per worker thread of the
-//! runtime by default, `MEMCACHE_PIPELINED_CONNECTIONS` when it is set.
+//! runtime by default (at most four), `MEMCACHE_PIPELINED_CONNECTIONS` when it is set.
 
 use crate::process::{Process, RULES, metric, rules_root};
 use crate::support::{Memcached, req1, unique};
@@ -22,11 +22,12 @@ fn established_to(port: u16) -> u64 {
     u64::try_from(established).expect("a count")
 }
 
-/// Starts Turnstile on one fresh memcached with `env`, makes eight calls (the client takes its
+/// Starts Turnstile on a runtime of `workers` threads on one fresh memcached with `env`, makes
+/// eight calls (the client takes its
 /// connections round robin, so eight reach every one of them), and returns how many
 /// connections to memcached are open and how many the metric says Turnstile holds (`None`
 /// without memcached).
-async fn connections_with(env: &[(&str, &str)]) -> Option<(u64, Option<u64>)> {
+async fn connections_with(env: &[(&str, &str)], workers: usize) -> Option<(u64, Option<u64>)> {
     let mc = Memcached::start()?;
     let server = mc.addr();
     let mut all = vec![
@@ -34,7 +35,7 @@ async fn connections_with(env: &[(&str, &str)]) -> Option<(u64, Option<u64>)> {
         ("MEMCACHE_HOST_PORT", &server),
     ];
     all.extend_from_slice(env);
-    let p = Process::start(&rules_root(RULES), &all);
+    let p = Process::start_on(&rules_root(RULES), &all, workers);
     let mut client = p.client().await;
     let user = unique("conn");
     for _ in 0..8 {
@@ -49,19 +50,21 @@ async fn connections_with(env: &[(&str, &str)]) -> Option<(u64, Option<u64>)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_connection_per_runtime_worker_by_default() {
-    // The test's service runs on a runtime of two workers (`Process`).
-    let Some(got) = connections_with(&[]).await else {
-        return;
-    };
-    assert_eq!(got, (2, Some(2)));
+async fn one_connection_per_runtime_worker_by_default_at_most_four() {
+    for (workers, connections) in [(1, 1u64), (2, 2), (6, 4)] {
+        let Some(got) = connections_with(&[], workers).await else {
+            return;
+        };
+        assert_eq!(got, (connections, Some(connections)), "{workers} workers");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn as_many_connections_as_set() {
-    for n in [1u64, 3] {
+    for n in [1u64, 3, 6] {
         let set = n.to_string();
-        let Some(got) = connections_with(&[("MEMCACHE_PIPELINED_CONNECTIONS", &set)]).await else {
+        let Some(got) = connections_with(&[("MEMCACHE_PIPELINED_CONNECTIONS", &set)], 2).await
+        else {
             return;
         };
         assert_eq!(got, (n, Some(n)), "MEMCACHE_PIPELINED_CONNECTIONS={n}");

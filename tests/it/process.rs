@@ -92,11 +92,7 @@ pub fn settings(root: &Path, env: &[(&str, &str)]) -> Settings {
 impl Process {
     /// Starts the service with rules under `root` plus `env`, and waits until it is healthy.
     pub fn start(root: &Path, env: &[(&str, &str)]) -> Process {
-        let p = Self::spawn(root, env);
-        crate::wait::blocking(Duration::from_secs(20), "turnstile healthy", || {
-            http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200)
-        });
-        p
+        Self::start_on(root, env, 2)
     }
 
     /// Starts the service; it is bound (and its ports answer) when this returns.
@@ -115,11 +111,32 @@ impl Process {
         root: &Path,
         clock: Arc<dyn Clock>,
     ) -> Result<Process, AppError> {
+        Self::try_spawn_on(settings, root, clock, 2)
+    }
+
+    /// Starts the service on a runtime of `workers` threads and waits until it is healthy.
+    pub fn start_on(root: &Path, env: &[(&str, &str)], workers: usize) -> Process {
+        let clock = Arc::new(SystemClock);
+        let p = Self::try_spawn_on(settings(root, env), root, clock, workers)
+            .expect("the service starts");
+        crate::wait::blocking(Duration::from_secs(20), "turnstile healthy", || {
+            http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200)
+        });
+        p
+    }
+
+    /// Builds and runs an `App` on a runtime of `workers` threads of its own.
+    fn try_spawn_on(
+        settings: Settings,
+        root: &Path,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+    ) -> Result<Process, AppError> {
         let (stop, stopped) = oneshot::channel::<()>();
         let (built_tx, built_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(workers)
                 .enable_all()
                 .build()
                 .expect("runtime");
