@@ -27,6 +27,7 @@ mod peers;
 mod postgres;
 mod postgres_support;
 mod process;
+mod process_support;
 mod readiness_reasons;
 mod redis_backend;
 mod redis_cluster_down;
