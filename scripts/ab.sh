@@ -6,7 +6,8 @@
 # tonic stack answering a constant OK, on Turnstile's runtime) runs in every round too and each
 # median is also given as a ratio to the floor's; FLOOR=2 adds a second floor on Tokio's
 # default runtime (LIFO slot on: the floor issue 20 was first measured against), column D.
-# Prints one line per run and the median requests/s per binary and shape.
+# Prints one line per run, the median requests/s per binary and shape, and the median of each
+# round's ratios (B / floor, B / A: runs of the same round, in alternating order).
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as
@@ -63,9 +64,12 @@ shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
   "memcached|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
   "memcached-x3|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421,127.0.0.1:21422,127.0.0.1:21423")
 for round in $(seq "$rounds"); do
+  # Even rounds run the binaries in the reverse order, so drift within a round favours none.
+  order=$which_ones
+  [ $((round % 2)) = 0 ] && order=$(echo "$which_ones" | tr ' ' '\n' | tac | tr '\n' ' ')
   for shape in "${shapes[@]}"; do
     IFS='|' read -r name desc envs <<<"$shape"
-    for which in $which_ones; do
+    for which in $order; do
       case $which in A) bin=$a ;; B) bin=$b ;; F) bin=floor ;; D) bin=floor-default ;; esac
       # shellcheck disable=SC2086
       rps=$(run "$bin" "$desc" $envs)
@@ -75,6 +79,14 @@ for round in $(seq "$rounds"); do
   done
 done
 median() { echo "$@" | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# The median over rounds of NUMERATORS[i] / DENOMINATORS[i] (two runs of the same round), and
+# the ratios themselves: drift between rounds cancels, which a ratio of medians does not do.
+per_round() {
+  local -a n=($1) d=($2)
+  local r=()
+  for i in "${!n[@]}"; do r+=("$(echo "${n[$i]} / ${d[$i]}" | bc -l)"); done
+  printf '%.3f (%s)' "$(median "${r[@]}")" "$(printf '%.3f ' "${r[@]}" | sed 's/ $//')"
+}
 echo
 if [ "${FLOOR:-0}" = 2 ]; then
   echo "| shape | floor median $unit | A median | A / floor | B median | B / floor | B / A | default-runtime floor | B / that floor |"
@@ -99,5 +111,20 @@ for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; d
     echo
   else
     printf '| %s descriptors | %.0f | %.0f | %.3f |\n' "${key/|/ }" "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)"
+  fi
+done
+echo
+if [ "${FLOOR:-0}" != 0 ]; then
+  echo "| shape | B / floor, median of the rounds' ratios (each round) | B / A, the same |"
+  echo "|---|---|---|"
+else
+  echo "| shape | B / A, median of the rounds' ratios (each round) |"
+  echo "|---|---|"
+fi
+for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; do
+  if [ "${FLOOR:-0}" != 0 ]; then
+    echo "| ${key/|/ } descriptors | $(per_round "${all["B|$key"]}" "${all["F|$key"]}") | $(per_round "${all["B|$key"]}" "${all["A|$key"]}") |"
+  else
+    echo "| ${key/|/ } descriptors | $(per_round "${all["B|$key"]}" "${all["A|$key"]}") |"
   fi
 done
