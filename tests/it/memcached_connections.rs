@@ -23,10 +23,9 @@ fn established_to(port: u16) -> u64 {
 }
 
 /// Starts Turnstile on a runtime of `workers` threads on one fresh memcached with `env`, makes
-/// eight calls (the client takes its
-/// connections round robin, so eight reach every one of them), and returns how many
-/// connections to memcached are open and how many the metric says Turnstile holds (`None`
-/// without memcached).
+/// eight calls (the client takes its connections round robin, so eight reach every one of
+/// them), and returns how many connections to memcached are open and how many the metric says
+/// Turnstile holds (`None` without memcached).
 async fn connections_with(env: &[(&str, &str)], workers: usize) -> Option<(u64, Option<u64>)> {
     let mc = Memcached::start()?;
     let server = mc.addr();
