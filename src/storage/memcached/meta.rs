@@ -70,10 +70,12 @@ fn push_release(out: &mut Vec<u8>, key: &str, n: u64, exptime: u64) {
 }
 
 /// The most bytes the `ma` line of a counter command on a key of `key_len` bytes takes: `ma `,
-/// the base64 key, and at most ` b MD N… J… D… T… v\r\n` with 20-digit numbers; so that a
-/// call's lines are written into one buffer sized once.
+/// the key as [`push_key`] writes it, and at most ` b MD N… J… D… T… v\r\n` with 20-digit
+/// numbers; so that a call's lines are written into one buffer sized once.
 pub(super) fn counter_line_max(key_len: usize) -> usize {
-    3 + key_len.div_ceil(3) * 4 + 6 + 4 * 22 + 4
+    // Keys are bounded far below an overflow; were one not, the buffer would only grow.
+    let key = base64::encoded_len(key_len, true).unwrap_or(0);
+    key + 3 + 6 + 4 * 22 + 4
 }
 
 /// Appends the `ma` line of one counter command.
