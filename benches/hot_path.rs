@@ -99,10 +99,34 @@ fn keys(c: &mut Criterion) {
 }
 
 fn conversion(c: &mut Criterion) {
+    use prost::Message;
+    use turnstile::pb::turnstile::wire::v1::LenientRequest;
+    use turnstile::rls::decode_request;
     let pb = request(5);
     c.bench_function("request_from_pb, 5 descriptors", |b| {
-        b.iter(|| request_from_pb(black_box(pb.clone())))
+        b.iter(|| request_from_pb(black_box(&pb)).map(|r| r.descriptors.len()))
     });
+    for n in [1, 5] {
+        let wire = request(n).encode_to_vec();
+        c.bench_function(
+            &format!("request from the wire's bytes, {n} descriptor(s)"),
+            |b| {
+                b.iter(|| {
+                    decode_request(black_box(wire.as_slice()))
+                        .map(|r| r.validate().map(|r| r.descriptors.len()))
+                })
+            },
+        );
+        // prost's generated decoder alone, for comparison (what the server used before).
+        c.bench_function(
+            &format!("prost LenientRequest::decode, {n} descriptor(s)"),
+            |b| {
+                b.iter(|| {
+                    LenientRequest::decode(black_box(wire.as_slice())).map(|r| r.descriptors.len())
+                })
+            },
+        );
+    }
 }
 
 /// A limiter over the memory store at a fixed time, and a runtime to drive it.
@@ -120,7 +144,8 @@ fn decision(c: &mut Criterion) {
     let rules = rules();
     let (limiter, runtime) = memory_limiter();
     for n in [1, 5] {
-        let req = request_from_pb(request(n)).expect("valid");
+        let pb = request(n);
+        let req = request_from_pb(&pb).expect("valid");
         c.bench_function(
             &format!("check over the memory store, {n} descriptor(s)"),
             |b| {

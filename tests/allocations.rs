@@ -22,6 +22,7 @@ use std::alloc::System;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::Message;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
@@ -30,7 +31,7 @@ use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use turnstile::rls::{ResponseSettings, request_from_pb, response_to_pb};
+use turnstile::rls::{ResponseSettings, decode_request, request_from_pb, response_to_pb};
 use turnstile::storage::CounterStore;
 use turnstile::storage::memory::MemoryStore;
 
@@ -95,7 +96,8 @@ fn allocations_per_call_on<S: CounterStore>(
         .enable_all()
         .build()
         .expect("runtime");
-    let req = request_from_pb(request(descriptors)).expect("valid");
+    let pb = request(descriptors);
+    let req = request_from_pb(&pb).expect("valid");
     let settings = ResponseSettings::default();
     let decide = || {
         let verdict = runtime
@@ -116,6 +118,25 @@ fn allocations_per_call_on<S: CounterStore>(
     u64::try_from((change.allocations + change.reallocations) / CALLS).unwrap_or(u64::MAX)
 }
 
+/// Allocations per request read from its message's bytes (as the server reads it) and
+/// validated, averaged over many requests.
+fn allocations_per_decode(descriptors: usize) -> u64 {
+    let wire = request(descriptors).encode_to_vec();
+    let decode = || decode_request(&wire).map(|d| d.validate().map(|r| r.descriptors.len()));
+    assert_eq!(
+        decode(),
+        Ok(Ok(descriptors)),
+        "the request decodes and is valid"
+    );
+    const REQUESTS: usize = 1_000;
+    let region = Region::new(ALLOCATOR);
+    for _ in 0..REQUESTS {
+        assert_eq!(decode(), Ok(Ok(descriptors)));
+    }
+    let change = region.change();
+    u64::try_from((change.allocations + change.reallocations) / REQUESTS).unwrap_or(u64::MAX)
+}
+
 #[test]
 fn allocations_per_decision_stay_within_todays_counts() {
     // One test, so that no other test's allocations are counted in between.
@@ -126,6 +147,19 @@ fn allocations_per_decision_stay_within_todays_counts() {
     assert!(
         five <= FIVE_DESCRIPTORS,
         "5 descriptors: {five} allocations"
+    );
+    let one = allocations_per_decode(1);
+    let five = allocations_per_decode(5);
+    eprintln!(
+        "allocations per request decoded and validated: 1 descriptor {one}, 5 descriptors {five}"
+    );
+    assert!(
+        one <= DECODE_ONE_DESCRIPTOR,
+        "decoding 1 descriptor: {one} allocations"
+    );
+    assert!(
+        five <= DECODE_FIVE_DESCRIPTORS,
+        "decoding 5 descriptors: {five} allocations"
     );
     // The same over one real memcached, the pipelined transport included (its writer and
     // reader tasks run on the same thread).
@@ -168,3 +202,5 @@ const FIVE_DESCRIPTORS: u64 = 12;
 const MEMCACHED_ONE_DESCRIPTOR: u64 = 11;
 const MEMCACHED_FIVE_DESCRIPTORS: u64 = 15;
 const MEMCACHED_THREE_SERVERS: u64 = 17;
+const DECODE_ONE_DESCRIPTOR: u64 = 2;
+const DECODE_FIVE_DESCRIPTORS: u64 = 7;

@@ -9,6 +9,7 @@
 //!
 //! Must not touch: storage, protobuf.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ fn refused(status: StatusCode, why: &str) -> Refusal {
 }
 
 /// The request a query names: `domain=D&entry=k=v&entry=k2=v2`.
-fn parse(query: Option<&str>) -> Result<(String, Vec<Entry>), String> {
+fn parse(query: Option<&str>) -> Result<(String, Vec<Entry<'static>>), String> {
     let (mut domain, mut entries) = (None, Vec::new());
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match name.as_ref() {
@@ -67,8 +68,8 @@ fn parse(query: Option<&str>) -> Result<(String, Vec<Entry>), String> {
                     return Err("an entry has an empty key".into());
                 }
                 entries.push(Entry {
-                    key: key.to_owned(),
-                    value: value.to_owned(),
+                    key: Cow::Owned(key.to_owned()),
+                    value: Cow::Owned(value.to_owned()),
                 });
             }
             other => {
@@ -152,7 +153,7 @@ fn limit_json<S: CounterStore>(state: &ServiceState<S>, status: &Status<'_>) -> 
 async fn run<S: CounterStore>(
     state: &ServiceState<S>,
     domain: String,
-    descriptor: Descriptor,
+    descriptor: Descriptor<'static>,
 ) -> Result<Value, Refusal> {
     let Some(rules) = state.rules.load() else {
         return Err(refused(
@@ -166,7 +167,7 @@ async fn run<S: CounterStore>(
         .map(|e| json!({ "key": e.key, "value": e.value }))
         .collect();
     let request = Request {
-        domain: domain.clone(),
+        domain: Cow::Borrowed(&domain),
         descriptors: vec![descriptor],
         hits_addend: 0,
     };
@@ -185,7 +186,7 @@ async fn run<S: CounterStore>(
     Ok(json!({ "domain": domain, "entries": entries, "limits": limits }))
 }
 
-fn descriptor(entries: Vec<Entry>, reset: bool) -> Descriptor {
+fn descriptor(entries: Vec<Entry<'static>>, reset: bool) -> Descriptor<'static> {
     Descriptor {
         entries,
         limit_override: None,
@@ -202,7 +203,7 @@ fn admitted(
     token: &AdminToken,
     headers: &HeaderMap,
     query: Option<&str>,
-) -> Result<(String, Vec<Entry>), Refusal> {
+) -> Result<(String, Vec<Entry<'static>>), Refusal> {
     authorized(token, headers)?;
     parse(query).map_err(|why| refused(StatusCode::BAD_REQUEST, &why))
 }
@@ -264,7 +265,7 @@ mod tests {
         assert_eq!(
             entries
                 .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .map(|e| (&*e.key, &*e.value))
                 .collect::<Vec<_>>(),
             [("api_key", "k 1"), ("user", "a=b")]
         );

@@ -163,7 +163,7 @@ impl<S: CounterStore> Limiter<S> {
     pub async fn check<'r>(
         &self,
         rules: &'r RuleSet,
-        request: &Request,
+        request: &Request<'_>,
     ) -> Result<Verdict<'r>, StorageError> {
         let mut statuses: Vec<Status<'r>> = request
             .descriptors
@@ -256,7 +256,7 @@ impl<S: CounterStore> Limiter<S> {
     /// blocking token bucket, the local over-limit cache).
     fn plan<'r>(
         &self,
-        request: &Request,
+        request: &Request<'_>,
         index: usize,
         limit: &Applied<'r>,
         status: &mut Status<'r>,
@@ -352,12 +352,15 @@ impl<S: CounterStore> Limiter<S> {
 
 /// Each descriptor's limit: an override wins over the configuration and keeps the matched
 /// rule's algorithm (a fixed window when none matched); `None` when nothing matched.
-fn matched<'r>(domain: &'r crate::rules::Domain, request: &Request) -> Vec<Option<Applied<'r>>> {
+fn matched<'r>(
+    domain: &'r crate::rules::Domain,
+    request: &Request<'_>,
+) -> Vec<Option<Applied<'r>>> {
     request
         .descriptors
         .iter()
         .map(|d| {
-            let rule = domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
+            let rule = domain.lookup(d.entries.iter().map(|e| (&*e.key, &*e.value)));
             match d.limit_override {
                 Some(o) => Some(Applied::Override(LimitOverride {
                     algorithm: rule

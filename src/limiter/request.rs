@@ -1,15 +1,18 @@
 //! A validated rate-limit request in domain terms. Built by the gRPC edge (which validates and
-//! resolves `hits_addend`), read by the limiter.
+//! resolves `hits_addend`), read by the limiter. Its texts are borrowed from the message they
+//! were decoded from whenever they can be (`'a`), so a request costs no allocation per text.
+
+use std::borrow::Cow;
 
 use crate::rules::{Algorithm, Unit};
 
 /// One key/value entry of a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct Entry<'a> {
     /// Entry key (never empty).
-    pub key: String,
+    pub key: Cow<'a, str>,
     /// Entry value (may be empty).
-    pub value: String,
+    pub value: Cow<'a, str>,
 }
 
 /// A limit sent by the proxy instead of the configured one.
@@ -26,9 +29,9 @@ pub struct LimitOverride {
 
 /// One descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Descriptor {
+pub struct Descriptor<'a> {
     /// Ordered entries (never empty).
-    pub entries: Vec<Entry>,
+    pub entries: Vec<Entry<'a>>,
     /// `descriptor.limit`.
     pub limit_override: Option<LimitOverride>,
     /// Resolved hits: the descriptor's `hits_addend` when present (0 = check only), otherwise
@@ -42,11 +45,11 @@ pub struct Descriptor {
 
 /// A whole request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub struct Request<'a> {
     /// The domain (never empty).
-    pub domain: String,
+    pub domain: Cow<'a, str>,
     /// The descriptors (never empty).
-    pub descriptors: Vec<Descriptor>,
+    pub descriptors: Vec<Descriptor<'a>>,
     /// The request-level `hits_addend` as sent (for dynamic metadata).
     pub hits_addend: u32,
 }

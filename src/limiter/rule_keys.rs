@@ -13,14 +13,11 @@ impl<S> Limiter<S> {
         &self,
         keys: &mut Keys,
         domain: &str,
-        descriptor: &Descriptor,
+        descriptor: &Descriptor<'_>,
         limit: &Applied<'_>,
     ) {
         let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
-        let entries = descriptor
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()));
+        let entries = descriptor.entries.iter().map(|e| (&*e.key, &*e.value));
         self.start_for(keys, domain, entries, path);
     }
 

@@ -116,7 +116,7 @@ impl Metrics {
 
     /// Records a decided request: per stats key, hits split into within/near/over as the
     /// reference splits them (near threshold = floor(limit × `NEAR_LIMIT_RATIO`)).
-    pub fn record(&self, request: &Request, verdict: &Verdict<'_>) {
+    pub fn record(&self, request: &Request<'_>, verdict: &Verdict<'_>) {
         if self.stats_disabled {
             return;
         }

@@ -11,16 +11,16 @@ fn sanitize(text: &str) -> String {
     text.replace([':', '|'], "_")
 }
 
-fn runtime(entry: &Entry) -> String {
+fn runtime(entry: &Entry<'_>) -> String {
     if entry.value.is_empty() {
-        entry.key.clone()
+        entry.key.to_string()
     } else {
         format!("{}_{}", entry.key, entry.value)
     }
 }
 
 /// The stats key segments (domain first) for a descriptor with `entries` under `applied`.
-pub(crate) fn segments(domain: &str, entries: &[Entry], applied: &Applied<'_>) -> Vec<String> {
+pub(crate) fn segments(domain: &str, entries: &[Entry<'_>], applied: &Applied<'_>) -> Vec<String> {
     let mut out = Vec::with_capacity(entries.len() + 1);
     out.push(sanitize(domain));
     let Some(rule) = applied.rule() else {
@@ -91,7 +91,7 @@ descriptors:
             parse_files(&[("t.yaml".into(), RULES.into())], LoadOptions::default()).expect("rules");
         let domain = loaded.rules.domain("test-domain").expect("domain");
         let limit = domain.lookup(entries.iter().copied()).expect("a limit");
-        let entries: Vec<Entry> = entries
+        let entries: Vec<Entry<'_>> = entries
             .iter()
             .map(|(k, v)| Entry {
                 key: (*k).into(),
@@ -140,7 +140,7 @@ descriptors:
             },
             Entry {
                 key: "bare".into(),
-                value: String::new(),
+                value: String::new().into(),
             },
         ];
         let applied = Applied::Override(LimitOverride {

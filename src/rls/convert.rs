@@ -1,11 +1,15 @@
-//! Protobuf → domain request, with validation. The whole request is checked before anything is
-//! counted; a malformed one gets `INVALID_ARGUMENT` naming the field.
+//! A request as sent ([`Draft`], from the wire's `decode` or the official types) → the
+//! limiter's request, with validation. The whole request is checked before anything is counted;
+//! a malformed one gets `INVALID_ARGUMENT` naming the field.
+//!
+//! Must not touch: the wire format (`decode`, `wire`), the decision.
+
+use std::borrow::Cow;
 
 use crate::limiter::{Descriptor, Entry, LimitOverride, Request};
 use crate::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
 use crate::pb::envoy::r#type::v3::RateLimitUnit;
-use crate::pb::turnstile::wire::v1::{LenientDescriptor, LenientRequest, lenient_descriptor};
 use crate::rules::{Algorithm, Unit};
 
 /// A request field that is malformed.
@@ -42,15 +46,14 @@ fn override_unit(value: i32) -> Option<Unit> {
     }
 }
 
-/// The text of header-derived bytes. Valid UTF-8 is kept as it is; each byte of an invalid
+/// The text of header-derived bytes, borrowed when they are valid UTF-8. Each byte of an invalid
 /// sequence becomes the private-use character U+10FF00 + byte, so different byte strings stay
 /// different texts (and different counters). Only a client that itself sends those private-use
 /// characters could meet such a value, which costs nobody else anything.
-pub fn text(bytes: Vec<u8>) -> String {
-    match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(err) => {
-            let bytes = err.into_bytes();
+pub fn text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => {
             let mut out = String::with_capacity(bytes.len() + 8);
             for chunk in bytes.utf8_chunks() {
                 out.push_str(chunk.valid());
@@ -58,104 +61,116 @@ pub fn text(bytes: Vec<u8>) -> String {
                     out.push(char::from_u32(0x10_FF00 + u32::from(b)).unwrap_or('\u{FFFD}'));
                 }
             }
-            out
+            Cow::Owned(out)
         }
     }
 }
 
-/// Validates and converts a request given in the official types (the `/json` endpoint).
-pub fn request_from_pb(pb: RateLimitRequest) -> Result<Request, InvalidRequest> {
-    let descriptors = pb
-        .descriptors
-        .into_iter()
-        .map(|d| LenientDescriptor {
-            entries: d
-                .entries
-                .into_iter()
-                .map(|e| lenient_descriptor::Entry {
-                    key: e.key.into_bytes(),
-                    value: e.value.into_bytes(),
-                })
-                .collect(),
-            limit: d.limit,
-            hits_addend: d.hits_addend,
-            is_negative_hits: d.is_negative_hits,
-        })
-        .collect();
-    request_from_wire(LenientRequest {
-        domain: pb.domain.into_bytes(),
-        descriptors,
-        hits_addend: pb.hits_addend,
-    })
+/// A request as it was sent, before validation: its descriptors' hits not yet resolved (the
+/// request's own `hits_addend` may come after them), the first descriptor whose `limit` has no
+/// valid unit noted. Only [`Draft::validate`] makes a [`Request`] of it.
+#[derive(Debug, Default)]
+pub struct Draft<'a> {
+    pub(super) domain: Cow<'a, str>,
+    pub(super) descriptors: Vec<Descriptor<'a>>,
+    pub(super) hits_addend: u32,
+    /// The first descriptor sent with a `limit` of no known unit, and that unit's number.
+    bad_unit: Option<(usize, i32)>,
 }
 
-/// Validates and converts a request as it came off the wire. Take are resolved here: a
-/// descriptor's own `hits_addend` wins when present (0 = check only); otherwise the request's,
-/// where 0 means 1.
-pub fn request_from_wire(pb: LenientRequest) -> Result<Request, InvalidRequest> {
-    if pb.domain.is_empty() {
-        return Err(invalid("domain", "rate limit domain must not be empty"));
+impl<'a> Draft<'a> {
+    /// Adds a descriptor and its `limit` as sent (requests per unit, the unit's number).
+    pub(super) fn push(&mut self, mut descriptor: Descriptor<'a>, limit: Option<(u32, i32)>) {
+        if let Some((requests_per_unit, unit)) = limit {
+            match override_unit(unit) {
+                Some(unit) => {
+                    descriptor.limit_override = Some(LimitOverride {
+                        requests_per_unit,
+                        unit,
+                        algorithm: Algorithm::default(),
+                    });
+                }
+                None => {
+                    self.bad_unit.get_or_insert((self.descriptors.len(), unit));
+                }
+            }
+        }
+        self.descriptors.push(descriptor);
     }
-    if pb.descriptors.is_empty() {
-        return Err(invalid(
-            "descriptors",
-            "rate limit descriptor list must not be empty",
-        ));
-    }
-    let request_hits = u64::from(pb.hits_addend.max(1));
-    let mut descriptors = Vec::with_capacity(pb.descriptors.len());
-    for (i, d) in pb.descriptors.into_iter().enumerate() {
-        if d.entries.is_empty() {
+
+    /// Checks the whole request before anything is counted, and resolves each descriptor's
+    /// hits: its own `hits_addend` when present (0 = check only); otherwise the request's,
+    /// where 0 means 1. The first problem, in the order of the fields, is the answer.
+    pub fn validate(mut self) -> Result<Request<'a>, InvalidRequest> {
+        if self.domain.is_empty() {
+            return Err(invalid("domain", "rate limit domain must not be empty"));
+        }
+        if self.descriptors.is_empty() {
             return Err(invalid(
-                format!("descriptors[{i}].entries"),
-                "must not be empty",
+                "descriptors",
+                "rate limit descriptor list must not be empty",
             ));
         }
-        let mut entries = Vec::with_capacity(d.entries.len());
-        for (j, e) in d.entries.into_iter().enumerate() {
-            if e.key.is_empty() {
+        let request_hits = u64::from(self.hits_addend.max(1));
+        for (i, d) in self.descriptors.iter_mut().enumerate() {
+            if d.entries.is_empty() {
+                return Err(invalid(
+                    format!("descriptors[{i}].entries"),
+                    "must not be empty",
+                ));
+            }
+            if let Some(j) = d.entries.iter().position(|e| e.key.is_empty()) {
                 return Err(invalid(
                     format!("descriptors[{i}].entries[{j}].key"),
                     "must not be empty",
                 ));
             }
-            entries.push(Entry {
-                key: text(e.key),
-                value: text(e.value),
-            });
-        }
-        let limit_override = match d.limit {
-            None => None,
-            Some(o) => {
-                let unit = override_unit(o.unit).ok_or_else(|| {
-                    invalid(
-                        format!("descriptors[{i}].limit.unit"),
-                        format!(
-                            "must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got {})",
-                            unit_text(o.unit)
-                        ),
-                    )
-                })?;
-                Some(LimitOverride {
-                    requests_per_unit: o.requests_per_unit,
-                    unit,
-                    algorithm: Algorithm::default(),
-                })
+            if let Some((_, unit)) = self.bad_unit.filter(|(at, _)| *at == i) {
+                return Err(invalid(
+                    format!("descriptors[{i}].limit.unit"),
+                    format!(
+                        "must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got {})",
+                        unit_text(unit)
+                    ),
+                ));
             }
-        };
-        descriptors.push(Descriptor {
-            entries,
-            limit_override,
-            hits: d.hits_addend.unwrap_or(request_hits),
+            d.hits = d.hits_addend.unwrap_or(request_hits);
+        }
+        Ok(Request {
+            domain: self.domain,
+            descriptors: self.descriptors,
+            hits_addend: self.hits_addend,
+        })
+    }
+}
+
+/// Validates a request given in the official types (the `/json` endpoint); its texts are
+/// borrowed.
+pub fn request_from_pb(pb: &RateLimitRequest) -> Result<Request<'_>, InvalidRequest> {
+    let mut draft = Draft {
+        domain: Cow::Borrowed(&pb.domain),
+        descriptors: Vec::with_capacity(pb.descriptors.len()),
+        hits_addend: pb.hits_addend,
+        bad_unit: None,
+    };
+    for d in &pb.descriptors {
+        let descriptor = Descriptor {
+            entries: d
+                .entries
+                .iter()
+                .map(|e| Entry {
+                    key: Cow::Borrowed(&e.key),
+                    value: Cow::Borrowed(&e.value),
+                })
+                .collect(),
+            limit_override: None,
+            hits: 0,
             refund: d.is_negative_hits,
             hits_addend: d.hits_addend,
-        });
+        };
+        draft.push(descriptor, d.limit.map(|l| (l.requests_per_unit, l.unit)));
     }
-    Ok(Request {
-        domain: text(pb.domain),
-        descriptors,
-        hits_addend: pb.hits_addend,
-    })
+    draft.validate()
 }
 
 fn unit_text(value: i32) -> String {
@@ -196,7 +211,7 @@ mod tests {
             ],
             hits_addend: 0,
         };
-        let req = request_from_pb(pb).expect("valid");
+        let req = request_from_pb(&pb).expect("valid");
         let hits: Vec<u64> = req.descriptors.iter().map(|d| d.hits).collect();
         assert_eq!(hits, vec![1, 0, 7]);
         let pb = RateLimitRequest {
@@ -204,12 +219,12 @@ mod tests {
             descriptors: vec![descriptor("a", None)],
             hits_addend: 3,
         };
-        assert_eq!(request_from_pb(pb).expect("valid").descriptors[0].hits, 3);
+        assert_eq!(request_from_pb(&pb).expect("valid").descriptors[0].hits, 3);
     }
 
     #[test]
     fn errors_name_the_field() {
-        let err = |pb| request_from_pb(pb).expect_err("invalid").to_string();
+        let err = |pb: RateLimitRequest| request_from_pb(&pb).expect_err("invalid").to_string();
         assert!(err(RateLimitRequest::default()).starts_with("domain: "));
         let pb = RateLimitRequest {
             domain: "d".into(),
@@ -237,11 +252,12 @@ mod tests {
 
     #[test]
     fn invalid_utf8_becomes_distinct_text() {
-        assert_eq!(text(b"plain".to_vec()), "plain");
-        let a = text(b"caf\xe9".to_vec());
-        let b = text(b"caf\xe8".to_vec());
+        assert_eq!(text(b"plain"), "plain");
+        assert!(matches!(text(b"plain"), std::borrow::Cow::Borrowed(_)));
+        let a = text(b"caf\xe9");
+        let b = text(b"caf\xe8");
         assert!(a.starts_with("caf") && b.starts_with("caf"));
         assert_ne!(a, b);
-        assert_ne!(text(vec![0xff]), text(vec![0xfe, 0xff]));
+        assert_ne!(text(&[0xff]), text(&[0xfe, 0xff]));
     }
 }

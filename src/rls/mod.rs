@@ -1,16 +1,20 @@
-//! The gRPC edge: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`. Converts
-//! protobuf to domain types (`convert`), asks the limiter, converts the verdict back
-//! (`response`) and maps failures to status codes.
+//! The gRPC edge: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`. Reads the
+//! request message (`decode`, over the wire format's `wire`) and validates it (`convert`) into
+//! the limiter's request, asks the limiter, converts the verdict back (`response`) and maps
+//! failures to status codes.
 //!
 //! Must not touch: YAML, memcached crates.
 
 mod convert;
+mod decode;
 mod response;
 mod service;
 mod trace_attributes;
 mod unary;
+mod wire;
 
-pub use convert::{InvalidRequest, request_from_pb, request_from_wire, text};
+pub use convert::{Draft, InvalidRequest, request_from_pb, text};
+pub use decode::{WireError, decode_request};
 pub use response::{HeaderNames, ResponseSettings, response_to_pb};
 pub use service::RlsServer;
 
@@ -23,7 +27,6 @@ use crate::health::Health;
 use crate::limiter::{self, Limiter};
 use crate::metrics::Metrics;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::reload::RulesHandle;
 use crate::storage::{CounterStore, ErrorKind};
 use crate::traces::{Traced, Tracer};
@@ -69,11 +72,11 @@ impl<S: CounterStore> RateLimitHandler<S> {
     /// traced) is the current context while the decision runs, and ends with the answer.
     pub(crate) async fn should_rate_limit(
         &self,
-        request: LenientRequest,
+        request: Draft<'_>,
         span: Option<Traced>,
     ) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
-        let request = request_from_wire(request);
+        let request = request.validate();
         let result = match &span {
             None => self.answer(request, None).await,
             Some(traced) => traced.run(self.answer(request, Some(traced))).await,
@@ -94,12 +97,12 @@ impl<S: CounterStore> RateLimitHandler<S> {
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        self.answer(request_from_pb(request), None).await
+        self.answer(request_from_pb(&request), None).await
     }
 
     async fn answer(
         &self,
-        request: Result<limiter::Request, InvalidRequest>,
+        request: Result<limiter::Request<'_>, InvalidRequest>,
         span: Option<&Traced>,
     ) -> Result<RateLimitResponse, Status> {
         let metrics = &self.state.metrics;

@@ -51,7 +51,7 @@ fn status(s: &Status<'_>) -> rate_limit_response::DescriptorStatus {
 /// Builds the response for a verdict.
 pub fn response_to_pb(
     verdict: &Verdict<'_>,
-    request: &Request,
+    request: &Request<'_>,
     settings: &ResponseSettings,
 ) -> RateLimitResponse {
     RateLimitResponse {
@@ -127,9 +127,9 @@ fn meta(v: &MetaValue) -> Value {
     })
 }
 
-fn dynamic_metadata(verdict: &Verdict<'_>, request: &Request) -> Struct {
+fn dynamic_metadata(verdict: &Verdict<'_>, request: &Request<'_>) -> Struct {
     let mut fields = BTreeMap::new();
-    fields.insert("domain".to_owned(), string(request.domain.clone()));
+    fields.insert("domain".to_owned(), string(request.domain.to_string()));
     let descriptors = request
         .descriptors
         .iter()

@@ -6,8 +6,8 @@ use crate::limiter::{Code, Request, Verdict};
 use crate::traces::Traced;
 
 /// Records the decision on its span.
-pub(super) fn decided(span: &Traced, request: &Request, verdict: &Verdict<'_>, values: bool) {
-    span.set("ratelimit.domain", request.domain.clone());
+pub(super) fn decided(span: &Traced, request: &Request<'_>, verdict: &Verdict<'_>, values: bool) {
+    span.set("ratelimit.domain", request.domain.to_string());
     span.set("ratelimit.descriptors", request.descriptors.len() as i64);
     let entries: Vec<opentelemetry::StringValue> = request
         .descriptors
@@ -20,7 +20,7 @@ pub(super) fn decided(span: &Traced, request: &Request, verdict: &Verdict<'_>, v
                     if values {
                         format!("{}={}", e.key, e.value)
                     } else {
-                        e.key.clone()
+                        e.key.to_string()
                     }
                 })
                 .collect();

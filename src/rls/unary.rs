@@ -26,8 +26,8 @@ use tonic::body::Body;
 use tonic::metadata::MetadataMap;
 
 use super::RateLimitHandler;
+use super::decode::decode_request;
 use crate::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use crate::pb::turnstile::wire::v1::LenientRequest;
 use crate::storage::CounterStore;
 
 /// The largest request message read (tonic's default for a server).
@@ -46,9 +46,14 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = request.into_parts();
-    let request = match read_request(&parts.headers, body).await {
-        Ok(request) => request,
+    let message = match read_request(&parts.headers, body).await {
+        Ok(message) => message,
         Err(status) => return status.into_http(),
+    };
+    // Undecodable protobuf is INTERNAL, as tonic (and grpc-go) answer it.
+    let request = match decode_request(&message) {
+        Ok(request) => request,
+        Err(err) => return Status::internal(err.to_string()).into_http(),
     };
     let span = handler.span(&MetadataMap::from_headers(parts.headers));
     match handler.should_rate_limit(request, span).await {
@@ -57,15 +62,14 @@ where
     }
 }
 
-/// The request's message, decoded (an encoding refused before the body is read).
-async fn read_request<B>(headers: &HeaderMap, body: B) -> Result<LenientRequest, Status>
+/// The request's message (an encoding refused before the body is read).
+async fn read_request<B>(headers: &HeaderMap, body: B) -> Result<Bytes, Status>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     uncompressed(headers)?;
-    let message = read_message(body).await?;
-    LenientRequest::decode(message).map_err(|e| Status::internal(e.to_string()))
+    read_message(body).await
 }
 
 /// Refuses a request whose `grpc-encoding` names a compression (tonic's answer when none is

@@ -140,6 +140,72 @@ async fn stats_cardinality_is_bounded() {
     );
 }
 
+/// A body that is not protobuf of the request's layout: `INTERNAL` (as tonic and the reference
+/// answer it) naming the field the decoder was reading, nothing counted, the server still
+/// serving.
+#[tokio::test]
+async fn undecodable_protobuf_is_internal_and_names_the_field() {
+    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    /// A request whose `descriptors` field (2) is a varint.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct VarintDescriptors {
+        #[prost(uint64, tag = "2")]
+        descriptors: u64,
+    }
+    /// A request whose first descriptor's `entries` field (1) is a varint.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct VarintEntries {
+        #[prost(bytes = "vec", tag = "1")]
+        domain: Vec<u8>,
+        #[prost(message, optional, tag = "2")]
+        descriptor: Option<VarintDescriptors1>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct VarintDescriptors1 {
+        #[prost(uint64, tag = "1")]
+        entries: u64,
+    }
+    let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
+    let path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let mut grpc = crate::support::raw_grpc(s.addr).await;
+    let codec = tonic_prost::ProstCodec::<VarintDescriptors, RateLimitResponse>::default();
+    let status = grpc
+        .unary(
+            tonic::Request::new(VarintDescriptors { descriptors: 1 }),
+            http::uri::PathAndQuery::from_static(path),
+            codec,
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), GrpcCode::Internal);
+    assert_eq!(
+        status.message(),
+        "failed to decode Protobuf message: descriptors: invalid wire type: Varint (expected LengthDelimited)"
+    );
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<VarintEntries, RateLimitResponse>::default();
+    let request = VarintEntries {
+        domain: b"test-domain".to_vec(),
+        descriptor: Some(VarintDescriptors1 { entries: 3 }),
+    };
+    let status = grpc
+        .unary(
+            tonic::Request::new(request),
+            http::uri::PathAndQuery::from_static(path),
+            codec,
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), GrpcCode::Internal);
+    assert_eq!(
+        status.message(),
+        "failed to decode Protobuf message: descriptors[0].entries: invalid wire type: Varint (expected LengthDelimited)"
+    );
+    // Still serving (key2 allows 20 a minute: this is its first hit).
+    let answer = s.call(req1("test-domain", &[("key2", "x")])).await;
+    assert_eq!(answer.statuses[0].limit_remaining, 19);
+}
+
 /// Paths no service serves are `UNIMPLEMENTED`, as tonic's router answered them, and every
 /// other service is still found by its name (`server::routes`).
 #[tokio::test]

@@ -46,4 +46,6 @@ mod support;
 mod tls;
 mod tracing;
 mod wait;
+mod wire_decode;
+mod wire_oracle;
 mod xds;

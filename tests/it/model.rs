@@ -66,7 +66,7 @@ proptest! {
                     let request = Request {
                         domain: "m".into(),
                         descriptors: vec![Descriptor {
-                            entries: vec![Entry { key: key.into(), value: format!("v{value}") }],
+                            entries: vec![Entry { key: key.into(), value: format!("v{value}").into() }],
                             limit_override: None,
                             hits,
                             refund,

@@ -78,7 +78,7 @@ proptest! {
         let limiter = Limiter::new(MemoryStore::new(10_000, Arc::new(clock.clone())), Arc::new(clock), Default::default());
         let count = descriptors.len();
         let pb = RateLimitRequest { domain, descriptors, hits_addend: hits };
-        if let Ok(request) = request_from_pb(pb) {
+        if let Ok(request) = request_from_pb(&pb) {
             let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
             let verdict = runtime.block_on(limiter.check(&rules, &request)).expect("memory store");
             prop_assert_eq!(verdict.statuses.len(), count);

@@ -62,7 +62,7 @@ struct Models {
     leases: Leases,
 }
 
-fn request(key: &str, value: &str, hits: u64, refund: bool) -> Request {
+fn request<'a>(key: &'a str, value: &'a str, hits: u64, refund: bool) -> Request<'a> {
     Request {
         domain: "alg".into(),
         descriptors: vec![Descriptor {
