@@ -1,7 +1,7 @@
 //! The `envoy.service.ratelimit.v3.RateLimitService` route, written out rather than generated
-//! so that its decoder reads the request leniently (`turnstile.wire.v1.LenientRequest`: the
-//! header-derived texts as bytes, see `proto/turnstile/wire/v1/lenient.proto`) while answering
-//! with the official response type, and so that its one unary exchange goes without tonic's
+//! so that the request is read by the server's own decoder (`decode`: the layout of
+//! `turnstile.wire.v1.LenientRequest`, the header-derived texts as bytes and borrowed, see
+//! `proto/turnstile/wire/v1/lenient.proto`) while answering with the official response type, and so that its one unary exchange goes without tonic's
 //! streaming codec (`unary`). Otherwise it is what tonic's generated server does: one unary
 //! method, `UNIMPLEMENTED` for any other path.
 

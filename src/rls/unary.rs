@@ -1,8 +1,9 @@
 //! One `ShouldRateLimit` exchange on the wire: the request's one length-prefixed message read
 //! from the HTTP/2 body, the answer written as one data frame and the `grpc-status: 0`
 //! trailers. It answers as tonic's unary handling does (the same statuses and messages for a
-//! missing, truncated, oversized or compressed message, and for undecodable protobuf; errors
-//! as trailers-only responses), without its streaming codec.
+//! missing, truncated, oversized or compressed message; undecodable protobuf is `INTERNAL` too,
+//! its message naming the field, see `decode`; errors as trailers-only responses), without its
+//! streaming codec.
 //!
 //! Why not tonic's `Grpc::unary`: it decodes through a streaming decoder (its own buffer, a
 //! state machine per message) and encodes through a streaming encoder (a buffer, a stream of
