@@ -8,6 +8,6 @@ use turnstile::http::json_request;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = json_request(data) {
-        let _ = request_from_pb(request);
+        let _ = request_from_pb(&request);
     }
 });
