@@ -15,7 +15,7 @@
 //! Must not touch: validation (`convert`), the protobuf wire format itself (`wire`).
 
 use super::convert::{Draft, text};
-use super::wire::{Fields, RECURSION_LIMIT, WireProblem};
+use super::wire::{Fields, RECURSION_LIMIT, WireProblem, WireType};
 use crate::limiter::{Descriptor, Entry};
 
 /// A request message that is not valid protobuf, and where.
@@ -54,9 +54,7 @@ impl WireError {
 pub fn decode_request(message: &[u8]) -> Result<Draft<'_>, WireError> {
     let mut domain: &[u8] = &[];
     let mut draft = Draft::default();
-    let mut fields = Fields::new(message);
-    while !fields.is_done() {
-        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+    each_field(message, RECURSION_LIMIT, |fields, field, wire_type| {
         match field {
             1 => {
                 domain = fields
@@ -73,19 +71,37 @@ pub fn decode_request(message: &[u8]) -> Result<Draft<'_>, WireError> {
                 draft.push(descriptor, limit);
             }
             // A uint32 keeps the varint's low 32 bits, as prost (and protobuf) decode it.
-            3 => {
-                draft.hits_addend = fields
-                    .varint_field(wire_type)
-                    .map_err(WireError::at("hits_addend"))?
-                    as u32;
-            }
-            _ => fields
-                .skip(wire_type, field, RECURSION_LIMIT)
-                .map_err(WireError::at(""))?,
+            3 => draft.hits_addend = varint(fields, wire_type, "hits_addend")? as u32,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     draft.domain = text(domain);
     Ok(draft)
+}
+
+/// Reads every field of one message: `known` takes the fields it knows (saying whether it
+/// did); the others are skipped with `depth` left of prost's recursion budget.
+fn each_field<'a>(
+    message: &'a [u8],
+    depth: u32,
+    mut known: impl FnMut(&mut Fields<'a>, u32, WireType) -> Result<bool, WireError>,
+) -> Result<(), WireError> {
+    let mut fields = Fields::new(message);
+    while !fields.is_done() {
+        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+        if !known(&mut fields, field, wire_type)? {
+            fields
+                .skip(wire_type, field, depth)
+                .map_err(WireError::at(""))?;
+        }
+    }
+    Ok(())
+}
+
+/// A varint field's value, its name given when it is malformed.
+fn varint(fields: &mut Fields<'_>, wire_type: WireType, name: &str) -> Result<u64, WireError> {
+    fields.varint_field(wire_type).map_err(WireError::at(name))
 }
 
 /// A descriptor's `limit` as sent: requests per unit and the unit's number, checked later (a
@@ -102,11 +118,8 @@ fn descriptor(body: &[u8]) -> Result<(Descriptor<'_>, SentLimit), WireError> {
         hits_addend: None,
     };
     let mut limit = None;
-    let mut fields = Fields::new(body);
     // Fields inside a message nested in the request, as prost's recursion budget counts them.
-    let depth = RECURSION_LIMIT - 1;
-    while !fields.is_done() {
-        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+    each_field(body, RECURSION_LIMIT - 1, |fields, field, wire_type| {
         match field {
             1 => {
                 let j = descriptor.entries.len();
@@ -131,17 +144,11 @@ fn descriptor(body: &[u8]) -> Result<(Descriptor<'_>, SentLimit), WireError> {
                 let value = descriptor.hits_addend.get_or_insert(0);
                 wrapped_u64(body, value).map_err(|e| e.within(format_args!("hits_addend")))?;
             }
-            4 => {
-                descriptor.refund = fields
-                    .varint_field(wire_type)
-                    .map_err(WireError::at("is_negative_hits"))?
-                    != 0;
-            }
-            _ => fields
-                .skip(wire_type, field, depth)
-                .map_err(WireError::at(""))?,
+            4 => descriptor.refund = varint(fields, wire_type, "is_negative_hits")? != 0,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok((descriptor, limit))
 }
 
@@ -151,9 +158,7 @@ const INNER_DEPTH: u32 = RECURSION_LIMIT - 2;
 /// One entry: its key and value, each the last one sent.
 fn entry(body: &[u8]) -> Result<Entry<'_>, WireError> {
     let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
-    let mut fields = Fields::new(body);
-    while !fields.is_done() {
-        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+    each_field(body, INNER_DEPTH, |fields, field, wire_type| {
         match field {
             1 => key = fields.delimited(wire_type).map_err(WireError::at("key"))?,
             2 => {
@@ -161,11 +166,10 @@ fn entry(body: &[u8]) -> Result<Entry<'_>, WireError> {
                     .delimited(wire_type)
                     .map_err(WireError::at("value"))?
             }
-            _ => fields
-                .skip(wire_type, field, INNER_DEPTH)
-                .map_err(WireError::at(""))?,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok(Entry {
         key: text(key),
         value: text(value),
@@ -175,44 +179,23 @@ fn entry(body: &[u8]) -> Result<Entry<'_>, WireError> {
 /// Merges a `RateLimitOverride` into what was sent before (a uint32 and an enum each keep the
 /// varint's low 32 bits, as prost decodes them).
 fn sent_limit(body: &[u8], per_unit: &mut u32, unit: &mut i32) -> Result<(), WireError> {
-    let mut fields = Fields::new(body);
-    while !fields.is_done() {
-        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+    each_field(body, INNER_DEPTH, |fields, field, wire_type| {
         match field {
-            1 => {
-                *per_unit = fields
-                    .varint_field(wire_type)
-                    .map_err(WireError::at("requests_per_unit"))?
-                    as u32;
-            }
-            2 => {
-                *unit = fields
-                    .varint_field(wire_type)
-                    .map_err(WireError::at("unit"))? as i32
-            }
-            _ => fields
-                .skip(wire_type, field, INNER_DEPTH)
-                .map_err(WireError::at(""))?,
+            1 => *per_unit = varint(fields, wire_type, "requests_per_unit")? as u32,
+            2 => *unit = varint(fields, wire_type, "unit")? as i32,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 /// Merges a `google.protobuf.UInt64Value` into `value`.
 fn wrapped_u64(body: &[u8], value: &mut u64) -> Result<(), WireError> {
-    let mut fields = Fields::new(body);
-    while !fields.is_done() {
-        let (field, wire_type) = fields.key().map_err(WireError::at(""))?;
+    each_field(body, INNER_DEPTH, |fields, field, wire_type| {
         match field {
-            1 => {
-                *value = fields
-                    .varint_field(wire_type)
-                    .map_err(WireError::at("value"))?
-            }
-            _ => fields
-                .skip(wire_type, field, INNER_DEPTH)
-                .map_err(WireError::at(""))?,
+            1 => *value = varint(fields, wire_type, "value")?,
+            _ => return Ok(false),
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }

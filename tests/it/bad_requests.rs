@@ -140,12 +140,34 @@ async fn stats_cardinality_is_bounded() {
     );
 }
 
+/// `message` sent as a `ShouldRateLimit` request, whatever its type; the status it is refused
+/// with.
+async fn refused<M>(
+    grpc: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    message: M,
+) -> tonic::Status
+where
+    M: prost::Message + Send + Sync + 'static,
+{
+    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<M, RateLimitResponse>::default();
+    grpc.unary(
+        tonic::Request::new(message),
+        http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        codec,
+    )
+    .await
+    .expect_err("refused")
+}
+
 /// A body that is not protobuf of the request's layout: `INTERNAL` (as tonic and the reference
 /// answer it) naming the field the decoder was reading, nothing counted, the server still
 /// serving.
 #[tokio::test]
 async fn undecodable_protobuf_is_internal_and_names_the_field() {
-    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     /// A request whose `descriptors` field (2) is a varint.
     #[derive(Clone, PartialEq, prost::Message)]
     struct VarintDescriptors {
@@ -166,36 +188,18 @@ async fn undecodable_protobuf_is_internal_and_names_the_field() {
         entries: u64,
     }
     let s = start_memory(&[("basic.yaml", BASIC)], Options::default()).await;
-    let path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
     let mut grpc = crate::support::raw_grpc(s.addr).await;
-    let codec = tonic_prost::ProstCodec::<VarintDescriptors, RateLimitResponse>::default();
-    let status = grpc
-        .unary(
-            tonic::Request::new(VarintDescriptors { descriptors: 1 }),
-            http::uri::PathAndQuery::from_static(path),
-            codec,
-        )
-        .await
-        .expect_err("refused");
+    let status = refused(&mut grpc, VarintDescriptors { descriptors: 1 }).await;
     assert_eq!(status.code(), GrpcCode::Internal);
     assert_eq!(
         status.message(),
         "failed to decode Protobuf message: descriptors: invalid wire type: Varint (expected LengthDelimited)"
     );
-    grpc.ready().await.expect("ready");
-    let codec = tonic_prost::ProstCodec::<VarintEntries, RateLimitResponse>::default();
     let request = VarintEntries {
         domain: b"test-domain".to_vec(),
         descriptor: Some(VarintDescriptors1 { entries: 3 }),
     };
-    let status = grpc
-        .unary(
-            tonic::Request::new(request),
-            http::uri::PathAndQuery::from_static(path),
-            codec,
-        )
-        .await
-        .expect_err("refused");
+    let status = refused(&mut grpc, request).await;
     assert_eq!(status.code(), GrpcCode::Internal);
     assert_eq!(
         status.message(),
