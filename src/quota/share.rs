@@ -10,7 +10,8 @@
 //! report interval while this stream's is fresh, so their demand is taken as at least this
 //! stream's own times the ratio of theirs to its last seen, up to one report's worth above the
 //! count: the stream that reports first does not see itself as more of the demand than it
-//! is (in a bucket's first window, nearly all of it). What
+//! is (in a bucket's first window, nearly all of it); others it has not seen before count as
+//! busy as itself until they have reported. What
 //! the stream has not yet used of its part (at most
 //! `remaining`) is paced over the time left as a token bucket. Summed over the streams these
 //! entitlements are `remaining` (the shares sum to one), so pacing them spends the window's
@@ -91,8 +92,17 @@ impl ShareInput {
     /// that it last saw (in the previous window, or at its previous report), but never more
     /// than one of its report intervals' worth above the count (its latest report's demand
     /// times that ratio): others that have gone, or slowed, weigh for one interval at most.
+    /// Others it had not seen at all (no ratio yet: it reported first, or its stream is new)
+    /// are taken to have asked as much as it did in its latest report: their count is their
+    /// first request, and taken as it stands it let two Envoys of a bucket that appeared late
+    /// in a window each pace the whole budget (159 of 120 admitted in the simulation).
     fn others_now(&self) -> f64 {
         let counted = self.all_demand.0.saturating_sub(self.own_demand.0) as f64;
+        if self.others_per_own == 0.0 && counted > 0.0 {
+            // Others it has not seen before: their pace is unknown, taken as its own over
+            // one report.
+            return counted + self.last_demand as f64;
+        }
         let expected = self.own_demand.0 as f64 * self.others_per_own;
         let at_most = self.last_demand as f64 * self.others_per_own;
         let unreported = (expected - counted).max(0.0).min(at_most);

@@ -171,12 +171,23 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
         ..first
     };
     assert!((cold.share() - 0.5).abs() < 1e-9, "{}", cold.share());
-    // With no ratio seen, nothing is added.
+    // With no ratio seen (this stream reported first and saw nobody), an other it now sees is
+    // taken to be as busy as itself over its latest report (18), not as the one request counted.
     let unknown = ShareInput {
         others_per_own: 0.0,
         ..cold
     };
-    assert!(unknown.share() > 0.9, "{}", unknown.share());
+    assert!(
+        (unknown.share() - 18.0 / 37.0).abs() < 1e-9,
+        "{}",
+        unknown.share()
+    );
+    // Alone (nobody else counted), it is all of the demand.
+    let alone = ShareInput {
+        all_demand: (18, 0),
+        ..unknown
+    };
+    assert!((alone.share() - 1.0).abs() < 1e-9, "{}", alone.share());
 }
 
 #[test]

@@ -210,3 +210,39 @@ async fn the_small_envoy_gets_its_share_after_its_replica_restarts() {
         assert_shared_by_demand(&result);
     }
 }
+
+#[tokio::test]
+async fn a_bucket_that_appears_late_in_a_window_does_not_overrun_it() {
+    // 16 and 4 requests a second from 10 to 20 s before a window's end, reports every 5 s, in
+    // both orders 10 ms apart, and with the small one's replica down for the 2 s after its
+    // first second (as in the real-Envoy test). Each stream's first report (one request) and
+    // its second see the other only as its first request, or not at all: both used to pace
+    // the whole window's budget over the time left, and the first window took up to 159 of
+    // 120. An Envoy the stream has not seen before is now taken to be as busy as itself until
+    // it has reported: the first window is under its limit, and the next ones shared by demand.
+    for start_ms in [40_000, 44_000, 46_000, 50_000] {
+        for (a, b) in [(0, 10), (10, 0)] {
+            for restart in [false, true] {
+                let s = RlqsSettings::default();
+                let from = move |rate: f64| move |t: u64| if t >= start_ms { rate } else { 0.0 };
+                let phase = start_ms % 5_000;
+                let mut small = SimEnvoy::new(from(4.0), phase + b, s).reporting_every(5_000);
+                if restart {
+                    small = small.restarted(start_ms + 1_000, start_ms + 3_000);
+                }
+                let envoys = vec![
+                    SimEnvoy::new(from(16.0), phase + a, s).reporting_every(5_000),
+                    small,
+                ];
+                let result = simulate(envoys, 3).await;
+                let name = format!(
+                    "16 and 4 req/s from {start_ms} ms, phases {a} and {b} ms, restart {restart}"
+                );
+                print_table(&name, 120, &result);
+                let first: u64 = result[0].iter().map(|e| e.admitted).sum();
+                assert!(first <= 120 + 12, "{name}: {first} admitted of 120");
+                assert_shared_by_demand(&result[1..]);
+            }
+        }
+    }
+}
