@@ -192,8 +192,12 @@ pub(super) fn assign(
     };
     let first_counted = tracked.window_end_ms().is_none();
     tracked.add_demand(window.period, window.start, split);
-    if let (true, Some(counts)) = (first_counted, &counts) {
-        tracked.add_unseen(counts);
+    match (first_counted, &counts) {
+        (true, Some(counts)) => tracked.note_unseen(counts),
+        (false, Some(counts)) => {
+            tracked.add_unseen(counts, split.demand.saturating_add(split.earlier_demand))
+        }
+        _ => {}
     }
     tracked.seen_all = demand_now;
     let input = ShareInput {

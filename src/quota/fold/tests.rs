@@ -86,12 +86,21 @@ fn counted(demand_now: u64, demand_before: u64, used: u64) -> Counts {
     }
 }
 
-/// `report`, heard at 70 s, counted as the stream's first in the 60 s window from 60 s, with
-/// the store's `counts` of that window.
-fn count_first_window(t: &mut Tracked, report: &Usage, counts: Counts) {
-    t.heard(report, 70_000);
-    t.add_demand(60, 60, Split::at(report, 60_000, 70_000));
-    t.add_unseen(&counts);
+/// `report`, heard at `at_ms`, counted as the stream's first in the 60 s window from 60 s,
+/// with the store's `counts` of that window.
+fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: Counts) {
+    t.heard(report, at_ms);
+    t.add_demand(60, 60, Split::at(report, 60_000, at_ms));
+    t.note_unseen(&counts);
+}
+
+/// `report`, heard at `at_ms` in the 60 s window from `start` s, counted as the stream's next
+/// report, with the store's `counts` after it.
+fn count_next(t: &mut Tracked, report: &Usage, at_ms: u64, start: u64, counts: Counts) {
+    t.heard(report, at_ms);
+    let split = Split::at(report, start * 1_000, at_ms);
+    t.add_demand(60, start, split);
+    t.add_unseen(&counts, split.demand + split.earlier_demand);
 }
 
 #[test]
@@ -100,37 +109,98 @@ fn a_bucket_from_elsewhere_brings_its_unseen_demand_at_its_pace() {
     // second): before 65 s this stream saw nothing of a bucket that existed. Its 60 s window
     // began at 60 s: 5 s unseen there (10 requests, 8 allowed), the 60 s before all unseen.
     let mut t = Tracked::default();
-    count_first_window(&mut t, &usage(8, 2, 5_000), counted(1_000, 1_000, 1_000));
-    assert_eq!(t.demand, (10 + 10, 120));
-    assert_eq!(t.allowed, 8 + 8);
+    let report = usage(8, 2, 5_000);
+    count_first_window(&mut t, &report, 70_000, counted(1_000, 1_000, 1_000));
+    // Nothing is added until the next report says what part of the demand is its own.
+    assert_eq!((t.demand, t.allowed), ((10, 0), 8));
+    // Half of every stream's demand since (10 of 20): at most half of the 990 requests beyond
+    // its own, and at most its pace over the time before: the pace.
+    count_next(&mut t, &report, 75_000, 60, counted(1_020, 1_000, 1_016));
+    assert_eq!(t.demand, (10 + 10 + 10, 120));
+    assert_eq!(t.allowed, 8 + 8 + 8);
     // The next window is seen whole.
-    t.heard(&usage(8, 2, 5_000), 125_000);
-    t.add_demand(60, 120, Split::at(&usage(8, 2, 5_000), 120_000, 125_000));
-    assert_eq!((t.demand, t.allowed), ((10, 20), 8));
+    count_next(&mut t, &report, 125_000, 120, counted(10, 2_000, 8));
+    assert_eq!((t.demand, t.allowed), ((10, 30), 8));
+}
+
+#[test]
+fn a_bucket_only_seconds_old_when_its_stream_broke_brings_only_its_part() {
+    // First heard at 110 s, 4 requests a second over the 5 s before; 45 s of the window before
+    // that would be 180 at that pace. The store holds 82 beyond its own; between this report
+    // and the next, its 20 are a fifth of every stream's 100: 16 of the 82 were its own (the
+    // pace alone took all 82, and the data plane for the maker of the window's demand).
+    let mut t = Tracked::default();
+    let report = usage(6, 14, 5_000);
+    count_first_window(&mut t, &report, 110_000, counted(102, 0, 27));
+    count_next(&mut t, &report, 115_000, 60, counted(202, 0, 60));
+    assert_eq!(t.demand, (20 + 20 + 16, 0));
+    // Allowed: a fifth of the 21 beyond its own.
+    assert_eq!(t.allowed, 6 + 6 + 4);
+    // The next report in the following window (at 123 s, 3 of its 5 s in it): what was
+    // unseen is the previous window's. Every stream's demand since: 40 more in the first
+    // window (8 of them its own), 60 in this one (12 its own): its part is 20 of 100 again.
+    let mut t = Tracked::default();
+    count_first_window(&mut t, &report, 118_000, counted(102, 0, 27));
+    count_next(&mut t, &report, 123_000, 120, counted(60, 102 + 40, 12));
+    assert_eq!(t.demand, (12, 20 + 8 + 16));
+    assert_eq!(t.allowed, 3);
 }
 
 #[test]
 fn unseen_demand_is_never_more_than_the_store_holds_beyond_the_streams_own() {
-    // The same report; the store holds 4 more requests now (3 allowed) and 50 before.
+    // The same report; the store holds 4 more requests now (3 allowed) and 50 before, and
+    // nobody else asks for anything after it.
     let report = usage(8, 2, 5_000);
     let mut t = Tracked::default();
-    count_first_window(&mut t, &report, counted(10 + 4, 50, 8 + 3));
-    assert_eq!((t.demand, t.allowed), ((10 + 4, 50), 8 + 3));
+    count_first_window(&mut t, &report, 70_000, counted(10 + 4, 50, 8 + 3));
+    count_next(
+        &mut t,
+        &report,
+        75_000,
+        60,
+        counted(10 + 4 + 10, 50, 8 + 3 + 8),
+    );
+    assert_eq!((t.demand, t.allowed), ((20 + 4, 50), 16 + 3));
     // A store with nothing but this report: the data plane had no bucket before it.
     let mut t = Tracked::default();
-    count_first_window(&mut t, &report, counted(10, 0, 8));
-    assert_eq!((t.demand, t.allowed), ((10, 0), 8));
+    count_first_window(&mut t, &report, 70_000, counted(10, 0, 8));
+    count_next(&mut t, &report, 75_000, 60, counted(20, 0, 16));
+    assert_eq!((t.demand, t.allowed), ((20, 0), 16));
 }
 
 #[test]
 fn a_new_bucket_or_one_heard_of_before_has_nothing_unseen() {
     // A bucket's first report in the data plane covers no time: there was nothing before.
     let mut t = Tracked::default();
-    count_first_window(&mut t, &usage(1, 0, 0), counted(1_000, 1_000, 1_000));
+    count_first_window(
+        &mut t,
+        &usage(1, 0, 0),
+        70_000,
+        counted(1_000, 1_000, 1_000),
+    );
+    count_next(
+        &mut t,
+        &usage(0, 0, 0),
+        71_000,
+        60,
+        counted(1_000, 1_000, 1_000),
+    );
     assert_eq!((t.demand, t.allowed), ((1, 0), 1));
     // Later reports covering time are not the first the stream hears.
     let mut t = Tracked::default();
     t.heard(&usage(1, 0, 0), 64_000);
-    count_first_window(&mut t, &usage(8, 2, 5_000), counted(1_000, 1_000, 1_000));
-    assert_eq!((t.demand, t.allowed), ((10, 0), 8));
+    count_first_window(
+        &mut t,
+        &usage(8, 2, 5_000),
+        70_000,
+        counted(1_000, 1_000, 1_000),
+    );
+    count_next(
+        &mut t,
+        &usage(8, 2, 5_000),
+        75_000,
+        60,
+        counted(1_010, 1_000, 1_008),
+    );
+    assert_eq!((t.demand, t.allowed), ((20, 0), 16));
 }
