@@ -18,11 +18,22 @@ mod tracked;
 
 pub(super) use tracked::Tracked;
 
-/// A usage's parts in the current window and before it. A report covers `elapsed_ms` up to now;
-/// the requests are taken as spread evenly over it, so a report that straddles a window's start
-/// counts only its share after that start in the new window. The part before goes to the
-/// previous window's demand (it still weighs in shares); its allowed requests are not added to
-/// a window that has ended, where no decision reads them.
+/// A usage's parts in the current window and before it. A report covers the time since the
+/// data plane's previous report up to now; the requests are taken as spread evenly over it, so a
+/// report that straddles a window's start counts only its share after that start in the new
+/// window. The part before goes to the previous window's demand (it still weighs in shares); its
+/// allowed requests are not added to a window that has ended, where no decision reads them.
+///
+/// Two things the stream knows make the split better than even (`Known`): the time covered is
+/// measured from the stream's previous report when there was one (Envoy truncates
+/// `time_elapsed` to whole seconds: its 5-s reports say 4 s half the time, which put a fifth of
+/// the report on the wrong side of the start), and the assignment pushed when the window ended
+/// bounds what can have been allowed since: split evenly, a real Envoy's admissions under a
+/// fast bucket in the last seconds of a window were charged to the new one, which then gave it
+/// less (51 of a limit of 56 in a window). The assignment held before the start bounds what was
+/// allowed there too, but that bound alone (counting one data plane's admissions after a
+/// `DenyAll` in the new window, while another's fast bucket before it is still split evenly)
+/// left the small Envoy of the simulation a request short of its share.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Split {
     /// Allowed requests in the current window.
@@ -33,12 +44,28 @@ pub(super) struct Split {
     pub(super) earlier_demand: u64,
 }
 
+/// What the stream knows of the time a report covers, beyond the report.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Known {
+    /// When its previous report of the bucket came (ms since the epoch).
+    pub(super) previous_report_ms: Option<u64>,
+    /// The assignment the data plane has held since the window's start (pushed when the
+    /// window ended), if any.
+    pub(super) since_start: Option<Assignment>,
+}
+
 impl Split {
     /// `usage` split at the start (ms) of the window `now_ms` is in.
-    pub(super) fn at(usage: &Usage, window_start_ms: u64, now_ms: u64) -> Split {
+    pub(super) fn at(usage: &Usage, window_start_ms: u64, now_ms: u64, known: Known) -> Split {
         let total = usage.allowed.saturating_add(usage.denied);
         let inside = now_ms.saturating_sub(window_start_ms);
-        if usage.elapsed_ms <= inside {
+        // Envoy's whole seconds: the time since the previous report, when it is what was
+        // truncated.
+        let covered = match known.previous_report_ms.map(|ms| now_ms.saturating_sub(ms)) {
+            Some(gap) if (usage.elapsed_ms..usage.elapsed_ms + 1_000).contains(&gap) => gap,
+            _ => usage.elapsed_ms,
+        };
+        if covered <= inside {
             return Split {
                 allowed: usage.allowed,
                 demand: total,
@@ -46,12 +73,16 @@ impl Split {
             };
         }
         let part = |n: u64| {
-            let scaled = u128::from(n) * u128::from(inside) / u128::from(usage.elapsed_ms);
+            let scaled = u128::from(n) * u128::from(inside) / u128::from(covered);
             u64::try_from(scaled).unwrap_or(n)
         };
         let demand = part(total);
+        let at_most = known
+            .since_start
+            .and_then(|a| a.admits_at_most(inside))
+            .unwrap_or(usage.allowed);
         Split {
-            allowed: part(usage.allowed),
+            allowed: part(usage.allowed).min(at_most),
             demand,
             earlier_demand: total - demand,
         }
@@ -68,12 +99,13 @@ pub(super) struct Placed {
 }
 
 impl Placed {
-    /// `usage` of a limit of `period` seconds, reported at `now_ms`.
-    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64) -> Placed {
+    /// `usage` of a limit of `period` seconds, reported at `now_ms`, with what the stream
+    /// `known` of the time it covers.
+    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64, known: Known) -> Placed {
         let window = Window::of(period, now_ms / 1_000);
         Placed {
             window,
-            split: Split::at(usage, window.start * 1_000, now_ms),
+            split: Split::at(usage, window.start * 1_000, now_ms, known),
         }
     }
 }

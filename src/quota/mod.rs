@@ -62,6 +62,30 @@ impl Assignment {
         }
     }
 
+    /// The most requests a data plane holding this assignment can allow in `ms` milliseconds
+    /// from when it was sent: none under `DenyAll`, a token bucket's capacity and its refill;
+    /// `None` when there is no bound (`AllowAll`, or past the TTL, where the data plane's own
+    /// fallback applies).
+    pub fn admits_at_most(&self, ms: u64) -> Option<u64> {
+        if ms > self.ttl_seconds().saturating_mul(1_000) {
+            return None;
+        }
+        match *self {
+            Assignment::AllowAll { .. } => None,
+            Assignment::DenyAll { .. } => Some(0),
+            Assignment::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_seconds,
+                ..
+            } => {
+                let interval_ms = u64::from(fill_interval_seconds).max(1) * 1_000;
+                let refill = (u64::from(tokens_per_fill) * ms).div_ceil(interval_ms);
+                Some(u64::from(max_tokens) + refill)
+            }
+        }
+    }
+
     /// Seconds the assignment lives without a renewal.
     pub fn ttl_seconds(&self) -> u64 {
         match *self {

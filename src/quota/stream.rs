@@ -136,7 +136,10 @@ impl QuotaStream {
             .iter()
             .zip(&resolved)
             .map(|(u, r)| match r {
-                Resolution::Counted { period, .. } => Some(Placed::at(u, *period, now_ms)),
+                Resolution::Counted { period, .. } => {
+                    let known = self.buckets.get(&u.bucket).map(Tracked::known);
+                    Some(Placed::at(u, *period, now_ms, known.unwrap_or_default()))
+                }
                 _ => None,
             })
             .collect();
@@ -158,7 +161,7 @@ impl QuotaStream {
             tracked.heard(u, now_ms);
             let (assignment, usage) =
                 assign(&self.settings, tracked, r, bucket_counts, shadow, now_ms);
-            tracked.held = Some(assignment);
+            tracked.reported(assignment, now_ms);
             out.push(Decided {
                 bucket: u.bucket.clone(),
                 assignment,
@@ -228,6 +231,7 @@ impl QuotaStream {
             let (assignment, usage) =
                 assign(&self.settings, tracked, resolution, counts, shadow, now_ms);
             tracked.held = Some(assignment);
+            tracked.refreshed = true;
             if held != Some(assignment) {
                 out.push(Decided {
                     bucket: bucket.clone(),

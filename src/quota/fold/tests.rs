@@ -12,7 +12,7 @@ fn usage(allowed: u64, denied: u64, elapsed_ms: u64) -> Usage {
 
 #[test]
 fn a_report_inside_its_window_counts_whole() {
-    let split = Split::at(&usage(8, 2, 5_000), 60_000, 70_000);
+    let split = Split::at(&usage(8, 2, 5_000), 60_000, 70_000, Known::default());
     assert_eq!(
         split,
         Split {
@@ -22,13 +22,16 @@ fn a_report_inside_its_window_counts_whole() {
         }
     );
     // Unknown elapsed time: all of it in the report's window.
-    assert_eq!(Split::at(&usage(8, 2, 0), 60_000, 60_000).demand, 10);
+    assert_eq!(
+        Split::at(&usage(8, 2, 0), 60_000, 60_000, Known::default()).demand,
+        10
+    );
 }
 
 #[test]
 fn a_report_straddling_a_window_start_counts_its_part_after_it() {
     // 5 s covered, 2 s of them in the new window: 2/5 of 10 allowed, of 20 demand.
-    let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000);
+    let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000, Known::default());
     assert_eq!(
         split,
         Split {
@@ -38,8 +41,65 @@ fn a_report_straddling_a_window_start_counts_its_part_after_it() {
         }
     );
     // Reported right at the start: all of it before.
-    let at_start = Split::at(&usage(10, 10, 5_000), 60_000, 60_000);
+    let at_start = Split::at(&usage(10, 10, 5_000), 60_000, 60_000, Known::default());
     assert_eq!((at_start.allowed, at_start.earlier_demand), (0, 20));
+}
+
+#[test]
+fn the_time_covered_is_measured_from_the_previous_report_when_envoy_truncated_it() {
+    // Envoy says 4 s for a report 4.9 s after its previous one: 2 s of 4.9 are in the new
+    // window, not 2 of 4 (10 allowed of 20: 4, not 5; demand 8, not 10).
+    let known = Known {
+        previous_report_ms: Some(57_100),
+        ..Known::default()
+    };
+    let split = Split::at(&usage(10, 10, 4_000), 60_000, 62_000, known);
+    assert_eq!((split.allowed, split.demand), (4, 8));
+    // A previous report further back than the truncation explains: the data plane's own word.
+    let long_ago = Known {
+        previous_report_ms: Some(50_000),
+        ..Known::default()
+    };
+    let split = Split::at(&usage(10, 10, 4_000), 60_000, 62_000, long_ago);
+    assert_eq!((split.allowed, split.demand), (5, 10));
+}
+
+#[test]
+fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed() {
+    // 5 s covered, 2 s of them in the new window; 10 allowed, 10 denied. The bucket pushed
+    // when the window ended holds 1 token and refills 30 a minute: at most 2 in 2 s.
+    let slow = Known {
+        since_start: Some(Assignment::TokenBucket {
+            max_tokens: 1,
+            tokens_per_fill: 30,
+            fill_interval_seconds: 60,
+            ttl_seconds: 10,
+        }),
+        ..Known::default()
+    };
+    let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000, slow);
+    assert_eq!(
+        (split.allowed, split.demand, split.earlier_demand),
+        (2, 8, 12)
+    );
+    // Denied since the start: nothing allowed in the new window.
+    let denied = Known {
+        since_start: Some(Assignment::DenyAll { ttl_seconds: 5 }),
+        ..Known::default()
+    };
+    assert_eq!(
+        Split::at(&usage(10, 10, 5_000), 60_000, 62_000, denied).allowed,
+        0
+    );
+    // Allow-all says nothing: the even share.
+    let open = Known {
+        since_start: Some(Assignment::AllowAll { ttl_seconds: 5 }),
+        ..Known::default()
+    };
+    assert_eq!(
+        Split::at(&usage(10, 10, 5_000), 60_000, 62_000, open).allowed,
+        4
+    );
 }
 
 #[test]
@@ -62,7 +122,11 @@ fn demand_rolls_into_the_previous_window_only_when_windows_follow() {
 #[test]
 fn a_new_window_starts_unused_with_the_demand_last_read() {
     let mut t = Tracked::default();
-    t.add_demand(60, 60, Split::at(&usage(3, 1, 0), 60_000, 70_000));
+    t.add_demand(
+        60,
+        60,
+        Split::at(&usage(3, 1, 0), 60_000, 70_000, Known::default()),
+    );
     t.seen_all = 50;
     let before = |period, now| t.carried_over(Window::of(period, now)).demand_before;
     let at_start = t.carried_over(Window::of(60, 120));
@@ -90,7 +154,7 @@ fn counted(demand_now: u64, demand_before: u64, used: u64) -> Counts {
 /// with the store's `counts` of that window.
 fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: Counts) {
     t.heard(report, at_ms);
-    t.add_demand(60, 60, Split::at(report, 60_000, at_ms));
+    t.add_demand(60, 60, Split::at(report, 60_000, at_ms, Known::default()));
     t.note_unseen(&counts);
 }
 
@@ -98,7 +162,7 @@ fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: Count
 /// report, with the store's `counts` after it.
 fn count_next(t: &mut Tracked, report: &Usage, at_ms: u64, start: u64, counts: Counts) {
     t.heard(report, at_ms);
-    let split = Split::at(report, start * 1_000, at_ms);
+    let split = Split::at(report, start * 1_000, at_ms, Known::default());
     t.add_demand(60, start, split);
     t.add_unseen(&counts, split.demand + split.earlier_demand);
 }

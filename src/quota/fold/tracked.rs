@@ -4,7 +4,7 @@
 //!
 //! Must not touch: the store, protobuf types (`fold` computes the assignment from this).
 
-use super::{Counts, Placed, Split};
+use super::{Counts, Known, Placed, Split};
 use crate::limiter::Window;
 use crate::quota::Assignment;
 use crate::quota::share::FILL_INTERVAL_SECONDS;
@@ -14,6 +14,10 @@ use crate::quota::usage::Usage;
 #[derive(Debug, Default)]
 pub(in crate::quota) struct Tracked {
     pub(in crate::quota) held: Option<Assignment>,
+    /// `held` was pushed when a window ended, and no report has come since.
+    pub(in crate::quota) refreshed: bool,
+    /// When the stream's latest report of the bucket came (ms since the epoch).
+    pub(in crate::quota) reported_ms: Option<u64>,
     period: u64,
     window_start: u64,
     pub(super) demand: (u64, u64),
@@ -163,6 +167,22 @@ impl Tracked {
         }
     }
 
+    /// What the stream knows of the time its next report covers: when the previous came, and
+    /// after a window-end refresh, the assignment held since the window's start.
+    pub(in crate::quota) fn known(&self) -> Known {
+        Known {
+            previous_report_ms: self.reported_ms,
+            since_start: self.refreshed.then_some(self.held).flatten(),
+        }
+    }
+
+    /// Notes a report's assignment, sent at `now_ms`.
+    pub(in crate::quota) fn reported(&mut self, assignment: Assignment, now_ms: u64) {
+        self.held = Some(assignment);
+        self.refreshed = false;
+        self.reported_ms = Some(now_ms);
+    }
+
     /// When the window of the last counted report ends (ms since the epoch); `None` for a
     /// bucket that is not counted.
     pub(in crate::quota) fn window_end_ms(&self) -> Option<u64> {
@@ -192,6 +212,8 @@ impl Tracked {
     pub(super) fn uncounted(&mut self) {
         *self = Tracked {
             held: self.held,
+            refreshed: self.refreshed,
+            reported_ms: self.reported_ms,
             heard_of: self.heard_of,
             ..Tracked::default()
         };
