@@ -234,37 +234,17 @@ fn unseen_demand_is_never_more_than_the_store_holds_beyond_the_streams_own() {
 
 #[test]
 fn a_new_bucket_or_one_heard_of_before_has_nothing_unseen() {
+    let store = counted(1_000, 1_000, 1_000);
     // A bucket's first report in the data plane covers no time: there was nothing before.
     let mut t = Tracked::default();
-    count_first_window(
-        &mut t,
-        &usage(1, 0, 0),
-        70_000,
-        counted(1_000, 1_000, 1_000),
-    );
-    count_next(
-        &mut t,
-        &usage(0, 0, 0),
-        71_000,
-        60,
-        counted(1_000, 1_000, 1_000),
-    );
+    count_first_window(&mut t, &usage(1, 0, 0), 70_000, store);
+    count_next(&mut t, &usage(0, 0, 0), 71_000, 60, store);
     assert_eq!((t.demand, t.allowed), ((1, 0), 1));
     // Later reports covering time are not the first the stream hears.
     let mut t = Tracked::default();
+    let report = usage(8, 2, 5_000);
     t.heard(&usage(1, 0, 0), 64_000);
-    count_first_window(
-        &mut t,
-        &usage(8, 2, 5_000),
-        70_000,
-        counted(1_000, 1_000, 1_000),
-    );
-    count_next(
-        &mut t,
-        &usage(8, 2, 5_000),
-        75_000,
-        60,
-        counted(1_010, 1_000, 1_008),
-    );
+    count_first_window(&mut t, &report, 70_000, store);
+    count_next(&mut t, &report, 75_000, 60, counted(1_010, 1_000, 1_008));
     assert_eq!((t.demand, t.allowed), ((20, 0), 16));
 }

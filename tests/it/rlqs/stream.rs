@@ -388,10 +388,12 @@ async fn replicas_share_one_count<S: Into<turnstile::app::Store>>(
         .report("rlqs", &[(&bucket, 1, 4)])
         .await
         .expect("answer");
-    // B sees A's count: 4 of 5 used, one left. B's part of the window is 5 × 5/12 (its share
-    // of demand) ≈ 2.1, of which it used 1: the one left, in a new bucket of one token (which
-    // starts full), and the slowest refill after it (one a minute).
-    assert_eq!(kind(&r, 0), "tb 1/60s max 1 ttl 10s");
+    // B sees A's count: 4 of 5 used, one left. B's stream had not seen A before, so A also
+    // counts as having asked as much as B since its report (5 more): B's share of demand is
+    // 5/17, its part of the window 5 × 5/17 ≈ 1.5, of which it used 1: less than a request
+    // left of its part, denied until the window ends. (Alone, B's part would be all 5, 4 of
+    // them left: a token bucket.)
+    assert_eq!(kind(&r, 0), "deny ttl 20s");
     // A reports the last one: the budget is spent on both replicas.
     let r = on_a
         .report("rlqs", &[(&bucket, 1, 0)])
