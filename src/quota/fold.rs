@@ -62,7 +62,11 @@ impl Split {
         // Envoy's whole seconds: the time since the previous report, when it is what was
         // truncated.
         let covered = match known.previous_report_ms.map(|ms| now_ms.saturating_sub(ms)) {
-            Some(gap) if (usage.elapsed_ms..usage.elapsed_ms + 1_000).contains(&gap) => gap,
+            Some(gap)
+                if (usage.elapsed_ms..usage.elapsed_ms.saturating_add(1_000)).contains(&gap) =>
+            {
+                gap
+            }
             _ => usage.elapsed_ms,
         };
         if covered <= inside {

@@ -80,8 +80,10 @@ impl Assignment {
                 ..
             } => {
                 let interval_ms = u64::from(fill_interval_seconds).max(1) * 1_000;
-                let refill = (u64::from(tokens_per_fill) * ms).div_ceil(interval_ms);
-                Some(u64::from(max_tokens) + refill)
+                let refill = u64::from(tokens_per_fill)
+                    .saturating_mul(ms)
+                    .div_ceil(interval_ms);
+                Some(u64::from(max_tokens).saturating_add(refill))
             }
         }
     }

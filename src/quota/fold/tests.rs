@@ -65,6 +65,29 @@ fn the_time_covered_is_measured_from_the_previous_report_when_envoy_truncated_it
 }
 
 #[test]
+fn extreme_times_and_rates_saturate_instead_of_overflowing() {
+    // A client may say its report covers u64::MAX ms; an assignment may refill u32::MAX a
+    // second for a year.
+    let known = Known {
+        previous_report_ms: Some(0),
+        since_start: Some(Assignment::TokenBucket {
+            max_tokens: u32::MAX,
+            tokens_per_fill: u32::MAX,
+            fill_interval_seconds: 1,
+            ttl_seconds: u64::MAX,
+        }),
+    };
+    let split = Split::at(&usage(10, 10, u64::MAX), 60_000, 62_000, known);
+    assert_eq!(
+        (split.allowed, split.demand, split.earlier_demand),
+        (0, 0, 20)
+    );
+    let year_ms = 366 * 86_400_000;
+    let huge = known.since_start.and_then(|a| a.admits_at_most(year_ms));
+    assert_eq!(huge, Some(u64::from(u32::MAX) + u64::MAX.div_ceil(1_000)));
+}
+
+#[test]
 fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed() {
     // 5 s covered, 2 s of them in the new window; 10 allowed, 10 denied. The bucket pushed
     // when the window ended holds 1 token and refills 30 a minute: at most 2 in 2 s.

@@ -122,7 +122,10 @@ impl Tracked {
         let follows = first.window_start + self.period == self.window_start;
         let all_since = match (same, follows) {
             (true, _) => counts.demand_now.saturating_sub(first.all),
-            (false, true) => counts.demand_before.saturating_sub(first.all) + counts.demand_now,
+            (false, true) => counts
+                .demand_before
+                .saturating_sub(first.all)
+                .saturating_add(counts.demand_now),
             (false, false) => return,
         };
         let part = if all_since > 0 {
@@ -135,12 +138,15 @@ impl Tracked {
         let (in_first, allowed) = unseen.between(start_ms, u64::MAX);
         let (before_first, _) = unseen.between(start_ms.saturating_sub(period_ms), start_ms);
         let (beyond_now, beyond_before, beyond_used) = first.beyond;
+        let add = |to: &mut u64, estimate: u64, beyond: u64| {
+            *to = to.saturating_add(estimate.min(of(beyond)));
+        };
         if same {
-            self.demand.0 += in_first.min(of(beyond_now));
-            self.demand.1 += before_first.min(of(beyond_before));
-            self.allowed += allowed.min(of(beyond_used));
+            add(&mut self.demand.0, in_first, beyond_now);
+            add(&mut self.demand.1, before_first, beyond_before);
+            add(&mut self.allowed, allowed, beyond_used);
         } else {
-            self.demand.1 += in_first.min(of(beyond_now));
+            add(&mut self.demand.1, in_first, beyond_now);
         }
     }
 
