@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use turnstile::rls::request_from_pb;
 use turnstile::http::json_request;
+use turnstile::rls::request_from_pb;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = json_request(data) {

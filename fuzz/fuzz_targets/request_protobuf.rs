@@ -26,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(request) = RateLimitRequest::decode(data) {
         let official = request_from_pb(&request);
         let served = decode_request(data).map(|d| d.validate());
-        assert_eq!(official, served.expect("a valid request decodes leniently too"));
+        assert_eq!(
+            official,
+            served.expect("a valid request decodes leniently too")
+        );
     }
 });

@@ -1,17 +1,18 @@
 //! Any bytes as an RLQS usage report, decoded, validated and converted as the RLQS edge does,
-//! then folded into an in-process store and assigned on a fresh stream, and the assignments
-//! encoded: a report is refused naming the field or answered for every bucket; nothing panics.
+//! then folded into an in-process store and assigned on a fresh stream (three times: first,
+//! next, and across a window's end), and the assignments encoded: a report is refused naming
+//! the field or answered for every bucket; nothing panics.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use tonic::{Code, Status};
 use turnstile::clock::ManualClock;
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::limiter::Limiter;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
-use tonic::{Code, Status};
 use turnstile::quota::{QuotaError, QuotaStream};
 use turnstile::rlqs::{refusal, response_to_pb, usages_from_pb};
 use turnstile::rules::RuleSet;
@@ -23,9 +24,12 @@ const RULES: &str = "domain: rlqs\ndescriptors:\n  - key: user\n    rate_limit: 
 fn rules() -> &'static RuleSet {
     static RULES_SET: OnceLock<RuleSet> = OnceLock::new();
     RULES_SET.get_or_init(|| {
-        parse_files(&[("rlqs.yaml".into(), RULES.into())], LoadOptions::default())
-            .expect("rules")
-            .rules
+        parse_files(
+            &[("rlqs.yaml".into(), RULES.into())],
+            LoadOptions::default(),
+        )
+        .expect("rules")
+        .rules
     })
 }
 
@@ -59,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     assert_eq!(usages.len(), reported);
-    assert!(usages.iter().all(|u| u.bucket.bytes() <= settings.max_bucket_id_bytes));
+    assert!(
+        usages
+            .iter()
+            .all(|u| u.bucket.bytes() <= settings.max_bucket_id_bytes)
+    );
     let clock = ManualClock::new(1_796_000_000);
     let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
     let limiter = Limiter::new(store, Arc::new(clock), Default::default());
@@ -67,15 +75,25 @@ fuzz_target!(|data: &[u8]| {
         .build()
         .expect("runtime");
     let mut stream = QuotaStream::new(settings);
-    match runtime.block_on(stream.on_report(&domain, usages, rules(), &limiter, 1_796_000_000_500)) {
-        Ok(decided) => {
-            assert!(decided.len() <= reported);
-            assert_eq!(response_to_pb(&decided).bucket_action.len(), decided.len());
+    // The same report three times on one stream: as a first report, 4.9 s later (a second
+    // report, measured from the first), and after a window's end and its refresh (a report
+    // straddling that start).
+    for at_ms in [1_796_000_000_500, 1_796_000_005_400, 1_796_000_062_000] {
+        if at_ms == 1_796_000_062_000 {
+            let refreshed = stream.refresh(rules(), false, 1_796_000_060_000);
+            assert!(refreshed.len() <= reported);
         }
-        Err(err @ QuotaError::TooManyBucketBytes { .. }) => {
-            assert!(err.to_string().contains("RLQS_MAX_BUCKET_BYTES"));
+        match runtime.block_on(stream.on_report(&domain, usages.clone(), rules(), &limiter, at_ms))
+        {
+            Ok(decided) => {
+                assert!(decided.len() <= reported);
+                assert_eq!(response_to_pb(&decided).bucket_action.len(), decided.len());
+            }
+            Err(err @ QuotaError::TooManyBucketBytes { .. }) => {
+                assert!(err.to_string().contains("RLQS_MAX_BUCKET_BYTES"));
+            }
+            Err(err) => assert!(!err.to_string().is_empty()),
         }
-        Err(err) => assert!(!err.to_string().is_empty()),
+        assert!(stream.held_bytes() <= settings.max_bucket_bytes);
     }
-    assert!(stream.held_bytes() <= settings.max_bucket_bytes);
 });
