@@ -5,6 +5,7 @@
 mod bounds;
 mod envoy;
 mod per_second;
+mod replicas;
 mod simulation;
 mod stream;
 mod wire;
