@@ -366,19 +366,7 @@ async fn call_with_bytes(
         }],
         hits_addend: 0,
     };
-    let codec = tonic_prost::ProstCodec::<
-        LenientRequest,
-        turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse,
-    >::default();
-    grpc.unary(
-        tonic::Request::new(request),
-        http::uri::PathAndQuery::from_static(
-            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-        ),
-        codec,
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    crate::support::should_rate_limit_raw(&mut grpc, request).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

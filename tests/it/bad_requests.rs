@@ -149,18 +149,9 @@ async fn refused<M>(
 where
     M: prost::Message + Send + Sync + 'static,
 {
-    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-    grpc.ready().await.expect("ready");
-    let codec = tonic_prost::ProstCodec::<M, RateLimitResponse>::default();
-    grpc.unary(
-        tonic::Request::new(message),
-        http::uri::PathAndQuery::from_static(
-            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-        ),
-        codec,
-    )
-    .await
-    .expect_err("refused")
+    crate::support::should_rate_limit_raw(grpc, message)
+        .await
+        .expect_err("refused")
 }
 
 /// A body that is not protobuf of the request's layout: `INTERNAL` (as tonic and the reference

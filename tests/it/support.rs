@@ -304,3 +304,25 @@ pub async fn raw_grpc(addr: SocketAddr) -> tonic::client::Grpc<Channel> {
     grpc.ready().await.expect("ready");
     grpc
 }
+
+/// `message`, whatever its type, sent on `grpc` as a `ShouldRateLimit` request.
+pub async fn should_rate_limit_raw<M>(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    message: M,
+) -> Result<turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse, tonic::Status>
+where
+    M: prost::Message + Send + Sync + 'static,
+{
+    use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<M, RateLimitResponse>::default();
+    grpc.unary(
+        tonic::Request::new(message),
+        http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        codec,
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
