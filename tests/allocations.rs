@@ -47,6 +47,9 @@ use turnstile::storage::memory::MemoryStore;
 #[allow(dead_code, unreachable_pub)]
 #[path = "it/memcached_support.rs"]
 mod memcached_support;
+#[allow(dead_code, unreachable_pub)]
+#[path = "it/ports.rs"]
+mod ports;
 #[allow(dead_code, unused_imports, unreachable_pub)]
 #[path = "it/support.rs"]
 mod support;

@@ -24,6 +24,8 @@ mod modes;
 mod monitoring;
 mod overload;
 mod peers;
+mod ports;
+mod ports_range;
 mod postgres;
 mod postgres_support;
 mod process;

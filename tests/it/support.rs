@@ -261,15 +261,10 @@ pub fn missing(what: &str) {
     eprintln!("SKIPPED: {what} is not installed (TURNSTILE_SKIP_MISSING_PEERS=1)");
 }
 
-/// A free loopback port (bound, then released): only for peers that cannot bind port 0 and
-/// report it (memcached, whose start retries when the port was taken meanwhile, and Envoy's
-/// bootstrap ports). Turnstile itself always binds port 0.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+/// A free loopback port outside the ephemeral range (`ports.rs`): only for peers that cannot
+/// bind port 0 and report it (memcached, whose start retries when the port was taken
+/// meanwhile, redis-server, and Envoy's bootstrap ports). Turnstile itself always binds port 0.
+pub use crate::ports::free_port;
 
 pub use crate::memcached_support::{Memcached, memcached_store, memcached_store_with};
 
