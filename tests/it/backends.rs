@@ -9,9 +9,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::KeyLayout;
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{
-    RedisCluster, RedisProcess, RedisSentinel, SENTINEL_MASTER, redis_store,
-};
+use crate::redis_support::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
 use crate::support::{Memcached, Options, TestServer, memcached_store, start_memory, start_with};
 
 /// Which store a scenario runs on.
@@ -82,12 +80,7 @@ impl Backend {
             Backend::RedisSentinel => {
                 let set = RedisSentinel::start()?;
                 let clock = ManualClock::new(SystemClock.now());
-                let target = RedisTarget::Sentinel {
-                    master: SENTINEL_MASTER.into(),
-                    sentinels: vec![set.sentinel.addr()],
-                    sentinel_auth: None,
-                };
-                let store = redis_store(target, &clock);
+                let store = redis_store(set.target(), &clock);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
                     _memcached: None,

@@ -285,6 +285,11 @@ impl Drop for RedisProcess {
     }
 }
 
+/// How many keys the Redis on `port` holds that match `pattern` (`KEYS`).
+pub fn count_keys(port: u16, pattern: &str) -> Option<usize> {
+    cli(port, &["KEYS", pattern]).map(|k| k.lines().filter(|l| !l.trim().is_empty()).count())
+}
+
 /// `redis-cli -p port args...`, its output.
 pub fn cli(port: u16, args: &[&str]) -> Option<String> {
     let out = Command::new(binary("redis-cli")?)
@@ -359,6 +364,15 @@ pub const SENTINEL_MASTER: &str = "turnstile";
 impl RedisSentinel {
     pub fn start() -> Option<RedisSentinel> {
         Self::start_with(None)
+    }
+
+    /// Turnstile's target for this set: its master through its one Sentinel, no password.
+    pub fn target(&self) -> RedisTarget {
+        RedisTarget::Sentinel {
+            master: SENTINEL_MASTER.into(),
+            sentinels: vec![self.sentinel.addr()],
+            sentinel_auth: None,
+        }
     }
 
     /// The same set speaking TLS everywhere: to clients, between master and replica, and from

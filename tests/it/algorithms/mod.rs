@@ -256,12 +256,7 @@ fn every_algorithm_matches_its_model_through_sentinel() {
     let Some(set) = crate::redis_support::RedisSentinel::start() else {
         return;
     };
-    let target = turnstile::storage::redis::RedisTarget::Sentinel {
-        master: crate::redis_support::SENTINEL_MASTER.into(),
-        sentinels: vec![set.sentinel.addr()],
-        sentinel_auth: None,
-    };
-    models_on_redis(target, 20);
+    models_on_redis(set.target(), 20);
 }
 
 /// The same comparison on PostgreSQL. Turnstile's clock decides there (expiry included), so

@@ -11,7 +11,7 @@ use turnstile::limiter::{KeyLayout, LimiterSettings};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{RedisProcess, cli, redis_store};
+use crate::redis_support::{RedisProcess, cli, count_keys, redis_store};
 use crate::support::{Options, req1, start_with, unique};
 
 mod cluster;
@@ -313,10 +313,7 @@ fn per_second_limits_count_in_the_second_redis() {
         ),
         (99, 99)
     );
-    let keys = |port: u16, key: &str| {
-        cli(port, &["KEYS", &format!("split_{key}_{value}_*")])
-            .map(|k| k.lines().filter(|l| !l.trim().is_empty()).count())
-    };
+    let keys = |port: u16, key: &str| count_keys(port, &format!("split_{key}_{value}_*"));
     assert_eq!(
         keys(second.port, "burst"),
         Some(1),

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
-use turnstile::storage::redis::RedisTarget;
 
 use crate::redis_support::redis_store;
 use crate::support::{Options, req1, start_with};
@@ -15,18 +14,13 @@ use super::RULES;
 /// resumes on the promoted replica without a restart, and no READONLY sticks afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_under_load() {
-    use crate::redis_support::{RedisSentinel, SENTINEL_MASTER};
+    use crate::redis_support::RedisSentinel;
     use std::time::{Duration, Instant};
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
     let clock = ManualClock::new(SystemClock.now());
-    let target = RedisTarget::Sentinel {
-        master: SENTINEL_MASTER.into(),
-        sentinels: vec![set.sentinel.addr()],
-        sentinel_auth: None,
-    };
-    let store = redis_store(target, &clock);
+    let store = redis_store(set.target(), &clock);
     let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Answers counted so far, per caller: the test moves on when calls were answered, not

@@ -9,7 +9,7 @@ use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
 use crate::process::{Process, rules_root};
-use crate::redis_support::{RedisProcess, cli, per_second_env};
+use crate::redis_support::{RedisProcess, count_keys, per_second_env};
 use crate::support::{desc, missing, req, unique};
 
 /// A SECOND limit (over an hour, so that a report and a call share one window) and a MINUTE one.
@@ -78,10 +78,7 @@ async fn rls_and_rlqs_count_a_second_limit_in_one_counter_of_the_per_second_redi
         [96, 96],
         "RLS reads what RLQS counted, on each store"
     );
-    let keys = |port: u16, key: &str| {
-        cli(port, &["KEYS", &format!("split_{key}_{value}_*")])
-            .map(|k| k.lines().filter(|l| !l.trim().is_empty()).count())
-    };
+    let keys = |port: u16, key: &str| count_keys(port, &format!("split_{key}_{value}_*"));
     assert_eq!(
         keys(second.port, "burst"),
         Some(1),

@@ -8,9 +8,7 @@ use turnstile::storage::{Change, CounterStore};
 use turnstile::storage::redis::{RedisStore, RedisTarget};
 
 use super::{Fixture, hit};
-use crate::redis_support::{
-    RedisCluster, RedisProcess, RedisSentinel, SENTINEL_MASTER, redis_store,
-};
+use crate::redis_support::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
 use crate::support::unique;
 
 /// Redis: the same cases on one server, on a 3-master cluster, and through Sentinel; plus the
@@ -39,17 +37,9 @@ async fn cluster() -> Option<Fixture<RedisStore>> {
     ))
 }
 
-fn sentinel_target(set: &RedisSentinel) -> RedisTarget {
-    RedisTarget::Sentinel {
-        master: SENTINEL_MASTER.into(),
-        sentinels: vec![set.sentinel.addr()],
-        sentinel_auth: None,
-    }
-}
-
 async fn sentinel() -> Option<Fixture<RedisStore>> {
     let set = RedisSentinel::start()?;
-    Some(fixture(sentinel_target(&set), Box::new(set)))
+    Some(fixture(set.target(), Box::new(set)))
 }
 
 contract_cases!(single, super::single);
@@ -90,7 +80,7 @@ async fn redis_sentinel_failover() {
         return;
     };
     let clock = ManualClock::new(SystemClock.now());
-    let store = redis_store(sentinel_target(&set), &clock);
+    let store = redis_store(set.target(), &clock);
     // Failover: the master dies, Sentinel promotes the replica, and the same store finds the
     // new master without a restart (calls fail meanwhile; none is answered wrongly).
     let key = unique("failover");
