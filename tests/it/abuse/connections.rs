@@ -17,24 +17,7 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
     let p = Process::start(&root, &[("GRPC_HANDSHAKE_TIMEOUT", "300ms")]);
     let tasks = || metric(&p.metrics(), "turnstile_runtime_alive_tasks");
     let open = || metric(&p.metrics(), "turnstile_grpc_connections_open");
-    // The idle task count, once the gRPC server has served a connection (so every background
-    // task is running) and that connection has closed; the smallest of a few scrapes, since a
-    // scrape's own HTTP connection task can outlive its answer for a moment.
-    let mut warm = p.client().await;
-    let call = crate::support::req1("ops", &[("user", "warm-up")]);
-    assert!(warm.should_rate_limit(call).await.is_ok());
-    drop(warm);
-    until(
-        Duration::from_secs(5),
-        "the warm-up connection closes",
-        || open() == Some(0),
-    )
-    .await;
-    let mut idle_tasks = u64::MAX;
-    for _ in 0..5 {
-        idle_tasks = idle_tasks.min(tasks().expect("the runtime's task gauge is exposed"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let idle_tasks = idle_task_count(&p).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let honest = tokio::spawn(honest_latencies(p.grpc, std::sync::Arc::clone(&stop)));
     // A slowloris: connects and sends nothing.
@@ -96,6 +79,29 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
         tokio::time::sleep(Duration::from_millis(100)).await;
         left = tasks().unwrap_or(u64::MAX);
     }
+}
+
+/// The idle task count, once the gRPC server has served a connection (so every background task
+/// is running) and that connection has closed; the smallest of a few scrapes, since a scrape's
+/// own HTTP connection task can outlive its answer for a moment.
+async fn idle_task_count(p: &Process) -> u64 {
+    let mut warm = p.client().await;
+    let call = crate::support::req1("ops", &[("user", "warm-up")]);
+    assert!(warm.should_rate_limit(call).await.is_ok());
+    drop(warm);
+    until(
+        Duration::from_secs(5),
+        "the warm-up connection closes",
+        || metric(&p.metrics(), "turnstile_grpc_connections_open") == Some(0),
+    )
+    .await;
+    let mut idle_tasks = u64::MAX;
+    for _ in 0..5 {
+        let now = metric(&p.metrics(), "turnstile_runtime_alive_tasks");
+        idle_tasks = idle_tasks.min(now.expect("the runtime's task gauge is exposed"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    idle_tasks
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

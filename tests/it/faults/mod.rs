@@ -37,6 +37,34 @@ struct Phase {
     runtime_late: Duration,
 }
 
+impl Phase {
+    /// What every phase must show, and what the named one must.
+    fn check(&self, name: &str) {
+        assert_eq!(self.other, 0, "{name}: only timeouts or unavailability");
+        // A call is refused as Turnstile's own overload only when its runtime really ran late
+        // (as the store judges it: a tenth of the deadline), as the test's own timer saw too:
+        // on a machine busy with other tests a stall can outlast the 150 ms a call under 50 ms
+        // of latency has to spare, and the store is then not blamed for it.
+        assert!(
+            self.overloaded == 0 || self.runtime_late >= DEADLINE / 10,
+            "{name}: overload named while the runtime kept up: {self:?}"
+        );
+        // Every answer, whatever the fault, within the deadline plus scheduling slack.
+        assert!(
+            self.slowest <= DEADLINE + Duration::from_millis(150),
+            "{name}: an answer took {:?}",
+            self.slowest
+        );
+        match name {
+            "healthy" | "50 ms latency" => {
+                assert_eq!(self.timeouts + self.unavailable, 0, "{name}: {self:?}")
+            }
+            "partition" => assert_eq!(self.ok, 0, "{name}: nothing gets through a partition"),
+            _ => assert!(self.ok > 0, "{name}: most calls get through"),
+        }
+    }
+}
+
 /// A 5 ms ticker on the current runtime, as the test's independent witness of how late the
 /// runtime ran: every lateness over a millisecond, with when it was seen.
 fn lateness_probe() -> Arc<std::sync::Mutex<Vec<(Instant, Duration)>>> {
@@ -146,8 +174,6 @@ async fn latency_loss_and_a_partition_on_the_wire() {
         transport: Default::default(),
     };
     let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");
-    // Every answer, whatever the fault, within the deadline plus scheduling slack.
-    let bound = DEADLINE + Duration::from_millis(150);
     // (name, added latency in ms each way, share of packets dropped)
     let phases: [(&str, u64, Option<&str>); 4] = [
         ("healthy", 0, None),
@@ -161,27 +187,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
         ns.drop_packets(drop);
         let phase = load(&store, &clock, Duration::from_secs(2), &probe).await;
         eprintln!("fault {name}: {phase:?}");
-        assert_eq!(phase.other, 0, "{name}: only timeouts or unavailability");
-        // A call is refused as Turnstile's own overload only when its runtime really ran late
-        // (as the store judges it: a tenth of the deadline), as the test's own timer saw too:
-        // on a machine busy with other tests a stall can outlast the 150 ms a call under 50 ms
-        // of latency has to spare, and the store is then not blamed for it.
-        assert!(
-            phase.overloaded == 0 || phase.runtime_late >= DEADLINE / 10,
-            "{name}: overload named while the runtime kept up: {phase:?}"
-        );
-        assert!(
-            phase.slowest <= bound,
-            "{name}: an answer took {:?}",
-            phase.slowest
-        );
-        match name {
-            "healthy" | "50 ms latency" => {
-                assert_eq!(phase.timeouts + phase.unavailable, 0, "{name}: {phase:?}")
-            }
-            "partition" => assert_eq!(phase.ok, 0, "{name}: nothing gets through a partition"),
-            _ => assert!(phase.ok > 0, "{name}: most calls get through"),
-        }
+        phase.check(name);
     }
     // Heal, and time the recovery.
     ns.drop_packets(None);

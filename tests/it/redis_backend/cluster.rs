@@ -2,13 +2,15 @@
 //! between masters while calls keep coming.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::{KeyLayout, LimiterSettings};
 use turnstile::storage::redis::RedisTarget;
 
 use crate::redis_support::{cli, redis_store};
-use crate::support::{Options, req1, start_with, unique};
+use crate::support::{Options, TestServer, req1, start_with, unique};
 
 use super::RULES;
 
@@ -18,7 +20,7 @@ use super::RULES;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_node_killed_and_restarted() {
     use crate::redis_support::RedisCluster;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let Some(mut cluster) = RedisCluster::start() else {
         return;
     };
@@ -73,6 +75,67 @@ async fn cluster_node_killed_and_restarted() {
     );
 }
 
+/// Whether the node on `port` owns `slot` (a range of its own line in `CLUSTER NODES` holds it).
+fn owns(port: u16, slot: &str) -> bool {
+    let n: u32 = slot.parse().unwrap_or(u32::MAX);
+    let holds = |range: &str| match range.split_once('-') {
+        Some((a, b)) => {
+            a.parse().is_ok_and(|a: u32| a <= n) && b.parse().is_ok_and(|b: u32| n <= b)
+        }
+        None => range.parse() == Ok(n),
+    };
+    cli(port, &["CLUSTER", "COUNTKEYSINSLOT", slot]).is_some()
+        && cli(port, &["CLUSTER", "NODES"]).is_some_and(|nodes| {
+            nodes
+                .lines()
+                .any(|l| l.contains("myself") && l.split_whitespace().skip(8).any(holds))
+        })
+}
+
+/// Calls for `user` one after another until `stop`, counting the answered ones in `ok`; the
+/// failures' messages.
+async fn keep_calling(
+    s: Arc<TestServer>,
+    user: String,
+    ok: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        match s.try_call(req1("cut", &[("user", &user)])).await {
+            Ok(_) => {
+                ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    failed
+}
+
+/// The cluster node id of the node on `port`.
+fn node_id(port: u16) -> String {
+    let id = cli(port, &["CLUSTER", "MYID"]).expect("id");
+    id.trim().to_owned()
+}
+
+/// Moves every key of `slot` from the node on `from` to the node on `to` (`MIGRATE`).
+fn migrate_keys(from: u16, to: u16, slot: &str) {
+    let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", slot, "100"]).expect("keys");
+    let to = to.to_string();
+    for k in keys.lines().map(str::trim).filter(|k| !k.is_empty()) {
+        cli(from, &["MIGRATE", "127.0.0.1", &to, k, "0", "5000"]).expect("migrate");
+    }
+}
+
+/// Waits until `n` more calls than now have been answered (`ok` counts them).
+async fn answered_more(ok: &AtomicU64, n: u64) {
+    let target = ok.load(Ordering::Relaxed) + n;
+    crate::support::until(Duration::from_secs(20), "calls go on", || {
+        ok.load(Ordering::Relaxed) >= target
+    })
+    .await;
+}
+
 /// A slot moves between cluster masters under load (the steps `redis-cli --cluster reshard`
 /// takes: IMPORTING / MIGRATING, MIGRATE of its keys, then SETSLOT NODE on the destination, the
 /// source and the third master), so calls meet ASK while it migrates and MOVED after: every
@@ -80,8 +143,6 @@ async fn cluster_node_killed_and_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_migration_under_load_loses_nothing() {
     use crate::redis_support::RedisCluster;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::time::Duration;
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
@@ -103,70 +164,21 @@ async fn cluster_slot_migration_under_load_loses_nothing() {
     let slot = cli(port(0), &["CLUSTER", "KEYSLOT", &key]).expect("keyslot");
     let slot = slot.trim().to_owned();
     // Who owns the slot, and who gets it.
-    let ids: Vec<String> = (0..3)
-        .map(|i| {
-            cli(port(i), &["CLUSTER", "MYID"])
-                .expect("id")
-                .trim()
-                .to_owned()
-        })
-        .collect();
-    let owns = |i: usize| {
-        cli(port(i), &["CLUSTER", "COUNTKEYSINSLOT", &slot]).is_some()
-            && cli(port(i), &["CLUSTER", "NODES"]).is_some_and(|nodes| {
-                nodes.lines().any(|l| {
-                    l.contains("myself")
-                        && l.split_whitespace().skip(8).any(|range| {
-                            let n: u32 = slot.parse().unwrap_or(u32::MAX);
-                            match range.split_once('-') {
-                                Some((a, b)) => {
-                                    a.parse().is_ok_and(|a: u32| a <= n)
-                                        && b.parse().is_ok_and(|b: u32| n <= b)
-                                }
-                                None => range.parse() == Ok(n),
-                            }
-                        })
-                })
-            })
-    };
-    let from = (0..3).find(|&i| owns(i)).expect("an owner");
+    let ids: Vec<String> = (0..3).map(|i| node_id(port(i))).collect();
+    let from = (0..3).find(|&i| owns(port(i), &slot)).expect("an owner");
     let to = (from + 1) % 3;
     let (ok, stop) = (
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicBool::new(false)),
     );
-    let load = {
-        let (s, ok, stop, user) = (
-            Arc::clone(&s),
-            Arc::clone(&ok),
-            Arc::clone(&stop),
-            user.clone(),
-        );
-        tokio::spawn(async move {
-            let mut failed = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                match s.try_call(req1("cut", &[("user", &user)])).await {
-                    Ok(_) => {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => failed.push(e.to_string()),
-                }
-            }
-            failed
-        })
-    };
+    let load = tokio::spawn(keep_calling(
+        Arc::clone(&s),
+        user.clone(),
+        Arc::clone(&ok),
+        Arc::clone(&stop),
+    ));
     // Each step waits for 20 more answered calls, so calls meet every state of the slot.
-    let calls_pass = |n: u64| {
-        let ok = Arc::clone(&ok);
-        async move {
-            let target = ok.load(Ordering::Relaxed) + n;
-            crate::support::until(Duration::from_secs(20), "calls go on", || {
-                ok.load(Ordering::Relaxed) >= target
-            })
-            .await;
-        }
-    };
-    calls_pass(20).await;
+    answered_more(&ok, 20).await;
     cli(
         port(to),
         &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &ids[from]],
@@ -177,17 +189,9 @@ async fn cluster_slot_migration_under_load_loses_nothing() {
         &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &ids[to]],
     )
     .expect("migrating");
-    calls_pass(20).await;
-    let keys = cli(port(from), &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]).expect("keys");
-    for k in keys.lines().map(str::trim).filter(|k| !k.is_empty()) {
-        let target_port = port(to).to_string();
-        cli(
-            port(from),
-            &["MIGRATE", "127.0.0.1", &target_port, k, "0", "5000"],
-        )
-        .expect("migrate");
-    }
-    calls_pass(20).await;
+    answered_more(&ok, 20).await;
+    migrate_keys(port(from), port(to), &slot);
+    answered_more(&ok, 20).await;
     // The slot is given to the destination first, then the source, then the third node, as
     // Redis's own resharding does: an importing node answers a command without ASKING with a
     // MOVED back to the source, so a source told first would send every call to the destination
@@ -197,7 +201,7 @@ async fn cluster_slot_migration_under_load_loses_nothing() {
     for i in [to, from, third] {
         cli(port(i), &["CLUSTER", "SETSLOT", &slot, "NODE", &ids[to]]).expect("node");
     }
-    calls_pass(50).await;
+    answered_more(&ok, 50).await;
     stop.store(true, Ordering::Relaxed);
     let failed = load.await.expect("load");
     assert!(failed.is_empty(), "every call answered: {failed:?}");
