@@ -16,6 +16,7 @@ mod envoy_gateway;
 mod faults;
 mod ipv6;
 pub mod lifecycle;
+mod memcached_bursts;
 mod memcached_cluster;
 mod memcached_connections;
 mod memcached_support;
