@@ -82,7 +82,10 @@ impl Pipeline {
         let reading = Alive(Arc::clone(&alive));
         tokio::spawn(async move {
             let _reading = reading;
-            reader(BufReader::with_capacity(64 * 1024, read), pending_rx).await;
+            let read = BufReader::with_capacity(64 * 1024, read);
+            if let Some(why) = reader(read, pending_rx).await {
+                tracing::warn!(server = %addr, error = %why, "a memcached connection ended");
+            }
         });
         Ok(Pipeline { commands, alive })
     }
@@ -206,10 +209,10 @@ impl Drop for Alive {
     }
 }
 
-async fn reader(
-    mut read: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    mut pending: mpsc::Receiver<Pending>,
-) {
+/// Reads answers until no caller is left (`None`) or the connection ends (why: the server
+/// closed it, an I/O error, or bytes that answer nothing). The answer being read and every one
+/// still awaited then fail with that reason.
+async fn reader(mut read: Read, mut pending: mpsc::Receiver<Pending>) -> Option<io::Error> {
     let mut buffers = Buffers::default();
     loop {
         // Wait for the next caller, but notice a closed connection while idle, so the next
@@ -219,28 +222,57 @@ async fn reader(
             biased;
             next = pending.recv() => match next {
                 Some(next) => next,
-                None => return,
+                None => return None,
             },
-            // End of stream, an error, or bytes nobody asked for: the connection is done.
-            _ = read.fill_buf() => return,
+            filled = read.fill_buf() => return Some(match filled {
+                Ok([]) => ended("memcached closed the connection"),
+                Ok(_) => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "memcached sent bytes that answer no command",
+                ),
+                Err(e) => e,
+            }),
         };
-        // A stream that ends or breaks mid-answer ends the connection; what is still awaited
-        // (a ticket dropped with the queue) reports it closed.
         let read_whole = match awaited {
             Pending::Replies(count, caller) => {
-                let replies = buffers.replies(&mut read, count).await;
-                // A caller that gave up (deadline) no longer listens; the order is kept.
-                replies.map(|replies| drop(caller.send(replies)))
+                buffers.replies(&mut read, count).await.map(|replies| {
+                    // A caller that gave up (deadline) no longer listens; the order is kept.
+                    drop(caller.send(replies));
+                })
             }
-            Pending::Share(ticket) => buffers
-                .counts(&mut read, ticket.count())
-                .await
-                .map(|(counts, failure)| ticket.answer(counts, failure)),
+            Pending::Share(ticket) => match buffers.counts(&mut read, ticket.count()).await {
+                Ok((counts, failure)) => {
+                    ticket.answer(counts, failure);
+                    Ok(())
+                }
+                Err(e) => {
+                    ticket.fail(TransportError::Io(copy(&e)));
+                    Err(e)
+                }
+            },
         };
-        if read_whole.is_none() {
-            return;
+        if let Err(why) = read_whole {
+            // What was written and not answered fails with the reason (a caller of its own
+            // lines sees its reply channel closed); the writer stops at its next entry.
+            pending.close();
+            while let Ok(awaited) = pending.try_recv() {
+                if let Pending::Share(ticket) = awaited {
+                    ticket.fail(TransportError::Io(copy(&why)));
+                }
+            }
+            return Some(why);
         }
     }
+}
+
+/// The end of the stream where answers were awaited.
+fn ended(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, what)
+}
+
+/// `error` again, for another caller (an I/O error is not `Clone`).
+fn copy(error: &io::Error) -> io::Error {
+    io::Error::new(error.kind(), error.to_string())
 }
 
 /// The reader's buffers, reused from one answer to the next.
@@ -254,38 +286,39 @@ struct Buffers {
 type Read = BufReader<tokio::net::tcp::OwnedReadHalf>;
 
 impl Buffers {
-    /// The next `count` replies; `None` when the stream ends or breaks first.
-    async fn replies(&mut self, read: &mut Read, count: usize) -> Option<Vec<Reply>> {
+    /// The next `count` replies; an error when the stream ends or breaks first.
+    async fn replies(&mut self, read: &mut Read, count: usize) -> io::Result<Vec<Reply>> {
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
-            replies.push(
-                read_reply(read, &mut self.line, &mut self.data)
-                    .await
-                    .ok()??,
-            );
+            replies.push(next_reply(read, &mut self.line, &mut self.data).await?);
         }
-        Some(replies)
+        Ok(replies)
     }
 
-    /// The next `count` counts, and the first answer that was not a count; `None` when the
+    /// The next `count` counts, and the first answer that was not a count; an error when the
     /// stream ends or breaks first.
     async fn counts(
         &mut self,
         read: &mut Read,
         count: usize,
-    ) -> Option<(&[u64], Option<TransportError>)> {
+    ) -> io::Result<(&[u64], Option<TransportError>)> {
         self.counts.clear();
         let mut failure = None;
         for _ in 0..count {
-            let reply = read_reply(read, &mut self.line, &mut self.data)
-                .await
-                .ok()??;
+            let reply = next_reply(read, &mut self.line, &mut self.data).await?;
             let count = reply.into_count().unwrap_or_else(|e| {
                 failure.get_or_insert(e);
                 0
             });
             self.counts.push(count);
         }
-        Some((&self.counts, failure))
+        Ok((&self.counts, failure))
     }
+}
+
+/// The next reply; the end of the stream is an error here, since a reply is awaited.
+async fn next_reply(read: &mut Read, line: &mut String, data: &mut Vec<u8>) -> io::Result<Reply> {
+    read_reply(read, line, data)
+        .await?
+        .ok_or_else(|| ended("memcached closed the connection with answers awaited"))
 }
