@@ -230,8 +230,7 @@ impl QuotaStream {
             let held = tracked.held;
             let (assignment, usage) =
                 assign(&self.settings, tracked, resolution, counts, shadow, now_ms);
-            tracked.held = Some(assignment);
-            tracked.refreshed = true;
+            tracked.refreshed_with(assignment);
             if held != Some(assignment) {
                 out.push(Decided {
                     bucket: bucket.clone(),

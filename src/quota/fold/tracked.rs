@@ -15,9 +15,9 @@ use crate::quota::usage::Usage;
 pub(in crate::quota) struct Tracked {
     pub(in crate::quota) held: Option<Assignment>,
     /// `held` was pushed when a window ended, and no report has come since.
-    pub(in crate::quota) refreshed: bool,
+    refreshed: bool,
     /// When the stream's latest report of the bucket came (ms since the epoch).
-    pub(in crate::quota) reported_ms: Option<u64>,
+    reported_ms: Option<u64>,
     period: u64,
     window_start: u64,
     pub(super) demand: (u64, u64),
@@ -187,6 +187,12 @@ impl Tracked {
         self.held = Some(assignment);
         self.refreshed = false;
         self.reported_ms = Some(now_ms);
+    }
+
+    /// Notes the assignment worked out when a window ended (pushed if it changed).
+    pub(in crate::quota) fn refreshed_with(&mut self, assignment: Assignment) {
+        self.held = Some(assignment);
+        self.refreshed = true;
     }
 
     /// When the window of the last counted report ends (ms since the epoch); `None` for a
