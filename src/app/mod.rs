@@ -146,11 +146,13 @@ impl App {
                 Some(config)
             }
         };
+        let peers = crate::server::peers_within(&settings.grpc_limits, state.metrics.peers());
         let server = server_options(
             &settings,
             tls,
             state.metrics.open_connections(),
             state.metrics.admission(),
+            peers,
         );
         Ok(App {
             state,

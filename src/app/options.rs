@@ -60,8 +60,10 @@ pub(super) fn server_options(
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     open_connections: Arc<crate::metrics::OpenConnections>,
     admission: Arc<crate::metrics::AdmissionReadings>,
+    peers: Arc<crate::peers::Peers>,
 ) -> ServerOptions {
     ServerOptions {
+        peers,
         limits: s.grpc_limits,
         max_connection_age: Some(s.max_connection_age),
         tls,

@@ -1,17 +1,16 @@
 //! Readings of the adaptive limit on decisions in flight: kept by the server's `admission`
 //! layer, rendered by `metrics` (`turnstile_concurrency_limit`, `turnstile_concurrency_in_flight`,
-//! `turnstile_requests_shed_total`).
+//! `turnstile_requests_shed_total` is kept by fairness's readings, by reason).
 //!
 //! Must not touch: the limit's arithmetic (the server owns it); this only holds numbers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The adaptive limit's current value, the decisions in flight and the calls shed.
+/// The adaptive limit's current value and the decisions in flight under it.
 #[derive(Debug, Default)]
 pub struct AdmissionReadings {
     limit: AtomicU64,
     in_flight: AtomicU64,
-    shed: AtomicU64,
 }
 
 impl AdmissionReadings {
@@ -30,11 +29,6 @@ impl AdmissionReadings {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// A call was refused because the limit was reached.
-    pub fn shed(&self) {
-        self.shed.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// The current limit (0 before a server set one, or when the limit is off).
     pub fn limit(&self) -> u64 {
         self.limit.load(Ordering::Relaxed)
@@ -43,10 +37,5 @@ impl AdmissionReadings {
     /// Decisions in flight now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Calls refused so far.
-    pub fn shed_total(&self) -> u64 {
-        self.shed.load(Ordering::Relaxed)
     }
 }

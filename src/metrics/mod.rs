@@ -20,6 +20,7 @@ mod instrumented;
 mod label;
 pub mod mapper;
 pub mod mogrify;
+mod peers;
 mod record;
 mod render;
 mod rlqs;
@@ -31,6 +32,7 @@ mod table;
 
 pub use admission::AdmissionReadings;
 pub use connections::OpenConnections;
+pub use peers::{CloseReason, PeerReadings, ShedReason};
 pub use instrumented::{Instrumented, StoreLabel};
 pub use rlqs::RlqsMetrics;
 pub use source::SourceStatus;
@@ -88,6 +90,7 @@ pub struct Metrics {
     pub(crate) counters_reset: AtomicU64,
     pub(crate) open_connections: Arc<OpenConnections>,
     pub(crate) admission: Arc<AdmissionReadings>,
+    pub(crate) peers: Arc<PeerReadings>,
     pub(crate) response_time: Histogram,
     /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
     response_time_ms: bool,
@@ -138,6 +141,7 @@ impl Metrics {
             counters_reset: AtomicU64::new(0),
             open_connections: Arc::default(),
             admission: Arc::default(),
+            peers: Arc::default(),
             response_time: Histogram::default(),
             response_time_ms: false,
             stats_disabled: false,
@@ -187,6 +191,11 @@ impl Metrics {
     /// The adaptive concurrency limit's readings, for the server to keep.
     pub fn admission(&self) -> Arc<AdmissionReadings> {
         Arc::clone(&self.admission)
+    }
+
+    /// Where fairness between peers reports refusals, closed connections and shares.
+    pub fn peers(&self) -> Arc<PeerReadings> {
+        Arc::clone(&self.peers)
     }
 
     /// Counts a configuration load.

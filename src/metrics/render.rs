@@ -105,6 +105,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     );
     let _ = writeln!(out, "{name}{{{extra}}} {}", m.open_connections.get());
     admission(&mut out, &m.admission, extra);
+    peers(&mut out, &m.peers, extra);
 
     // Tasks alive on the runtime that renders this page (stable tokio runtime metric): the
     // soak samples it to show that connections, streams and reloads leave no task behind.
@@ -203,6 +204,49 @@ fn counter_rows(out: &mut String, m: &Metrics, extra: &str, keep: fn(&CounterRow
     }
 }
 
+/// Fairness between peers: refusals and closed connections by reason, peers active, the
+/// largest peer's share of the decisions in flight.
+fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
+    use crate::metrics::{CloseReason, ShedReason};
+    let with = |reason: &str| match extra {
+        "" => format!("reason=\"{reason}\""),
+        extra => format!("reason=\"{reason}\",{extra}"),
+    };
+    let name = "turnstile_requests_shed_total";
+    header(
+        out,
+        name,
+        "calls refused at once, by reason: peer_over_part (the client was over its part of the decisions in flight while others were active), limit (no place within the call's deadline), peer_streams (the client had its most RLQS streams open), store_too_slow (UNAVAILABLE: even the fastest recent decision was slower than the deadline)",
+        "counter",
+    );
+    for reason in ShedReason::ALL {
+        let series = with(reason.label());
+        let _ = writeln!(out, "{name}{{{series}}} {}", p.shed_total(reason));
+    }
+    let name = "turnstile_grpc_connections_closed_total";
+    header(
+        out,
+        name,
+        "gRPC connections Turnstile closed, by reason: idle (no call for GRPC_IDLE_TIMEOUT), too_many_pings, peer_cap (GRPC_MAX_CONNECTIONS_PER_PEER), make_room (GRPC_MAX_CONNECTIONS reached: the longest idle of the client holding the most)",
+        "counter",
+    );
+    for reason in CloseReason::ALL {
+        let series = with(reason.label());
+        let _ = writeln!(out, "{name}{{{series}}} {}", p.closed_total(reason));
+    }
+    let name = "turnstile_peers_active";
+    header(out, name, "clients (by address, or certificate under mTLS) with a decision in flight", "gauge");
+    let _ = writeln!(out, "{name}{{{extra}}} {}", p.active());
+    let name = "turnstile_peer_largest_share";
+    header(
+        out,
+        name,
+        "since the last scrape, the largest part of the decisions in flight one client held (0 to 1)",
+        "gauge",
+    );
+    let _ = writeln!(out, "{name}{{{extra}}} {}", p.take_largest_share());
+}
+
 /// The adaptive limit on decisions in flight (`GRPC_ADAPTIVE_CONCURRENCY*`).
 fn admission(out: &mut String, a: &crate::metrics::AdmissionReadings, extra: &str) {
     let series = [
@@ -217,12 +261,6 @@ fn admission(out: &mut String, a: &crate::metrics::AdmissionReadings, extra: &st
             "ShouldRateLimit calls admitted and not yet answered",
             "gauge",
             a.in_flight(),
-        ),
-        (
-            "turnstile_requests_shed_total",
-            "ShouldRateLimit calls refused at once with RESOURCE_EXHAUSTED because the adaptive limit was reached",
-            "counter",
-            a.shed_total(),
         ),
     ];
     for (name, help, kind, value) in series {

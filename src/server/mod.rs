@@ -31,7 +31,9 @@ mod content_type;
 mod incoming;
 mod routes;
 
+use crate::metrics::PeerReadings;
 use crate::pb::FILE_DESCRIPTOR_SET;
+use crate::peers::{ConnectionLimits, Peers};
 use crate::rlqs::{RlqsHandler, RlqsServer};
 use crate::rls::{RateLimitHandler, RlsServer, ServiceState};
 use crate::settings::{ConnectionAge, GrpcLimits, RlqsSettings};
@@ -80,6 +82,9 @@ pub struct ServerOptions {
     pub open_connections: Arc<crate::metrics::OpenConnections>,
     /// How the Rate Limit Quota Service shares quotas out.
     pub rlqs: RlqsSettings,
+    /// The clients as peers: connections, decisions in flight and RLQS streams per peer
+    /// (shared with the HTTP API's `/json`).
+    pub peers: Arc<Peers>,
 }
 
 impl Default for ServerOptions {
@@ -93,8 +98,18 @@ impl Default for ServerOptions {
             admission: Arc::default(),
             open_connections: Arc::default(),
             rlqs: RlqsSettings::default(),
+            peers: peers_within(&GrpcLimits::default(), Arc::default()),
         }
     }
+}
+
+/// The peers of a server with these limits, reporting to `readings`.
+pub fn peers_within(limits: &GrpcLimits, readings: Arc<PeerReadings>) -> Arc<Peers> {
+    let connections = ConnectionLimits {
+        max: limits.max_connections,
+        per_peer: limits.max_connections_per_peer,
+    };
+    Peers::new(connections, limits.rlqs_streams_per_peer, readings)
 }
 
 /// Why the server stopped with an error.
@@ -123,6 +138,7 @@ pub async fn serve<S: CounterStore>(
             .await;
     }
     let open = Arc::clone(&options.open_connections);
+    let peers = Arc::clone(&options.peers);
     let limits = options.limits;
     let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
     let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
@@ -147,6 +163,9 @@ pub async fn serve<S: CounterStore>(
         .layer(content_type::GrpcOnlyLayer)
         .layer(admission::AdmissionLayer::new(
             limits.adaptive,
+            u32::try_from(limits.max_requests_in_flight).unwrap_or(u32::MAX),
+            limits.default_call_timeout,
+            Arc::clone(&options.peers),
             Arc::clone(&options.admission),
         ))
         .layer(tower::load_shed::LoadShedLayer::new())
@@ -161,14 +180,14 @@ pub async fn serve<S: CounterStore>(
     let served = match (listener.into(), options.tls) {
         (GrpcListener::Tcp(listener), None) => {
             let plain = |stream| std::future::ready(Some(stream));
-            let incoming = incoming::accept(listener, limits, open, plain);
+            let incoming = incoming::accept(listener, limits, open, peers, plain);
             builder
                 .serve_with_incoming_shutdown(routes, incoming, shutdown)
                 .await
         }
         (GrpcListener::Tcp(listener), Some(config)) => {
             let tls = crate::tls::handshake(config, limits.handshake_timeout);
-            let incoming = incoming::accept(listener, limits, open, tls);
+            let incoming = incoming::accept(listener, limits, open, peers, tls);
             builder
                 .serve_with_incoming_shutdown(routes, incoming, shutdown)
                 .await

@@ -9,15 +9,29 @@ use super::reader::{LONGEST, Reader, Span, err};
 /// Limits of the gRPC server against overload and abuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcLimits {
-    /// `GRPC_MAX_CONNECTIONS`: connections open at once (more wait in the listen backlog).
+    /// `GRPC_MAX_CONNECTIONS`: connections open at once; a new one past it is let in by
+    /// closing the longest-idle connection of the peer holding the most.
     pub max_connections: usize,
+    /// `GRPC_MAX_CONNECTIONS_PER_PEER`: connections open at once from one peer (its address, or
+    /// its certificate under mTLS); a new one past it closes the peer's longest idle.
+    pub max_connections_per_peer: usize,
+    /// `GRPC_MIN_PING_INTERVAL`: a client PING sooner than this after its previous one, with no
+    /// call between them, is a strike; the third strike closes the connection with GOAWAY
+    /// `ENHANCE_YOUR_CALM`.
+    pub min_ping_interval: Duration,
+    /// `GRPC_DEFAULT_CALL_TIMEOUT`: how long a `ShouldRateLimit` call without a `grpc-timeout`
+    /// may wait for a place under the limit on decisions in flight (Envoy's default timeout).
+    pub default_call_timeout: Duration,
+    /// `RLQS_MAX_STREAMS_PER_PEER`: RLQS streams one peer may have open at once.
+    pub rlqs_streams_per_peer: u32,
     /// `GRPC_MAX_CONCURRENT_STREAMS`: `SETTINGS_MAX_CONCURRENT_STREAMS` per connection.
     pub max_concurrent_streams: u32,
     /// `GRPC_MAX_REQUESTS_IN_FLIGHT`: across all connections; more are refused at once.
     pub max_requests_in_flight: usize,
     /// `GRPC_REQUEST_TIMEOUT`: deadline of one request, reading its body included.
     pub request_timeout: Duration,
-    /// `GRPC_IDLE_TIMEOUT`: a connection with nothing read for this long is closed.
+    /// `GRPC_IDLE_TIMEOUT`: a connection with no call open and none started for this long is
+    /// closed (PINGs and other frames that are not calls do not count).
     pub idle_timeout: Duration,
     /// `GRPC_HANDSHAKE_TIMEOUT`: a new connection that has not sent the HTTP/2 preface (or
     /// finished its TLS handshake) by then is closed.
@@ -34,6 +48,10 @@ impl Default for GrpcLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_peer: 1_000,
+            min_ping_interval: Duration::from_secs(10),
+            default_call_timeout: Duration::from_millis(20),
+            rlqs_streams_per_peer: 1_000,
             max_concurrent_streams: 1_024,
             max_requests_in_flight: 16_384,
             request_timeout: Duration::from_secs(10),
@@ -132,6 +150,28 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> GrpcLimits {
     let d = GrpcLimits::default();
     GrpcLimits {
         max_connections: r.number("GRPC_MAX_CONNECTIONS", d.max_connections, 1, 1_000_000),
+        max_connections_per_peer: r.number(
+            "GRPC_MAX_CONNECTIONS_PER_PEER",
+            d.max_connections_per_peer,
+            1,
+            1_000_000,
+        ),
+        min_ping_interval: r.duration(
+            "GRPC_MIN_PING_INTERVAL",
+            d.min_ping_interval,
+            Span::within(Duration::ZERO, LONGEST),
+        ),
+        default_call_timeout: r.duration(
+            "GRPC_DEFAULT_CALL_TIMEOUT",
+            d.default_call_timeout,
+            Span::within(ms(1), LONGEST),
+        ),
+        rlqs_streams_per_peer: r.number(
+            "RLQS_MAX_STREAMS_PER_PEER",
+            d.rlqs_streams_per_peer,
+            1,
+            1_000_000,
+        ),
         max_concurrent_streams: r.number(
             "GRPC_MAX_CONCURRENT_STREAMS",
             d.max_concurrent_streams,

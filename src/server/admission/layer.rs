@@ -1,13 +1,18 @@
 //! The tower layer in front of the services: holds `ShouldRateLimit` calls to the limit's
-//! places (a semaphore resized as the limit moves), lets a call beyond it wait for a place
-//! (parked, not polled: waiting costs no CPU) while it can still be answered within its
-//! caller's deadline and `max_wait`, refuses it with `RESOURCE_EXHAUSTED` after that, times the
-//! admitted calls and, once per window, hands the window's measurements to the controller.
+//! places (a semaphore resized as the limit moves); a call that finds none is admitted anyway
+//! when its peer is within its part (`peers`), refused at once when its peer is over its part
+//! while others are active, and otherwise waits for a place (parked, not polled: waiting costs
+//! no CPU) while it can still be answered within its deadline (or the default one) and
+//! `max_wait`, refused with `RESOURCE_EXHAUSTED` after that. It times the admitted calls and,
+//! once per window, hands the window's measurements to the controller. Every call, decision or
+//! not, is counted open on its connection (idle means no call), and RLQS streams per peer.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use std::time::Duration;
 
 use futures_util::future::Either;
 use tonic::body::Body;
@@ -16,25 +21,34 @@ use tower::{Layer, Service};
 use super::deadline::grpc_timeout;
 use super::places::{Permit, Shared};
 use crate::metrics::AdmissionReadings;
+use crate::peers::{CallGuard, ConnState, Decision, Fair, Peer, Peers};
 use crate::settings::AdaptiveConcurrency;
 
 /// The calls the limit applies to: the rate-limit decision (any of its methods).
 const DECISION_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/";
+/// RLQS streams, bounded per peer.
+const RLQS_PATH: &str = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/";
 
-/// Adds the adaptive limit in front of a service.
+/// Adds the limit on decisions in flight, and fairness between peers, in front of a service.
 #[derive(Debug, Clone)]
 pub(in crate::server) struct AdmissionLayer {
     shared: Arc<Shared>,
 }
 
 impl AdmissionLayer {
-    /// A limit with these bounds, reporting to `readings`.
+    /// A limit with these bounds (`fixed` when the adaptive one is off; calls without a
+    /// deadline wait as if they had `default_timeout`), fair between `peers`, reporting to
+    /// `readings`.
     pub(in crate::server) fn new(
         bounds: AdaptiveConcurrency,
+        fixed: u32,
+        default_timeout: Duration,
+        peers: Arc<Peers>,
         readings: Arc<AdmissionReadings>,
     ) -> AdmissionLayer {
+        let shared = Shared::new(bounds, fixed, default_timeout, peers, readings);
         AdmissionLayer {
-            shared: Arc::new(Shared::new(bounds, readings)),
+            shared: Arc::new(shared),
         }
     }
 }
@@ -50,8 +64,8 @@ impl<S> Layer<S> for AdmissionLayer {
     }
 }
 
-/// Holds decisions to the adaptive limit; refuses with `RESOURCE_EXHAUSTED` a call that found
-/// no place while it could still be answered in time.
+/// Holds decisions to the limit, fairly between peers; counts every call on its connection;
+/// bounds RLQS streams per peer.
 #[derive(Debug, Clone)]
 pub(in crate::server) struct Admission<S> {
     inner: S,
@@ -75,59 +89,144 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let conn = request.extensions().get::<Arc<ConnState>>();
+        let call = conn.map(|c| c.call());
+        let peer = conn.map_or_else(|| self.shared.local_peer(), |c| Arc::clone(c.peer()));
+        let path = request.uri().path();
+        if !path.starts_with(DECISION_PATH) {
+            let stream = match path.starts_with(RLQS_PATH) {
+                true => match self.shared.open_stream(&peer) {
+                    Ok(stream) => Some(stream),
+                    Err(status) => return Either::Right(Box::pin(refuse(request, status))),
+                },
+                false => None,
+            };
+            return Either::Right(Box::pin(held_open(self.inner.call(request), (call, stream))));
+        }
         let shared = &self.shared;
-        if !shared.enabled || !request.uri().path().starts_with(DECISION_PATH) {
-            return Either::Left(Admitted::new(self.inner.call(request), None));
+        let inner = &mut self.inner;
+        if !shared.enabled {
+            return match shared.fixed_admits(&peer) {
+                Ok(()) => Either::Left(Admitted::new(inner.call(request), None, &peer, call)),
+                Err(status) => Either::Right(Box::pin(refuse(request, status))),
+            };
         }
         if let Ok(place) = Arc::clone(&shared.places).try_acquire_owned() {
-            let permit = Permit::new(shared, place);
-            return Either::Left(Admitted::new(self.inner.call(request), Some(permit)));
+            let permit = Some(Permit::new(shared, place));
+            return Either::Left(Admitted::new(inner.call(request), permit, &peer, call));
         }
-        // No place now: wait for one, as long as the call can still be answered within the
-        // caller's deadline (the service was readied for this call, so it goes along).
+        match shared.fair(&peer) {
+            Ok(Fair::Within) => {
+                return Either::Left(Admitted::new(inner.call(request), None, &peer, call));
+            }
+            Ok(_) => {}
+            Err(status) => return Either::Right(Box::pin(refuse(request, status))),
+        }
+        // Alone over its part, no place now: wait for one, as long as the call can still be
+        // answered within its deadline (the service was readied for this call, so it goes
+        // along).
         let deadline = request
             .headers()
             .get("grpc-timeout")
             .and_then(|v| grpc_timeout(v.as_bytes()));
         let budget = shared.wait_budget(deadline);
-        if budget.is_some_and(|b| b.is_zero()) {
-            let shared = Arc::clone(shared);
-            return Either::Right(Box::pin(
-                async move { Ok(shared.shed(request, deadline).await) },
-            ));
-        }
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let shared = Arc::clone(shared);
         Either::Right(Box::pin(async move {
             let place = Arc::clone(&shared.places).acquire_owned();
-            let place = match budget {
-                Some(budget) => tokio::time::timeout(budget, place).await.ok(),
-                None => Some(place.await),
-            };
-            match place {
-                Some(Ok(place)) => {
-                    let permit = Permit::new(&shared, place);
-                    Admitted::new(inner.call(request), Some(permit)).await
+            match tokio::time::timeout(budget, place).await {
+                Ok(Ok(place)) => {
+                    let permit = Some(Permit::new(&shared, place));
+                    Admitted::new(inner.call(request), permit, &peer, call).await
                 }
-                _ => Ok(shared.shed(request, deadline).await),
+                _ => {
+                    let status = shared.refusal(&peer, deadline);
+                    refuse(request, status).await
+                }
             }
         }))
     }
 }
 
+/// The answer to a refused call, once its request is read: answered before its body ended,
+/// the stream would be reset under a client still sending it, which tonic's client reports
+/// as a transport error instead of this status.
+async fn refuse<E>(request: http::Request<Body>, status: tonic::Status) -> Result<http::Response<Body>, E> {
+    let mut body = std::pin::pin!(request.into_body());
+    while let Some(Ok(_)) =
+        futures_util::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await
+    {
+    }
+    Ok(status.into_http())
+}
+
+/// A call that is not a decision: its connection counts it open (and its peer the RLQS
+/// stream) until its response body ends.
+async fn held_open<F, E, G>(call: F, guards: G) -> Result<http::Response<Body>, E>
+where
+    F: Future<Output = Result<http::Response<Body>, E>>,
+    G: Send + Unpin + 'static,
+{
+    let response = call.await?;
+    Ok(response.map(|body| Body::new(Holding { body, _guards: guards })))
+}
+
 pin_project_lite::pin_project! {
-    /// An admitted call's answer: releases its place when done (or dropped), and times it.
+    /// A response body that holds its call's guards until it ends.
+    struct Holding<G> {
+        #[pin]
+        body: Body,
+        _guards: G,
+    }
+}
+
+impl<G> http_body::Body for Holding<G> {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An admitted call's answer: releases its place (if it took one) and its peer's count when
+    /// done (or dropped), and times it.
     pub(in crate::server) struct Admitted<F> {
         #[pin]
         inner: F,
         permit: Option<Permit>,
+        decision: Option<Decision>,
+        call: Option<CallGuard>,
     }
 }
 
 impl<F> Admitted<F> {
-    fn new(inner: F, permit: Option<Permit>) -> Admitted<F> {
-        Admitted { inner, permit }
+    /// `inner`, counted for `peer` (and holding `permit`'s place, when it took one).
+    fn new(
+        inner: F,
+        permit: Option<Permit>,
+        peer: &Arc<Peer>,
+        call: Option<CallGuard>,
+    ) -> Admitted<F> {
+        Admitted {
+            inner,
+            permit,
+            decision: Some(peer.enter()),
+            call,
+        }
     }
 }
 
@@ -139,6 +238,8 @@ impl<F: Future> Future for Admitted<F> {
         let output = std::task::ready!(this.inner.poll(cx));
         // Answered: the place is given back now, not when hyper drops the future.
         this.permit.take();
+        this.decision.take();
+        this.call.take();
         Poll::Ready(output)
     }
 }

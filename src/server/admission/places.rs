@@ -7,19 +7,26 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::body::Body;
 
 use super::WINDOW;
 use super::controller::{Controller, Window};
 use crate::metrics::AdmissionReadings;
+use crate::peers::{Fair, Peer, PeerId, Peers, ShedReason, Stream};
 use crate::settings::AdaptiveConcurrency;
 
 /// What the layer and every call's permit share.
 #[derive(Debug)]
 pub(super) struct Shared {
-    /// `GRPC_ADAPTIVE_CONCURRENCY`: off admits every call untimed.
+    /// `GRPC_ADAPTIVE_CONCURRENCY`: off admits every call untimed, fairly under `fixed`.
     pub(super) enabled: bool,
+    /// The limit on decisions in flight when the adaptive one is off.
+    fixed: u32,
     max_wait: Option<Duration>,
+    /// How long a call without a deadline may wait for a place.
+    default_timeout: Duration,
+    peers: Arc<Peers>,
+    /// The peer of calls that came without a connection's state (the Unix socket).
+    local: Arc<Peer>,
     /// One permit per place under the limit.
     pub(super) places: Arc<Semaphore>,
     /// Places still to be taken away after the limit shrank while they were in use: a permit
@@ -46,8 +53,15 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// The shared state of a limit with these bounds, reporting to `readings`.
-    pub(super) fn new(bounds: AdaptiveConcurrency, readings: Arc<AdmissionReadings>) -> Shared {
+    /// The shared state of a limit with these bounds (`fixed` when off), fair between `peers`,
+    /// reporting to `readings`.
+    pub(super) fn new(
+        bounds: AdaptiveConcurrency,
+        fixed: u32,
+        default_timeout: Duration,
+        peers: Arc<Peers>,
+        readings: Arc<AdmissionReadings>,
+    ) -> Shared {
         let controller = Controller::new(bounds);
         let limit = controller.limit();
         if bounds.enabled {
@@ -55,7 +69,11 @@ impl Shared {
         }
         Shared {
             enabled: bounds.enabled,
+            fixed: fixed.max(1),
             max_wait: bounds.max_wait,
+            default_timeout,
+            local: peers.peer(PeerId::Local, None),
+            peers,
             places: Arc::new(Semaphore::new(usize::try_from(limit).unwrap_or(usize::MAX))),
             debt: AtomicU32::new(0),
             limit: AtomicU32::new(limit),
@@ -137,55 +155,94 @@ impl Drop for Permit {
 }
 
 impl Shared {
-    /// The answer to a call that found no place in time, once its request is read: answered
-    /// before its body ended, the stream would be reset under a client still sending it,
-    /// which tonic's client reports as a transport error instead of this status.
-    /// `RESOURCE_EXHAUSTED` (Turnstile's overload), or `UNAVAILABLE` when even the fastest
-    /// recent call took longer than the caller's deadline: then the store is too slow for it,
-    /// however few calls are admitted.
-    pub(super) async fn shed(
-        &self,
-        request: http::Request<Body>,
-        deadline: Option<Duration>,
-    ) -> http::Response<Body> {
-        let mut body = std::pin::pin!(request.into_body());
-        while let Some(Ok(_)) =
-            futures_util::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await
-        {
+    /// The peer of calls without a connection's state.
+    pub(super) fn local_peer(&self) -> Arc<Peer> {
+        Arc::clone(&self.local)
+    }
+
+    /// An RLQS stream for `peer`, or the refusal when it has its most open.
+    pub(super) fn open_stream(&self, peer: &Arc<Peer>) -> Result<Stream, tonic::Status> {
+        let cap = self.peers.stream_cap();
+        peer.open_stream(cap).ok_or_else(|| {
+            let why = format!(
+                "{peer} has {cap} RLQS streams open, the most one client may \
+                 (RLQS_MAX_STREAMS_PER_PEER); close one first"
+            );
+            peer.shed(ShedReason::PeerStreams, &why);
+            tonic::Status::resource_exhausted(why)
+        })
+    }
+
+    /// With the adaptive limit off: whether `peer`'s next decision fits the fixed limit, or
+    /// its part of it.
+    pub(super) fn fixed_admits(&self, peer: &Arc<Peer>) -> Result<(), tonic::Status> {
+        if self.peers.decisions() < self.fixed {
+            return Ok(());
         }
-        self.readings.shed();
+        self.fair(peer).map(|_| ())
+    }
+
+    /// Where `peer`'s next decision stands against its part of the limit: the refusal when it
+    /// is over its part while others are active.
+    pub(super) fn fair(&self, peer: &Arc<Peer>) -> Result<Fair, tonic::Status> {
+        let limit = match self.enabled {
+            true => self.limit.load(Ordering::Relaxed),
+            false => self.fixed,
+        };
+        match peer.fair(limit) {
+            Fair::Over { held, part, active } => {
+                let why = format!(
+                    "Turnstile is at its limit of {limit} decisions in flight and {peer} holds \
+                     {held} of them, over its part ({part}, the limit shared by {active} active \
+                     clients); try again later"
+                );
+                peer.shed(ShedReason::PeerOverPart, &why);
+                Err(tonic::Status::resource_exhausted(why))
+            }
+            fair => Ok(fair),
+        }
+    }
+
+    /// The refusal of `peer`'s call that found no place in time: `RESOURCE_EXHAUSTED`
+    /// (Turnstile's overload), or `UNAVAILABLE` when even the fastest recent call took longer
+    /// than the caller's deadline: then the store is too slow for it, however few calls are
+    /// admitted.
+    pub(super) fn refusal(&self, peer: &Arc<Peer>, deadline: Option<Duration>) -> tonic::Status {
         let fastest = Duration::from_micros(self.fastest_recent_us.load(Ordering::Relaxed));
-        let status = match deadline {
+        match deadline {
             // Not even the fastest call (answered, or given up on after that long) would have
             // left the margin `wait_budget` keeps: no admission policy gets this call answered.
             Some(deadline) if fastest >= deadline - deadline / 10 => {
-                tonic::Status::unavailable(format!(
+                let why = format!(
                     "counter store too slow for this call: the fastest decision lately took {} ms, \
-                 the call's deadline is {} ms",
+                     the call's deadline is {} ms",
                     fastest.as_millis(),
                     deadline.as_millis()
-                ))
+                );
+                peer.shed(ShedReason::StoreTooSlow, &why);
+                tonic::Status::unavailable(why)
             }
-            _ => tonic::Status::resource_exhausted(format!(
-                "Turnstile is overloaded: {} decisions in flight (the adaptive limit, which \
-                 follows the latency of the calls it admits); try again later",
-                self.limit.load(Ordering::Relaxed)
-            )),
-        };
-        status.into_http()
+            _ => {
+                let why = format!(
+                    "Turnstile is overloaded: {} decisions in flight (the adaptive limit, which \
+                     follows the latency of the calls it admits); try again later",
+                    self.limit.load(Ordering::Relaxed)
+                );
+                peer.shed(ShedReason::Limit, &why);
+                tonic::Status::resource_exhausted(why)
+            }
+        }
     }
 
-    /// How long a call may wait for a place: until its `grpc-timeout` less the expected
-    /// latency of an admitted call and a tenth of the timeout for the answer's way back (it
-    /// could not be answered in time after that), at most `max_wait`; `None`: no bound here
-    /// (the server's request timeout still applies).
-    pub(super) fn wait_budget(&self, deadline: Option<Duration>) -> Option<Duration> {
+    /// How long a call may wait for a place: until its `grpc-timeout` (or the default
+    /// timeout, when it has none) less the expected latency of an admitted call and a tenth of
+    /// the timeout for the answer's way back (it could not be answered in time after that),
+    /// at most `max_wait`.
+    pub(super) fn wait_budget(&self, deadline: Option<Duration>) -> Duration {
         let expected = Duration::from_micros(self.expected_us.load(Ordering::Relaxed));
-        let deadline = deadline.map(|d| d.saturating_sub(expected + d / 10));
-        match (deadline, self.max_wait) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let deadline = deadline.unwrap_or(self.default_timeout);
+        let budget = deadline.saturating_sub(expected + deadline / 10);
+        self.max_wait.map_or(budget, |most| budget.min(most))
     }
 
     /// Moves the semaphore's places from `from` to `to`: new places at once; places taken

@@ -4,14 +4,15 @@
 //!
 //! Usage: `turnstile-loadgen [--addr HOST:PORT] [--connections N] [--concurrency N]
 //! [--duration SECS] [--descriptors N] [--keys N] [--hot-share F] [--hits-addend N]
-//! [--domain D] [--key K] [--rate RPS] [--unique]`
+//! [--domain D] [--key K] [--rate RPS] [--unique] [--bind IP]`
 //! `--keys` is the key cardinality (values `v0…v{N-1}`, random), `--hot-share` the fraction of
 //! descriptors that use the single value `hot`, `--rate` caps the total request rate (0 = as fast
 //! as possible), `--unique` sends every value once (for memory-footprint runs),
 //! `--spin` paces by spinning on the runtime thread (best latency when the core is free),
 //! `--requests N` stops after N requests, `--timeout-ms N` sends each call with that deadline
 //! (`grpc-timeout`, as Envoy does), `--dump-body FILE` writes one gRPC-framed request
-//! for h2load's `--data` and exits.
+//! for h2load's `--data` and exits, `--bind IP` connects from that local address (any of
+//! 127/8 on loopback: a distinct peer for the server's fairness).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,7 @@ struct Args {
     dump_body: Option<String>,
     requests: u64,
     timeout_ms: u64,
+    bind: Option<std::net::IpAddr>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -63,6 +65,7 @@ fn parse() -> Result<Args, String> {
         dump_body: None,
         requests: u64::MAX,
         timeout_ms: 0,
+        bind: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -90,6 +93,7 @@ fn parse() -> Result<Args, String> {
             "--dump-body" => a.dump_body = Some(value.clone()),
             "--requests" => a.requests = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             "--timeout-ms" => a.timeout_ms = value.parse().map_err(|e: _| bad(format!("{e}")))?,
+            "--bind" => a.bind = Some(value.parse().map_err(|e: _| bad(format!("{e}")))?),
             "--rate" => a.rate = value.parse().map_err(|e: _| bad(format!("{e}")))?,
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -290,6 +294,32 @@ fn dump_body(args: &Args, path: &str) -> std::io::Result<()> {
     std::fs::write(path, framed)
 }
 
+/// Connections from `local` (port chosen by the kernel) to the endpoint's address.
+fn bound_connector(
+    local: std::net::IpAddr,
+) -> impl tower::Service<
+    tonic::codegen::http::Uri,
+    Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(move |uri: tonic::codegen::http::Uri| async move {
+        let host = uri.host().unwrap_or("127.0.0.1").trim_matches(['[', ']']);
+        let port = uri.port_u16().unwrap_or(80);
+        let remote: std::net::SocketAddr = format!("{host}:{port}")
+            .parse()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{e}")))?;
+        let socket = match local {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(std::net::SocketAddr::new(local, 0))?;
+        let stream = socket.connect(remote).await?;
+        stream.set_nodelay(true)?;
+        Ok(hyper_util::rt::TokioIo::new(stream))
+    })
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(parse()?);
     if let Some(path) = &args.dump_body {
@@ -303,7 +333,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(async move {
         let mut channels = Vec::new();
         for _ in 0..args.connections.max(1) {
-            channels.push(Endpoint::from_shared(format!("http://{}", args.addr))?.tcp_nodelay(true).connect().await?);
+            let endpoint = Endpoint::from_shared(format!("http://{}", args.addr))?.tcp_nodelay(true);
+            channels.push(match args.bind {
+                None => endpoint.connect().await?,
+                Some(local) => endpoint.connect_with_connector(bound_connector(local)).await?,
+            });
         }
         let counts = Arc::new(Counts::default());
         let started = Instant::now();

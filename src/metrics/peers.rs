@@ -1,0 +1,152 @@
+//! Readings of fairness between peers: kept by `peers`, rendered by `metrics`
+//! (`turnstile_requests_shed_total{reason}`, `turnstile_peers_active`,
+//! `turnstile_peer_largest_share`, `turnstile_grpc_connections_closed_total{reason}`). Every
+//! label value is one of a fixed set, so the series are bounded whatever the clients do.
+//!
+//! Must not touch: the rules of fairness (`peers` owns them); this only holds numbers.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Why a call was refused, as the metric's `reason` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedReason {
+    /// The peer was over its part of the decisions in flight while others were active.
+    PeerOverPart,
+    /// No place under the limit came within the call's deadline.
+    Limit,
+    /// The peer already had its most RLQS streams open.
+    PeerStreams,
+    /// Even the fastest recent decision took longer than the call's deadline (answered
+    /// `UNAVAILABLE`: the store, not Turnstile, is too slow).
+    StoreTooSlow,
+}
+
+impl ShedReason {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ShedReason::PeerOverPart => "peer_over_part",
+            ShedReason::Limit => "limit",
+            ShedReason::PeerStreams => "peer_streams",
+            ShedReason::StoreTooSlow => "store_too_slow",
+        }
+    }
+
+    /// Every reason, in the order the metric lists them.
+    pub const ALL: [ShedReason; 4] = [
+        ShedReason::PeerOverPart,
+        ShedReason::Limit,
+        ShedReason::PeerStreams,
+        ShedReason::StoreTooSlow,
+    ];
+}
+
+/// Why Turnstile closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// No call for the idle timeout.
+    Idle = 1,
+    /// PINGs faster than the policy allows without calls between them.
+    TooManyPings = 2,
+    /// Its peer opened one more than its cap.
+    PeerCap = 3,
+    /// All connections were taken and a new one came: this was the longest idle of the peer
+    /// holding the most.
+    MakeRoom = 4,
+}
+
+impl CloseReason {
+    /// The label value of the metric.
+    pub fn label(self) -> &'static str {
+        match self {
+            CloseReason::Idle => "idle",
+            CloseReason::TooManyPings => "too_many_pings",
+            CloseReason::PeerCap => "peer_cap",
+            CloseReason::MakeRoom => "make_room",
+        }
+    }
+
+    /// Every reason, in the order the metric lists them.
+    pub const ALL: [CloseReason; 4] = [
+        CloseReason::Idle,
+        CloseReason::TooManyPings,
+        CloseReason::PeerCap,
+        CloseReason::MakeRoom,
+    ];
+
+    /// The reason stored as `reason as u8`.
+    pub fn from_u8(value: u8) -> Option<CloseReason> {
+        CloseReason::ALL.into_iter().find(|r| *r as u8 == value)
+    }
+}
+
+/// Calls refused by reason, connections closed by reason, and the largest peer's hold.
+#[derive(Debug, Default)]
+pub struct PeerReadings {
+    shed: [AtomicU64; ShedReason::ALL.len()],
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    /// Since the last scrape: the most decisions one peer held, and the most in flight in all
+    /// at that moment or any other.
+    largest_held: AtomicU32,
+    peak_total: AtomicU32,
+    active: AtomicU32,
+}
+
+impl PeerReadings {
+    /// A peer now holds `held` decisions, of `total` in flight.
+    pub fn held(&self, held: u32, total: u32) {
+        self.largest_held.fetch_max(held, Ordering::Relaxed);
+        self.peak_total.fetch_max(total, Ordering::Relaxed);
+    }
+
+    /// Peers with a decision in flight now.
+    pub fn set_active(&self, active: u32) {
+        self.active.store(active, Ordering::Relaxed);
+    }
+
+    /// Peers with a decision in flight at the last change.
+    pub fn active(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// A call was refused.
+    pub fn shed(&self, reason: ShedReason) {
+        if let Some(n) = self.shed.get(reason as usize) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A connection was told to close.
+    pub fn closed(&self, reason: CloseReason) {
+        if let Some(n) = self.closed.get(reason as usize - 1) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls refused for `reason` so far.
+    pub fn shed_total(&self, reason: ShedReason) -> u64 {
+        self.shed
+            .get(reason as usize)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// Connections closed for `reason` so far.
+    pub fn closed_total(&self, reason: CloseReason) -> u64 {
+        self.closed
+            .get(reason as usize - 1)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// The largest share of the decisions in flight one peer held since the last call (0 to
+    /// 1; 0 when none was in flight), and starts the next span.
+    pub fn take_largest_share(&self) -> f64 {
+        let held = self.largest_held.swap(0, Ordering::Relaxed);
+        let total = self.peak_total.swap(0, Ordering::Relaxed);
+        if total == 0 {
+            0.0
+        } else {
+            f64::from(held) / f64::from(total)
+        }
+    }
+}

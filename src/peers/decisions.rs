@@ -1,0 +1,137 @@
+//! A peer's part of the decisions in flight (the rule is in the module doc of `peers`), the
+//! guards that count a decision or an RLQS stream while it lasts, and the refusal's record: a
+//! metric by reason and at most one log line per peer every [`LOG_EVERY_MS`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Peer;
+use crate::metrics::ShedReason;
+
+/// At most one log line per peer being refused in this many milliseconds.
+const LOG_EVERY_MS: u64 = 10_000;
+
+/// Whether one more decision of a peer fits its part of `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fair {
+    /// Within its part: admit it now, even past the limit.
+    Within,
+    /// Over its part, but no other peer is active: it may wait for a place.
+    Alone,
+    /// Over its part while others are active: refuse it now.
+    Over {
+        /// Decisions the peer has in flight.
+        held: u32,
+        /// Its part of the limit.
+        part: u32,
+        /// Peers active, this one included.
+        active: u32,
+    },
+}
+
+/// A decision in flight, counted for its peer (and in the tally) until dropped.
+#[derive(Debug)]
+pub struct Decision {
+    peer: Arc<Peer>,
+}
+
+impl Drop for Decision {
+    fn drop(&mut self) {
+        let tally = &self.peer.tally;
+        tally.decisions.fetch_sub(1, Ordering::AcqRel);
+        if self.peer.decisions.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let active = tally.active.fetch_sub(1, Ordering::AcqRel) - 1;
+            tally.readings.set_active(active);
+        }
+    }
+}
+
+/// An RLQS stream open, counted for its peer until dropped.
+#[derive(Debug)]
+pub struct Stream {
+    peer: Arc<Peer>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.peer.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Peer {
+    /// Counts a decision of this peer in flight until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> Decision {
+        let tally = &self.tally;
+        let total = tally.decisions.fetch_add(1, Ordering::AcqRel) + 1;
+        let held = self.decisions.fetch_add(1, Ordering::AcqRel) + 1;
+        if held == 1 {
+            let active = tally.active.fetch_add(1, Ordering::AcqRel) + 1;
+            tally.readings.set_active(active);
+        }
+        tally.readings.held(held, total);
+        Decision {
+            peer: Arc::clone(self),
+        }
+    }
+
+    /// Decisions of this peer in flight now.
+    pub fn decisions(&self) -> u32 {
+        self.decisions.load(Ordering::Relaxed)
+    }
+
+    /// Whether one more decision of this peer fits its part of `limit`.
+    pub fn fair(&self, limit: u32) -> Fair {
+        let held = self.decisions();
+        let others = self
+            .tally
+            .active
+            .load(Ordering::Relaxed)
+            .saturating_sub(u32::from(held > 0));
+        let active = others + 1;
+        let part = (limit / active).max(1);
+        if held < part {
+            Fair::Within
+        } else if others == 0 {
+            Fair::Alone
+        } else {
+            Fair::Over { held, part, active }
+        }
+    }
+
+    /// Opens an RLQS stream for this peer, or `None` when it has `cap` open already.
+    pub fn open_stream(self: &Arc<Self>, cap: u32) -> Option<Stream> {
+        self.streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Stream {
+            peer: Arc::clone(self),
+        })
+    }
+
+    /// Records a call of this peer refused for `reason`: the metric, and a log line naming the
+    /// peer at most every [`LOG_EVERY_MS`] (with the refusals since the last one).
+    pub fn shed(&self, reason: ShedReason, why: &str) {
+        self.tally.readings.shed(reason);
+        self.shed_unlogged.fetch_add(1, Ordering::Relaxed);
+        let now = self.tally.now_ms().max(1);
+        let last = self.logged_ms.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < LOG_EVERY_MS {
+            return;
+        }
+        if self
+            .logged_ms
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            let refused = self.shed_unlogged.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                peer = %self,
+                reason = reason.label(),
+                refused,
+                "a client is being shed: {why}"
+            );
+        }
+    }
+}
