@@ -32,8 +32,8 @@ mod table;
 
 pub use admission::AdmissionReadings;
 pub use connections::OpenConnections;
-pub use peers::{CloseReason, PeerReadings, ShedReason};
 pub use instrumented::{Instrumented, StoreLabel};
+pub use peers::{CloseReason, PeerReadings, ShedReason};
 pub use rlqs::RlqsMetrics;
 pub use source::SourceStatus;
 

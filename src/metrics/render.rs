@@ -235,7 +235,12 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
         let _ = writeln!(out, "{name}{{{series}}} {}", p.closed_total(reason));
     }
     let name = "turnstile_peers_active";
-    header(out, name, "clients (by address, or certificate under mTLS) with a decision in flight", "gauge");
+    header(
+        out,
+        name,
+        "clients (by address, or certificate under mTLS) with a decision in flight",
+        "gauge",
+    );
     let _ = writeln!(out, "{name}{{{extra}}} {}", p.active());
     let name = "turnstile_peer_largest_share";
     header(

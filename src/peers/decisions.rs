@@ -111,7 +111,7 @@ impl Peer {
     }
 
     /// Records a call of this peer refused for `reason`: the metric, and a log line naming the
-    /// peer at most every [`LOG_EVERY_MS`] (with the refusals since the last one).
+    /// peer at most every 10 s (with the refusals since the last one).
     pub fn shed(&self, reason: ShedReason, why: &str) {
         self.tally.readings.shed(reason);
         self.shed_unlogged.fetch_add(1, Ordering::Relaxed);

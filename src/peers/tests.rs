@@ -27,7 +27,14 @@ fn a_peer_alone_may_wait_and_a_peer_over_its_part_beside_others_is_over() {
     assert_eq!(b.fair(4), Fair::Within, "a newcomer's part is 4 / 2");
     // B becomes active: A's part is halved, B stays within its own.
     let b_held = b.enter();
-    assert_eq!(a.fair(4), Fair::Over { held: 4, part: 2, active: 2 });
+    assert_eq!(
+        a.fair(4),
+        Fair::Over {
+            held: 4,
+            part: 2,
+            active: 2
+        }
+    );
     assert_eq!(b.fair(4), Fair::Within);
     assert_eq!((peers.active(), peers.decisions()), (2, 5));
     assert_eq!(readings.active(), 2);
@@ -45,8 +52,13 @@ fn the_same_identity_is_the_same_peer_while_held_and_certificates_are_told_apart
     assert!(Arc::ptr_eq(&a, &peers.peer(ip(2), None)));
     let mapped: IpAddr = "::ffff:127.0.0.2".parse().expect("ip");
     assert_eq!(PeerId::of_address(mapped), ip(2), "IPv4-mapped is IPv4");
-    assert_ne!(PeerId::of_certificate(b"one"), PeerId::of_certificate(b"two"));
-    let text = peers.peer(PeerId::of_certificate(b"one"), Some(mapped)).to_string();
+    assert_ne!(
+        PeerId::of_certificate(b"one"),
+        PeerId::of_certificate(b"two")
+    );
+    let text = peers
+        .peer(PeerId::of_certificate(b"one"), Some(mapped))
+        .to_string();
     assert!(text.starts_with("client certificate "), "{text}");
     assert!(text.ends_with("(from ::ffff:127.0.0.2)"), "{text}");
 }
@@ -61,7 +73,10 @@ fn rlqs_streams_are_capped_per_peer() {
     assert!(a.open_stream(cap).is_none(), "a third is over the cap of 2");
     assert!(b.open_stream(cap).is_some(), "another peer has its own");
     drop(first);
-    assert!(a.open_stream(cap).is_some(), "a closed stream frees its place");
+    assert!(
+        a.open_stream(cap).is_some(),
+        "a closed stream frees its place"
+    );
 }
 
 #[test]
@@ -93,9 +108,16 @@ fn a_peer_at_its_own_cap_closes_its_own_longest_idle() {
     let _open = first.state().call(); // the first is busy: the second is the idle one
     let third = conns.open(Arc::clone(&a));
     assert_eq!(second.state().closing(), Some(CloseReason::PeerCap));
-    assert_eq!((first.state().closing(), third.state().closing()), (None, None));
+    assert_eq!(
+        (first.state().closing(), third.state().closing()),
+        (None, None)
+    );
     assert_eq!(a.connections(), 2);
     assert_eq!(readings.closed_total(CloseReason::PeerCap), 1);
     drop(second);
-    assert_eq!(a.connections(), 2, "a closed connection was already uncounted");
+    assert_eq!(
+        a.connections(),
+        2,
+        "a closed connection was already uncounted"
+    );
 }

@@ -62,7 +62,10 @@ async fn a_decision_beyond_the_limit_waits_then_is_refused_before_its_deadline()
     let Some(mc) = Memcached::start() else {
         return missing("memcached");
     };
-    let p = behind_a_relay(&mc, Duration::from_secs(2), &LIMIT_OF_ONE).await;
+    // A call without a deadline may wait 10 s (GRPC_DEFAULT_CALL_TIMEOUT; 20 ms by default).
+    let mut env = LIMIT_OF_ONE.to_vec();
+    env.push(("GRPC_DEFAULT_CALL_TIMEOUT", "10s"));
+    let p = behind_a_relay(&mc, Duration::from_secs(2), &env).await;
     let metrics_of = |p: &Process, series: &str| metric(&p.metrics(), series);
     until(
         Duration::from_secs(10),
@@ -115,7 +118,10 @@ async fn a_decision_beyond_the_limit_waits_then_is_refused_before_its_deadline()
             "the {what} decision is answered: {answer:?}"
         );
     }
-    assert_eq!(metrics_of(&p, "turnstile_requests_shed_total"), Some(1));
+    assert_eq!(
+        metrics_of(&p, "turnstile_requests_shed_total{reason=\"limit\""),
+        Some(1)
+    );
 }
 
 /// A store slower than a caller's deadline is not Turnstile's overload: when even the fastest
@@ -173,7 +179,10 @@ async fn with_the_adaptive_limit_off_every_decision_is_admitted() {
     }
     let metrics = p.metrics();
     assert_eq!(metric(&metrics, "turnstile_concurrency_limit"), Some(0));
-    assert_eq!(metric(&metrics, "turnstile_requests_shed_total"), Some(0));
+    assert_eq!(
+        metric(&metrics, "turnstile_requests_shed_total{reason=\"limit\""),
+        Some(0)
+    );
 }
 
 /// The quick version of the overload run in RELIABILITY.md: far more calls in flight than the

@@ -101,7 +101,10 @@ where
                 },
                 false => None,
             };
-            return Either::Right(Box::pin(held_open(self.inner.call(request), (call, stream))));
+            return Either::Right(Box::pin(held_open(
+                self.inner.call(request),
+                (call, stream),
+            )));
         }
         let shared = &self.shared;
         let inner = &mut self.inner;
@@ -152,7 +155,10 @@ where
 /// The answer to a refused call, once its request is read: answered before its body ended,
 /// the stream would be reset under a client still sending it, which tonic's client reports
 /// as a transport error instead of this status.
-async fn refuse<E>(request: http::Request<Body>, status: tonic::Status) -> Result<http::Response<Body>, E> {
+async fn refuse<E>(
+    request: http::Request<Body>,
+    status: tonic::Status,
+) -> Result<http::Response<Body>, E> {
     let mut body = std::pin::pin!(request.into_body());
     while let Some(Ok(_)) =
         futures_util::future::poll_fn(|cx| http_body::Body::poll_frame(body.as_mut(), cx)).await
@@ -169,7 +175,12 @@ where
     G: Send + Unpin + 'static,
 {
     let response = call.await?;
-    Ok(response.map(|body| Body::new(Holding { body, _guards: guards })))
+    Ok(response.map(|body| {
+        Body::new(Holding {
+            body,
+            _guards: guards,
+        })
+    }))
 }
 
 pin_project_lite::pin_project! {

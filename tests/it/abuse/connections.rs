@@ -122,7 +122,10 @@ async fn a_connection_beyond_the_cap_is_served_and_the_longest_idle_is_closed() 
     assert!(served.is_ok(), "{served:?}");
     let text = p.metrics();
     assert_eq!(
-        metric(&text, "turnstile_grpc_connections_closed_total{reason=\"make_room\""),
+        metric(
+            &text,
+            "turnstile_grpc_connections_closed_total{reason=\"make_room\""
+        ),
         Some(1)
     );
 }

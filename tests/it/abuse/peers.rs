@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::process::{Process, RULES, metric, rules_root};
@@ -22,13 +21,20 @@ const NEWCOMER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
 async fn tcp_from(local: IpAddr, port: u16) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(SocketAddr::new(local, 0))?;
-    socket.connect(SocketAddr::from(([127, 0, 0, 1], port))).await
+    socket
+        .connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
 }
 
 /// A gRPC client whose one connection comes from `local`.
-async fn client_from(local: IpAddr, port: u16) -> RateLimitServiceClient<tonic::transport::Channel> {
+async fn client_from(
+    local: IpAddr,
+    port: u16,
+) -> RateLimitServiceClient<tonic::transport::Channel> {
     let connector = tower::service_fn(move |_: http::Uri| async move {
-        tcp_from(local, port).await.map(hyper_util::rt::TokioIo::new)
+        tcp_from(local, port)
+            .await
+            .map(hyper_util::rt::TokioIo::new)
     });
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("url")
@@ -40,9 +46,14 @@ async fn client_from(local: IpAddr, port: u16) -> RateLimitServiceClient<tonic::
 
 /// An HTTP/2 connection from `local` that PINGs every `every`, never calls, and ends with how
 /// the server closed it (`None`: it was not closed within `limit`).
-async fn pinger(local: IpAddr, port: u16, every: Duration, limit: Duration) -> Option<Result<(), h2::Error>> {
+async fn pinger(
+    local: IpAddr,
+    port: u16,
+    every: Duration,
+    limit: Duration,
+) -> Option<Result<(), h2::Error>> {
     let tcp = tcp_from(local, port).await.expect("connect");
-    let (_client, mut connection) = h2::client::handshake::<_, Bytes>(tcp).await.expect("h2");
+    let (_client, mut connection) = h2::client::handshake(tcp).await.expect("h2");
     let mut ping_pong = connection.ping_pong().expect("ping_pong");
     let mut ended = Box::pin(tokio::time::timeout(limit, connection));
     loop {
@@ -57,11 +68,26 @@ async fn pinger(local: IpAddr, port: u16, every: Duration, limit: Duration) -> O
 async fn pings_without_calls_are_answered_with_goaway_enhance_your_calm() {
     let root = rules_root(RULES);
     let p = Process::start(&root, &[("GRPC_MIN_PING_INTERVAL", "10s")]);
-    let end = pinger(HOG, p.grpc, Duration::from_millis(20), Duration::from_secs(10)).await;
-    let error = end.expect("the server closed the connection").expect_err("with a GOAWAY error");
-    assert_eq!(error.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{error}");
+    let end = pinger(
+        HOG,
+        p.grpc,
+        Duration::from_millis(20),
+        Duration::from_secs(10),
+    )
+    .await;
+    let error = end
+        .expect("the server closed the connection")
+        .expect_err("with a GOAWAY error");
     assert_eq!(
-        metric(&p.metrics(), "turnstile_grpc_connections_closed_total{reason=\"too_many_pings\""),
+        error.reason(),
+        Some(h2::Reason::ENHANCE_YOUR_CALM),
+        "{error}"
+    );
+    assert_eq!(
+        metric(
+            &p.metrics(),
+            "turnstile_grpc_connections_closed_total{reason=\"too_many_pings\""
+        ),
         Some(1)
     );
 }
@@ -71,14 +97,26 @@ async fn pings_do_not_keep_a_connection_open_past_the_idle_timeout() {
     let root = rules_root(RULES);
     let p = Process::start(
         &root,
-        &[("GRPC_IDLE_TIMEOUT", "500ms"), ("GRPC_MIN_PING_INTERVAL", "0s")],
+        &[
+            ("GRPC_IDLE_TIMEOUT", "500ms"),
+            ("GRPC_MIN_PING_INTERVAL", "0s"),
+        ],
     );
-    let end = pinger(HOG, p.grpc, Duration::from_millis(50), Duration::from_secs(10)).await;
+    let end = pinger(
+        HOG,
+        p.grpc,
+        Duration::from_millis(50),
+        Duration::from_secs(10),
+    )
+    .await;
     // Closed with GOAWAY NO_ERROR: h2 reports a clean end of the connection.
     let end = end.expect("the server closed the PING-only connection");
     assert!(end.is_ok(), "closed without an error code: {end:?}");
     assert_eq!(
-        metric(&p.metrics(), "turnstile_grpc_connections_closed_total{reason=\"idle\""),
+        metric(
+            &p.metrics(),
+            "turnstile_grpc_connections_closed_total{reason=\"idle\""
+        ),
         Some(1)
     );
 }
@@ -98,11 +136,18 @@ async fn a_ping_only_hog_holding_every_connection_does_not_lock_out_a_new_peer()
     );
     let mut hogs = Vec::new();
     for _ in 0..16 {
-        hogs.push(tokio::spawn(pinger(HOG, p.grpc, Duration::from_millis(50), Duration::from_secs(60))));
+        hogs.push(tokio::spawn(pinger(
+            HOG,
+            p.grpc,
+            Duration::from_millis(50),
+            Duration::from_secs(60),
+        )));
     }
-    until(Duration::from_secs(10), "the hog holds every connection", || {
-        metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0) >= 16
-    })
+    until(
+        Duration::from_secs(10),
+        "the hog holds every connection",
+        || metric(&p.metrics(), "turnstile_grpc_connections_open").unwrap_or(0) >= 16,
+    )
     .await;
     let mut newcomer = client_from(NEWCOMER, p.grpc).await;
     for i in 0..5 {
@@ -113,8 +158,14 @@ async fn a_ping_only_hog_holding_every_connection_does_not_lock_out_a_new_peer()
             .expect("the newcomer's call was answered");
         assert!(answer.is_ok(), "call {i}: {answer:?}");
     }
-    let closed = metric(&p.metrics(), "turnstile_grpc_connections_closed_total{reason=\"make_room\"");
-    assert!(closed >= Some(1), "one of the hog's connections made room: {closed:?}");
+    let closed = metric(
+        &p.metrics(),
+        "turnstile_grpc_connections_closed_total{reason=\"make_room\"",
+    );
+    assert!(
+        closed >= Some(1),
+        "one of the hog's connections made room: {closed:?}"
+    );
     for hog in hogs {
         hog.abort();
     }
@@ -139,11 +190,13 @@ async fn a_peer_over_its_part_is_refused_while_a_peer_within_it_is_answered() {
     for c in 0..4 {
         let client = client_from(HOG, p.grpc).await;
         for i in 0..64 {
-            let (mut client, refused, stop) = (client.clone(), Arc::clone(&refused), Arc::clone(&stop));
+            let (mut client, refused, stop) =
+                (client.clone(), Arc::clone(&refused), Arc::clone(&stop));
             flood.push(tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let call = crate::support::req1("ops", &[("user", &format!("flood-{c}-{i}-{n}"))]);
+                    let call =
+                        crate::support::req1("ops", &[("user", &format!("flood-{c}-{i}-{n}"))]);
                     n += 1;
                     if let Err(status) = client.should_rate_limit(call).await {
                         assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
@@ -160,14 +213,27 @@ async fn a_peer_over_its_part_is_refused_while_a_peer_within_it_is_answered() {
     for i in 0..200 {
         let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
         let answer = honest.should_rate_limit(call).await;
-        assert!(answer.is_ok(), "the peer within its part, call {i}: {answer:?}");
+        assert!(
+            answer.is_ok(),
+            "the peer within its part, call {i}: {answer:?}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     for task in flood {
         task.await.expect("flood caller");
     }
     let text = p.metrics();
-    let shed = metric(&text, "turnstile_requests_shed_total{reason=\"peer_over_part\"");
-    assert!(refused.load(Ordering::Relaxed) > 0, "the flooding peer was refused over its part");
-    assert_eq!(shed, Some(refused.load(Ordering::Relaxed)), "every refusal counted by reason");
+    let shed = metric(
+        &text,
+        "turnstile_requests_shed_total{reason=\"peer_over_part\"",
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the flooding peer was refused over its part"
+    );
+    assert_eq!(
+        shed,
+        Some(refused.load(Ordering::Relaxed)),
+        "every refusal counted by reason"
+    );
 }
