@@ -91,6 +91,7 @@ pub struct PeerReadings {
     largest_held: AtomicU32,
     peak_total: AtomicU32,
     active: AtomicU32,
+    held_back: AtomicU64,
 }
 
 impl PeerReadings {
@@ -108,6 +109,16 @@ impl PeerReadings {
     /// Peers with a decision in flight at the last change.
     pub fn active(&self) -> u32 {
         self.active.load(Ordering::Relaxed)
+    }
+
+    /// A connection stopped being read at its peer's part of the requests open.
+    pub fn held_back(&self) {
+        self.held_back.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections held back so far.
+    pub fn held_back_total(&self) -> u64 {
+        self.held_back.load(Ordering::Relaxed)
     }
 
     /// A call was refused.

@@ -234,6 +234,14 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
         let series = with(reason.label());
         let _ = writeln!(out, "{name}{{{series}}} {}", p.closed_total(reason));
     }
+    let name = "turnstile_peer_reads_paused_total";
+    header(
+        out,
+        name,
+        "times a client's connection stopped being read because its requests open reached twice its part of the limit on decisions in flight (the rest waits in the kernel)",
+        "counter",
+    );
+    let _ = writeln!(out, "{name}{{{extra}}} {}", p.held_back_total());
     let name = "turnstile_peers_active";
     header(
         out,

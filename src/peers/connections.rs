@@ -51,8 +51,8 @@ impl ConnState {
     /// Counts a call open on this connection until the guard is dropped.
     pub fn call(self: &Arc<Self>) -> CallGuard {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        // Not idle while it is open; the time is taken when it ends.
         self.open_calls.fetch_add(1, Ordering::AcqRel);
-        self.touch();
         CallGuard {
             conn: Arc::clone(self),
         }

@@ -114,6 +114,21 @@ impl Peer {
     /// peer at most every 10 s (with the refusals since the last one).
     pub fn shed(&self, reason: ShedReason, why: &str) {
         self.tally.readings.shed(reason);
+        self.log_at_most_every(reason.label(), why);
+    }
+
+    /// Records a connection of this peer held back at its part of the requests open: the
+    /// metric, and the same rate-limited log line.
+    pub fn held_back(&self) {
+        self.tally.readings.held_back();
+        self.log_at_most_every(
+            "held_back",
+            "its requests open reached twice its part of the limit on decisions in flight; its \
+             connections are read again as its requests are answered",
+        );
+    }
+
+    fn log_at_most_every(&self, reason: &str, why: &str) {
         self.shed_unlogged.fetch_add(1, Ordering::Relaxed);
         let now = self.tally.now_ms().max(1);
         let last = self.logged_ms.load(Ordering::Relaxed);
@@ -125,13 +140,8 @@ impl Peer {
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            let refused = self.shed_unlogged.swap(0, Ordering::Relaxed);
-            tracing::warn!(
-                peer = %self,
-                reason = reason.label(),
-                refused,
-                "a client is being shed: {why}"
-            );
+            let times = self.shed_unlogged.swap(0, Ordering::Relaxed);
+            tracing::warn!(peer = %self, reason, times, "a client is being shed: {why}");
         }
     }
 }

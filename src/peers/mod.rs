@@ -12,6 +12,12 @@
 //!   others are active is refused at once; a peer alone waits for a place as before. This is
 //!   per-peer partitions of the limit rather than deficit round robin: it needs no queue per
 //!   peer and no scheduler, only two counters read on the call's path.
+//! - **Requests open**, from HEADERS handed to hyper to the stream's close, polled or not yet: a
+//!   peer holding its part of the budget (the same limit divided by the peers with a request
+//!   open, at least 8) is not read further until it has fewer (see [`Gate`]): its excess waits
+//!   in the kernel (TCP flow control), not in the runtime's queue ahead of everyone else's
+//!   calls, and one peer alone is held to the whole budget. Admission then refuses what gets
+//!   through over its part.
 //! - **RLQS streams** open per peer, bounded (`RLQS_MAX_STREAMS_PER_PEER`).
 //! - **Connections** per peer and in all (the [`Connections`] registry): a new connection is
 //!   always let in; at a cap, the longest-idle connection of the peer holding the most (or of
@@ -25,9 +31,11 @@
 
 mod connections;
 mod decisions;
+mod requests;
 
 pub use crate::metrics::{CloseReason, ShedReason};
 pub use connections::{CallGuard, ConnHandle, ConnState, ConnectionLimits, Connections};
+pub use requests::Gate;
 pub use decisions::{Decision, Fair, Stream};
 
 use std::collections::HashMap;
@@ -79,6 +87,11 @@ pub struct Peer {
     /// Where the address came from, for the log (the certificate's first connection).
     seen_at: Option<IpAddr>,
     decisions: AtomicU32,
+    /// Requests open on the peer's connections (see `requests`).
+    requests: AtomicU32,
+    /// Connections that stopped reading while the peer was over its part of the calls open.
+    waiting: Mutex<Vec<std::task::Waker>>,
+    anyone_waiting: std::sync::atomic::AtomicBool,
     streams: AtomicU32,
     connections: AtomicU32,
     /// Calls refused since the last log line about this peer.
@@ -119,6 +132,11 @@ impl fmt::Display for Peer {
 struct Tally {
     decisions: AtomicU32,
     active: AtomicU32,
+    /// Peers with a request open, and the requests open all peers may share (the limit on
+    /// decisions in flight: a peer's part of it is what its connections may have open before
+    /// they stop being read).
+    requesters: AtomicU32,
+    budget: AtomicU32,
     epoch: Instant,
     readings: Arc<PeerReadings>,
 }
@@ -156,6 +174,8 @@ impl Peers {
         let tally = Arc::new(Tally {
             decisions: AtomicU32::new(0),
             active: AtomicU32::new(0),
+            requesters: AtomicU32::new(0),
+            budget: AtomicU32::new(u32::MAX),
             epoch: Instant::now(),
             readings: Arc::clone(&readings),
         });
@@ -191,6 +211,9 @@ impl Peers {
             id,
             seen_at,
             decisions: AtomicU32::new(0),
+            requests: AtomicU32::new(0),
+            waiting: Mutex::new(Vec::new()),
+            anyone_waiting: std::sync::atomic::AtomicBool::new(false),
             streams: AtomicU32::new(0),
             connections: AtomicU32::new(0),
             shed_unlogged: AtomicU64::new(0),
@@ -212,6 +235,11 @@ impl Peers {
     /// Decisions in flight now, every peer's.
     pub fn decisions(&self) -> u32 {
         self.tally.decisions.load(Ordering::Relaxed)
+    }
+
+    /// Sets the requests open all peers may share (the limit on decisions in flight, as it moves).
+    pub fn set_budget(&self, budget: u32) {
+        self.tally.budget.store(budget.max(1), Ordering::Relaxed);
     }
 
     /// The most RLQS streams one peer may have open.

@@ -67,6 +67,7 @@ impl Shared {
         if bounds.enabled {
             readings.set_limit(limit);
         }
+        peers.set_budget(if bounds.enabled { limit } else { fixed });
         Shared {
             enabled: bounds.enabled,
             fixed: fixed.max(1),
@@ -299,6 +300,7 @@ impl Shared {
                 .store(micros(fastest), Ordering::Relaxed);
         }
         self.readings.set_limit(limit);
+        self.peers.set_budget(limit);
     }
 }
 

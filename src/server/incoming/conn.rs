@@ -13,10 +13,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
-use super::frames::{self, ENHANCE_YOUR_CALM, Frame, Frames, NO_ERROR, PREFACE_LEN, PingPolicy};
+use super::frames::{
+    self, ENHANCE_YOUR_CALM, Frame, Frames, NO_ERROR, PREFACE_LEN, PingPolicy, Seen,
+};
+use super::intake::Intake;
 use crate::metrics::OpenConnections;
-use crate::peers::{CloseReason, ConnHandle, ConnState};
+use crate::peers::{CloseReason, ConnHandle, ConnState, Gate};
 use crate::settings::GrpcLimits;
+
+/// How much one read takes while the peer is past half its part of the calls open (a few
+/// requests of Envoy's size), so that one read cannot bring far more than the part.
+const NARROW_READ: usize = 1024;
 
 /// The GOAWAY being written before the connection ends.
 #[derive(Debug)]
@@ -32,13 +39,11 @@ pub(in crate::server) struct Conn<S> {
     inner: S,
     handle: ConnHandle,
     open: Arc<OpenConnections>,
-    read: u64,
     limits: GrpcLimits,
     deadline: Pin<Box<Sleep>>,
-    incoming: Frames,
+    intake: Intake,
     outgoing: Frames,
     pings: PingPolicy,
-    last_stream: u32,
     goodbye: Option<Goodbye>,
     ended: bool,
 }
@@ -56,13 +61,11 @@ impl<S> Conn<S> {
             inner,
             handle,
             open,
-            read: 0,
             limits,
             deadline: Box::pin(tokio::time::sleep(limits.handshake_timeout)),
-            incoming: Frames::default(),
+            intake: Intake::default(),
             outgoing: Frames::default(),
             pings: PingPolicy::new(limits.min_ping_interval),
-            last_stream: 0,
             goodbye: None,
             ended: false,
         }
@@ -87,32 +90,22 @@ impl<S> Conn<S> {
             other => other.label(),
         };
         self.goodbye = Some(Goodbye {
-            frame: frames::goaway(self.last_stream, code, reason),
+            frame: frames::goaway(self.intake.last_stream(), code, reason),
             written: 0,
         });
     }
 
-    /// The bytes just read (`fresh`, the preface's excluded): PINGs against the policy, streams
-    /// opened.
-    fn follow(&mut self, fresh: &[u8]) {
-        let before = self.read;
-        self.read += fresh.len() as u64;
-        let skip = usize::try_from(PREFACE_LEN.saturating_sub(before)).unwrap_or(usize::MAX);
-        let Some(frames) = fresh.get(skip.min(fresh.len())..) else {
-            return;
-        };
-        if before < PREFACE_LEN && self.read >= PREFACE_LEN {
+    /// Bytes just read (`hold`: kept in the intake until handed out): the idle timeout armed
+    /// once the preface is in, PINGs against the policy.
+    fn follow(&mut self, fresh: &[u8], hold: bool) {
+        let before = self.intake.read();
+        self.intake.follow(fresh, hold);
+        if before < PREFACE_LEN && self.intake.read() >= PREFACE_LEN {
             // Past the preface the idle timeout applies, counted from the last call.
             let next = Instant::now() + self.limits.idle_timeout;
             self.deadline.as_mut().reset(next);
         }
-        let (mut pings, mut last_stream) = (0u32, self.last_stream);
-        self.incoming.pass(frames, |frame| match frame {
-            Frame::Ping => pings += 1,
-            Frame::Headers(stream) => last_stream = last_stream.max(stream),
-            Frame::Other => {}
-        });
-        self.last_stream = last_stream;
+        let pings = self.intake.take_pings();
         if pings == 0 {
             return;
         }
@@ -132,6 +125,9 @@ impl<S> Conn<S> {
 impl<S> Drop for Conn<S> {
     fn drop(&mut self) {
         self.open.closed();
+        self.settle();
+        let still_open = self.intake.open_streams();
+        self.handle.state().peer().requests_closed(still_open);
     }
 }
 
@@ -180,7 +176,7 @@ impl<S: AsyncWrite + Unpin> Conn<S> {
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             std::task::ready!(self.deadline.as_mut().poll(cx));
-            if self.read < PREFACE_LEN {
+            if self.intake.read() < PREFACE_LEN {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "no HTTP/2 preface within the handshake timeout",
@@ -214,23 +210,99 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         if this.goodbye.is_some() {
             return this.poll_goodbye(cx);
         }
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                this.follow(&buf.filled()[before..]);
-                if this.goodbye.is_some() {
-                    // Hand these bytes over; the GOAWAY goes out on the next read.
-                    cx.waker().wake_by_ref();
+        let gate = this.state().peer().gate();
+        if gate == Gate::Open && !this.intake.holds() {
+            // The common case: read straight into hyper's buffer.
+            let before = buf.filled().len();
+            return match Pin::new(&mut this.inner).poll_read(cx, buf) {
+                Poll::Ready(Ok(())) => {
+                    this.follow(&buf.filled()[before..], false);
+                    this.intake.hand((buf.filled().len() - before) as u64);
+                    this.settle();
+                    this.after_read(cx);
+                    Poll::Ready(Ok(()))
                 }
-                Poll::Ready(Ok(()))
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => this.poll_deadline(cx),
+            };
+        }
+        this.poll_read_gated(cx, buf, gate)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// A read while the peer is near or at its part of the calls open: small steps through the
+    /// intake, and none past the end of the requests already begun while the gate is shut.
+    fn poll_read_gated(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        gate: Gate,
+    ) -> Poll<io::Result<()>> {
+        let mut gate = gate;
+        loop {
+            let shut = gate == Gate::Shut;
+            let allowed = usize::try_from(self.intake.allowance(shut)).unwrap_or(usize::MAX);
+            if allowed == 0 {
+                if self.state().peer().wait_at_gate(cx.waker()) {
+                    self.state().peer().held_back();
+                    // Woken when a request of the peer closes; the deadline still applies.
+                    return self.poll_deadline(cx);
+                }
+                gate = self.state().peer().gate();
+                continue;
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx),
+            if self.intake.holds() {
+                self.intake.hand_held(allowed, buf);
+                self.settle();
+                return Poll::Ready(Ok(()));
+            }
+            let mut step = [0u8; NARROW_READ];
+            let mut chunk = ReadBuf::new(&mut step);
+            let read = Pin::new(&mut self.inner).poll_read(cx, &mut chunk);
+            let n = chunk.filled().len();
+            match read {
+                Poll::Ready(Ok(())) if n == 0 => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    self.follow(&step[..n], true);
+                    self.after_read(cx);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return self.poll_deadline(cx),
+            }
+        }
+    }
+
+    /// After a read: a GOAWAY the read made due goes out on the next one.
+    fn after_read(&self, cx: &mut Context<'_>) {
+        if self.goodbye.is_some() {
+            cx.waker().wake_by_ref();
         }
     }
 }
 
 impl<S> Conn<S> {
+    /// Streams handed or closed since the last time: the peer's count of requests open.
+    fn settle(&mut self) {
+        let (opened, closed) = self.intake.take_changes();
+        let peer = self.handle.state().peer();
+        peer.requests_opened(opened);
+        peer.requests_closed(closed);
+    }
+
+    /// Bytes hyper wrote: where its frames end, and the streams its END_STREAM or RST_STREAM
+    /// closed (the peer's requests open).
+    fn sent(&mut self, bytes: &[u8]) {
+        let (outgoing, intake) = (&mut self.outgoing, &mut self.intake);
+        outgoing.pass(bytes, |seen| match seen {
+            Seen::Start(Frame::Headers { stream, ends: true })
+            | Seen::Start(Frame::Data { stream, ends: true })
+            | Seen::Start(Frame::Reset(stream)) => intake.close(stream),
+            _ => {}
+        });
+        self.settle();
+    }
+
     /// A GOAWAY waits and hyper's frame just ended: the read side writes it now.
     fn wake_for_goodbye(&self, cx: &mut Context<'_>) {
         if self.goodbye.is_some() && self.outgoing.at_boundary() {
@@ -248,7 +320,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         let this = &mut *self;
         std::task::ready!(this.poll_before_write(cx));
         let n = std::task::ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        this.outgoing.pass(&buf[..n.min(buf.len())], |_| {});
+        this.sent(&buf[..n.min(buf.len())]);
         this.wake_for_goodbye(cx);
         Poll::Ready(Ok(n))
     }
@@ -272,7 +344,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         let mut left = n;
         for slice in bufs {
             let taken = left.min(slice.len());
-            this.outgoing.pass(&slice[..taken], |_| {});
+            this.sent(&slice[..taken]);
             left -= taken;
             if left == 0 {
                 break;

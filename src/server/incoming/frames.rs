@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 /// The client's connection preface (`PRI * HTTP/2.0…`), before its first frame.
 pub(super) const PREFACE_LEN: u64 = 24;
 const HEADER_LEN: usize = 9;
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const ACK: u8 = 0x1;
+const END_STREAM: u8 = 0x1;
 /// GOAWAY's error codes (RFC 9113 §7).
 pub(super) const NO_ERROR: u32 = 0x0;
 pub(super) const ENHANCE_YOUR_CALM: u32 = 0xb;
@@ -24,10 +27,23 @@ const MAX_PING_STRIKES: u32 = 2;
 pub(super) enum Frame {
     /// A PING asking for an answer.
     Ping,
-    /// HEADERS, on this stream.
-    Headers(u32),
+    /// HEADERS on `stream`; `ends` when they carry END_STREAM.
+    Headers { stream: u32, ends: bool },
+    /// DATA on `stream`; `ends` when it carries END_STREAM.
+    Data { stream: u32, ends: bool },
+    /// RST_STREAM on `stream`.
+    Reset(u32),
     /// Anything else.
     Other,
+}
+
+/// What passing bytes showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// A frame's header completed.
+    Start(Frame),
+    /// A frame ended this many bytes into the bytes passed.
+    End(usize),
 }
 
 /// Where a byte stream of frames is: the header being gathered, or the payload being passed.
@@ -39,29 +55,40 @@ pub(super) struct Frames {
 }
 
 impl Frames {
-    /// Follows `bytes`, telling `seen` of each frame whose header completes in them.
-    pub(super) fn pass(&mut self, mut bytes: &[u8], mut seen: impl FnMut(Frame)) {
-        while !bytes.is_empty() {
+    /// Follows `bytes`, telling `seen` of each frame whose header completes in them and of
+    /// each frame's end.
+    pub(super) fn pass(&mut self, bytes: &[u8], mut seen: impl FnMut(Seen)) {
+        let mut at = 0;
+        while at < bytes.len() {
             if self.skip > 0 {
-                let n = self.skip.min(bytes.len());
+                let n = self.skip.min(bytes.len() - at);
                 self.skip -= n;
-                bytes = &bytes[n..];
+                at += n;
+                if self.skip == 0 {
+                    seen(Seen::End(at));
+                }
                 continue;
             }
-            let n = (HEADER_LEN - self.have).min(bytes.len());
-            self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            let n = (HEADER_LEN - self.have).min(bytes.len() - at);
+            self.header[self.have..self.have + n].copy_from_slice(&bytes[at..at + n]);
             self.have += n;
-            bytes = &bytes[n..];
+            at += n;
             if self.have == HEADER_LEN {
                 self.have = 0;
                 let [l0, l1, l2, kind, flags, s0, s1, s2, s3] = self.header;
                 self.skip = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
                 let stream = u32::from_be_bytes([s0, s1, s2, s3]) & 0x7fff_ffff;
-                seen(match kind {
+                let ends = flags & END_STREAM != 0;
+                seen(Seen::Start(match kind {
                     PING if flags & ACK == 0 => Frame::Ping,
-                    HEADERS => Frame::Headers(stream),
+                    HEADERS => Frame::Headers { stream, ends },
+                    DATA => Frame::Data { stream, ends },
+                    RST_STREAM => Frame::Reset(stream),
                     _ => Frame::Other,
-                });
+                }));
+                if self.skip == 0 {
+                    seen(Seen::End(at));
+                }
             }
         }
     }
@@ -123,7 +150,7 @@ impl PingPolicy {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{ENHANCE_YOUR_CALM, Frame, Frames, PingPolicy, goaway};
+    use super::{ENHANCE_YOUR_CALM, Frame, Frames, PingPolicy, Seen, goaway};
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let len = u32::try_from(payload.len()).expect("small").to_be_bytes();
@@ -142,8 +169,13 @@ mod tests {
         bytes.extend(frame(0x0, 1, 5, &[2; 70])); // DATA
         for split in 1..bytes.len() {
             let (mut frames, mut seen) = (Frames::default(), Vec::new());
+            let (mut ends, mut offset) = (Vec::new(), 0);
             for chunk in bytes.chunks(split) {
-                frames.pass(chunk, |f| seen.push(f));
+                frames.pass(chunk, |s| match s {
+                    Seen::Start(f) => seen.push(f),
+                    Seen::End(at) => ends.push(offset + at),
+                });
+                offset += chunk.len();
             }
             assert_eq!(
                 seen,
@@ -151,11 +183,18 @@ mod tests {
                     Frame::Other,
                     Frame::Ping,
                     Frame::Other,
-                    Frame::Headers(5),
-                    Frame::Other
+                    Frame::Headers {
+                        stream: 5,
+                        ends: false
+                    },
+                    Frame::Data {
+                        stream: 5,
+                        ends: true
+                    }
                 ],
                 "chunks of {split}"
             );
+            assert_eq!(ends, [21, 38, 55, 94, 173], "where each frame ends, chunks of {split}");
             assert!(frames.at_boundary());
         }
         let mut frames = Frames::default();

@@ -15,6 +15,7 @@
 
 mod conn;
 mod frames;
+mod intake;
 
 pub(super) use conn::Conn;
 

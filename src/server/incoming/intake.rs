@@ -1,0 +1,343 @@
+//! What a connection has read, on its way to hyper: the frames followed (PINGs, the last stream
+//! opened), which requests are half received (HEADERS came, END_STREAM or RST_STREAM not yet),
+//! and the bytes read but held back.
+//!
+//! Why bytes are held back: a client over its part of the calls open (`peers`) is not read
+//! further, so its excess waits in the kernel (TCP flow control pushes back on it) instead of in
+//! the runtime's queue ahead of every other client's calls. Reading stops only where no request
+//! is half received, so a call that is counted open never waits for a body held here (which
+//! would hold the client's part until the request deadline).
+//!
+//! Must not touch: the socket, hyper's buffers, the peers' counts (the connection does that).
+
+use std::collections::VecDeque;
+
+use super::frames::{Frame, Frames, PREFACE_LEN, Seen};
+
+/// What a connection has read and followed; see the module doc.
+#[derive(Debug)]
+pub(super) struct Intake {
+    frames: Frames,
+    /// Streams whose request began and has not ended (a few: a list beats a hash here).
+    half: Streams,
+    /// The effect of the frame whose header passed last, applied at its end.
+    pending: Frame,
+    /// Bytes read from the socket, and bytes handed to hyper (positions in the stream).
+    read: u64,
+    handed: u64,
+    /// Where being half received changed: (position, no request half received after it).
+    changes: VecDeque<(u64, bool)>,
+    /// Whether no request is half received at `handed`.
+    clean_at_handed: bool,
+    /// Bytes read and not yet handed (positions `handed..read`).
+    held: VecDeque<u8>,
+    /// Where streams open (HEADERS of a new stream) and close (the client's RST_STREAM):
+    /// counted when handed to hyper.
+    marks: VecDeque<(u64, Mark)>,
+    /// Streams handed to hyper and not closed; and the changes not yet taken.
+    open: Streams,
+    opened: u32,
+    closed: u32,
+    /// PINGs seen since `take_pings`.
+    pings: u32,
+    last_stream: u32,
+}
+
+/// A set of stream ids, as a list: a connection has a few open at once (at most
+/// `GRPC_MAX_CONCURRENT_STREAMS`), and a short scan costs less than hashing.
+#[derive(Debug, Default)]
+struct Streams(Vec<u32>);
+
+impl Streams {
+    /// Adds `stream`, which is not there (a client opens each stream once).
+    fn insert(&mut self, stream: u32) {
+        self.0.push(stream);
+    }
+
+    /// Removes `stream`; whether it was there.
+    fn remove(&mut self, stream: u32) -> bool {
+        match self.0.iter().position(|s| *s == stream) {
+            Some(at) => {
+                self.0.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// A stream's opening or the client's reset of it, at a position.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    Open(u32),
+    Reset(u32),
+}
+
+impl Default for Intake {
+    fn default() -> Self {
+        Intake {
+            frames: Frames::default(),
+            half: Streams::default(),
+            pending: Frame::Other,
+            read: 0,
+            handed: 0,
+            changes: VecDeque::new(),
+            clean_at_handed: true,
+            held: VecDeque::new(),
+            marks: VecDeque::new(),
+            open: Streams::default(),
+            opened: 0,
+            closed: 0,
+            pings: 0,
+            last_stream: 0,
+        }
+    }
+}
+
+impl Intake {
+    /// Bytes read from the socket so far.
+    pub(super) fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// The highest stream a client opened.
+    pub(super) fn last_stream(&self) -> u32 {
+        self.last_stream
+    }
+
+    /// PINGs seen since the last call.
+    pub(super) fn take_pings(&mut self) -> u32 {
+        std::mem::take(&mut self.pings)
+    }
+
+    /// Whether bytes are held back.
+    pub(super) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Follows `bytes` just read; `hold`: they are kept here until handed out.
+    pub(super) fn follow(&mut self, bytes: &[u8], hold: bool) {
+        let start = self.read;
+        self.read += bytes.len() as u64;
+        if hold {
+            self.held.extend(bytes);
+        }
+        let skip = usize::try_from(PREFACE_LEN.saturating_sub(start)).unwrap_or(usize::MAX);
+        let Some(frames) = bytes.get(skip.min(bytes.len())..) else {
+            return;
+        };
+        let base = start + skip as u64;
+        let Intake {
+            frames: follower,
+            half,
+            pending,
+            changes,
+            marks,
+            pings,
+            last_stream,
+            ..
+        } = self;
+        let mut newest = *last_stream;
+        follower.pass(frames, |seen| match seen {
+            Seen::Start(frame) => {
+                *pending = frame;
+                match frame {
+                    Frame::Ping => *pings += 1,
+                    Frame::Headers { stream, .. } => *last_stream = (*last_stream).max(stream),
+                    _ => {}
+                }
+            }
+            Seen::End(at) => {
+                let was_clean = half.is_empty();
+                let at = base + at as u64;
+                let frame = std::mem::replace(pending, Frame::Other);
+                match frame {
+                    Frame::Headers { stream, .. } if stream > newest => {
+                        newest = stream;
+                        marks.push_back((at, Mark::Open(stream)));
+                    }
+                    Frame::Reset(stream) => marks.push_back((at, Mark::Reset(stream))),
+                    _ => {}
+                }
+                match frame {
+                    Frame::Headers { stream, ends: false } => {
+                        half.insert(stream);
+                    }
+                    Frame::Headers { stream, ends: true }
+                    | Frame::Data { stream, ends: true }
+                    | Frame::Reset(stream) => {
+                        half.remove(stream);
+                    }
+                    _ => {}
+                }
+                if half.is_empty() != was_clean {
+                    changes.push_back((at, half.is_empty()));
+                }
+            }
+        });
+    }
+
+    /// How many of the bytes read and not handed may be handed now: all of them, or when
+    /// `gated`, only up to where no request is half received (none when that is already so).
+    pub(super) fn allowance(&self, gated: bool) -> u64 {
+        if !gated {
+            return u64::MAX;
+        }
+        if self.clean_at_handed {
+            return 0;
+        }
+        self.changes
+            .iter()
+            .find(|(_, clean)| *clean)
+            .map_or(u64::MAX, |(at, _)| at - self.handed)
+    }
+
+    /// `n` more bytes went to hyper.
+    pub(super) fn hand(&mut self, n: u64) {
+        self.handed += n;
+        while let Some(&(at, mark)) = self.marks.front() {
+            if at > self.handed {
+                break;
+            }
+            self.marks.pop_front();
+            match mark {
+                Mark::Open(stream) => {
+                    self.open.insert(stream);
+                    self.opened += 1;
+                }
+                Mark::Reset(stream) => self.close(stream),
+            }
+        }
+        while let Some(&(at, clean)) = self.changes.front() {
+            if at > self.handed {
+                break;
+            }
+            self.clean_at_handed = clean;
+            self.changes.pop_front();
+        }
+    }
+
+    /// The server ended or reset `stream` (its frame went out).
+    pub(super) fn close(&mut self, stream: u32) {
+        if self.open.remove(stream) {
+            self.closed += 1;
+        }
+    }
+
+    /// Streams opened and closed since the last call.
+    pub(super) fn take_changes(&mut self) -> (u32, u32) {
+        (
+            std::mem::take(&mut self.opened),
+            std::mem::take(&mut self.closed),
+        )
+    }
+
+    /// Streams handed to hyper and not closed.
+    pub(super) fn open_streams(&self) -> u32 {
+        u32::try_from(self.open.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Hands up to `most` held bytes into `out`; how many.
+    pub(super) fn hand_held(&mut self, most: usize, out: &mut tokio::io::ReadBuf<'_>) -> usize {
+        let n = most.min(self.held.len()).min(out.remaining());
+        let (front, back) = self.held.as_slices();
+        let from_front = n.min(front.len());
+        out.put_slice(&front[..from_front]);
+        out.put_slice(&back[..n - from_front]);
+        self.held.drain(..n);
+        self.hand(n as u64);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Intake;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: usize) -> Vec<u8> {
+        let len = u32::try_from(payload).expect("small").to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend(std::iter::repeat_n(0, payload));
+        f
+    }
+
+    /// The preface, then a request on stream 1 (HEADERS, DATA with END_STREAM) and the HEADERS
+    /// of one on stream 3.
+    fn bytes() -> (Vec<u8>, usize, usize) {
+        let mut b = vec![b'P'; 24];
+        b.extend(frame(0x1, 0x4, 1, 20));
+        let mid_request = b.len() + 5;
+        b.extend(frame(0x0, 0x1, 1, 30));
+        let after_first = b.len();
+        b.extend(frame(0x1, 0x4, 3, 20));
+        (b, mid_request, after_first)
+    }
+
+    #[test]
+    fn ungated_everything_goes_and_gated_stops_where_no_request_is_half_received() {
+        let (b, mid, after_first) = bytes();
+        let mut intake = Intake::default();
+        intake.follow(&b, true);
+        assert_eq!(intake.allowance(false), u64::MAX);
+        // Gated before anything was handed: nothing is half received yet.
+        assert_eq!(intake.allowance(true), 0);
+        // Handed into the middle of the first request: gated, it may finish that request only.
+        intake.hand(mid as u64);
+        assert_eq!(intake.allowance(true), (after_first - mid) as u64);
+        intake.hand((after_first - mid) as u64);
+        assert_eq!(intake.allowance(true), 0, "the second request waits");
+        assert_eq!(intake.last_stream(), 3);
+    }
+
+    #[test]
+    fn a_request_whose_end_is_not_read_yet_may_be_handed_whole() {
+        let (b, _, after_first) = bytes();
+        let mut intake = Intake::default();
+        intake.follow(&b[..after_first - 10], true);
+        intake.hand(30);
+        assert_eq!(intake.allowance(true), u64::MAX, "its end is still to come");
+        intake.follow(&b[after_first - 10..], true);
+        assert_eq!(intake.allowance(true), (after_first - 30) as u64);
+    }
+
+    #[test]
+    fn held_bytes_are_handed_in_order_and_a_reset_ends_a_request() {
+        let (mut b, _, _) = bytes();
+        b.extend(frame(0x3, 0, 3, 4)); // RST_STREAM on stream 3
+        let mut intake = Intake::default();
+        intake.follow(&b, true);
+        let mut out = vec![0u8; b.len()];
+        let mut buf = tokio::io::ReadBuf::new(&mut out);
+        assert_eq!(intake.hand_held(40, &mut buf), 40);
+        assert_eq!(intake.hand_held(usize::MAX, &mut buf), b.len() - 40);
+        assert_eq!(buf.filled(), &b[..]);
+        assert!(!intake.holds());
+        assert_eq!(intake.allowance(true), 0, "the reset request is no longer half received");
+        assert_eq!(intake.take_changes(), (2, 1), "two streams opened, one reset");
+        intake.close(1);
+        intake.close(1);
+        assert_eq!(intake.take_changes(), (0, 1), "closed once");
+        assert_eq!(intake.open_streams(), 0);
+    }
+
+    #[test]
+    fn streams_count_as_open_only_once_handed() {
+        let (b, _, after_first) = bytes();
+        let mut intake = Intake::default();
+        intake.follow(&b, true);
+        assert_eq!(intake.take_changes(), (0, 0), "held, not handed");
+        intake.hand(after_first as u64);
+        assert_eq!(intake.take_changes(), (1, 0));
+        intake.hand((b.len() - after_first) as u64);
+        assert_eq!((intake.take_changes(), intake.open_streams()), ((1, 0), 2));
+    }
+}
