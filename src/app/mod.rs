@@ -223,7 +223,7 @@ impl App {
             }
         };
         let mut http = JoinSet::new();
-        let api = crate::http::api_router(Arc::clone(&state));
+        let api = crate::http::api_router(Arc::clone(&state), Arc::clone(&server.peers));
         http.spawn(crate::http::serve(listeners.http, api, stopped()));
         let debug = crate::http::debug_router(Arc::clone(&state), admin_token);
         http.spawn(crate::http::serve(listeners.debug, debug, stopped()));

@@ -13,26 +13,30 @@ pub use counters::AdminToken;
 pub use json::{JsonError, request as json_request};
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use tokio::net::TcpListener;
 
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use crate::peers::{PeerId, Peers};
 use crate::rls::{RateLimitHandler, ServiceState};
 use crate::rules::{Algorithm, PerUnit, Rate};
 use crate::storage::CounterStore;
 
 /// `PORT`: `/healthcheck` and `/json`.
-pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>) -> Router {
+pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>, peers: Arc<Peers>) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/json", any(json_api::<S>))
+        .layer(Extension(peers))
         .with_state(state)
 }
 
@@ -95,10 +99,19 @@ async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>)
     }
 }
 
+/// `/json`: one decision, fair between clients as gRPC's are (a client over its part of the
+/// decisions in flight while others are active is refused with 503, saying why).
 async fn json_api<S: CounterStore>(
     State(state): State<Arc<ServiceState<S>>>,
+    Extension(peers): Extension<Arc<Peers>>,
+    ConnectInfo(caller): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
+    let peer = peers.peer(PeerId::of_address(caller.ip()), Some(caller.ip()));
+    let _decision = match peer.try_enter() {
+        Ok(decision) => decision,
+        Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+    };
     let request = match json::request(&body) {
         Ok(r) => r,
         Err(err) => {

@@ -79,6 +79,28 @@ impl Peer {
         self.decisions.load(Ordering::Relaxed)
     }
 
+    /// A decision of this peer without waiting (the HTTP API's `/json`): counted when the
+    /// decisions in flight are under the limit or the peer is within its part or alone;
+    /// otherwise the refusal, recorded, saying why.
+    pub fn try_enter(self: &Arc<Self>) -> Result<Decision, String> {
+        let limit = self.tally.budget.load(Ordering::Relaxed);
+        if self.tally.decisions.load(Ordering::Relaxed) < limit {
+            return Ok(self.enter());
+        }
+        match self.fair(limit) {
+            Fair::Over { held, part, active } => {
+                let why = format!(
+                    "Turnstile is at its limit of {limit} decisions in flight and {self} holds \
+                     {held} of them, over its part ({part}, the limit shared by {active} active \
+                     clients); try again later"
+                );
+                self.shed(ShedReason::PeerOverPart, &why);
+                Err(why)
+            }
+            _ => Ok(self.enter()),
+        }
+    }
+
     /// Whether one more decision of this peer fits its part of `limit`.
     pub fn fair(&self, limit: u32) -> Fair {
         let held = self.decisions();
@@ -121,6 +143,10 @@ impl Peer {
     /// metric, and the same rate-limited log line.
     pub fn held_back(&self) {
         self.tally.readings.held_back();
+        if self.tally.requesters.load(Ordering::Relaxed) < 2 {
+            // Alone, it is held to the whole limit: the service is saturated, not unfair.
+            return;
+        }
         self.log_at_most_every(
             "held_back",
             "its requests open reached twice its part of the limit on decisions in flight; its \

@@ -35,8 +35,8 @@ mod requests;
 
 pub use crate::metrics::{CloseReason, ShedReason};
 pub use connections::{CallGuard, ConnHandle, ConnState, ConnectionLimits, Connections};
-pub use requests::Gate;
 pub use decisions::{Decision, Fair, Stream};
+pub use requests::Gate;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -194,7 +194,11 @@ mod tests {
                 ],
                 "chunks of {split}"
             );
-            assert_eq!(ends, [21, 38, 55, 94, 173], "where each frame ends, chunks of {split}");
+            assert_eq!(
+                ends,
+                [21, 38, 55, 94, 173],
+                "where each frame ends, chunks of {split}"
+            );
             assert!(frames.at_boundary());
         }
         let mut frames = Frames::default();

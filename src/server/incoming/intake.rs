@@ -168,7 +168,10 @@ impl Intake {
                     _ => {}
                 }
                 match frame {
-                    Frame::Headers { stream, ends: false } => {
+                    Frame::Headers {
+                        stream,
+                        ends: false,
+                    } => {
                         half.insert(stream);
                     }
                     Frame::Headers { stream, ends: true }
@@ -321,8 +324,16 @@ mod tests {
         assert_eq!(intake.hand_held(usize::MAX, &mut buf), b.len() - 40);
         assert_eq!(buf.filled(), &b[..]);
         assert!(!intake.holds());
-        assert_eq!(intake.allowance(true), 0, "the reset request is no longer half received");
-        assert_eq!(intake.take_changes(), (2, 1), "two streams opened, one reset");
+        assert_eq!(
+            intake.allowance(true),
+            0,
+            "the reset request is no longer half received"
+        );
+        assert_eq!(
+            intake.take_changes(),
+            (2, 1),
+            "two streams opened, one reset"
+        );
         intake.close(1);
         intake.close(1);
         assert_eq!(intake.take_changes(), (0, 1), "closed once");

@@ -256,7 +256,10 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
                 while !stop.load(Ordering::Relaxed) {
                     let user = format!("flood-{c}-{i}-{n}");
                     n += 1;
-                    match client.should_rate_limit(crate::support::req1("ops", &[("user", &user)])).await {
+                    match client
+                        .should_rate_limit(crate::support::req1("ops", &[("user", &user)]))
+                        .await
+                    {
                         Ok(_) => {
                             answered.fetch_add(1, Ordering::Relaxed);
                         }
@@ -276,7 +279,10 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
     for i in 0..100 {
         let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
         let answer = honest.should_rate_limit(call).await;
-        assert!(answer.is_ok(), "the well-behaved peer's call {i}: {answer:?}");
+        assert!(
+            answer.is_ok(),
+            "the well-behaved peer's call {i}: {answer:?}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     for task in flood {
@@ -284,5 +290,8 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
     }
     // The flood's excess waited in the kernel: its connections stopped being read.
     let paused = metric(&p.metrics(), "turnstile_peer_reads_paused_total");
-    assert!(paused > Some(0), "the flooding peer was held back: {paused:?}");
+    assert!(
+        paused > Some(0),
+        "the flooding peer was held back: {paused:?}"
+    );
 }
