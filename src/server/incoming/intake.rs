@@ -303,13 +303,17 @@ mod tests {
 
     #[test]
     fn a_request_whose_end_is_not_read_yet_may_be_handed_whole() {
-        let (b, _, after_first) = bytes();
+        let (b, mid, after_first) = bytes();
         let mut intake = Intake::default();
         intake.follow(&b[..after_first - 10], true);
+        // Inside a frame header, before any request began: nothing is half received.
         intake.hand(30);
+        assert_eq!(intake.allowance(true), 0);
+        // Inside the first request's DATA, whose end has not been read yet.
+        intake.hand((mid - 30) as u64);
         assert_eq!(intake.allowance(true), u64::MAX, "its end is still to come");
         intake.follow(&b[after_first - 10..], true);
-        assert_eq!(intake.allowance(true), (after_first - 30) as u64);
+        assert_eq!(intake.allowance(true), (after_first - mid) as u64);
     }
 
     #[test]
