@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fairness between peers: a well-behaved peer (turnstile-loadgen from 127.0.0.3, one connection,
 # 200 calls/s with Envoy's 20 ms deadline) alone, then beside a flood from another peer (h2load
-# from 127.0.0.1, 32 connections x 256 streams, no deadline), the server on core 0 and both
+# from 127.0.0.1, 32 connections x 256 streams, no deadline, at nice 19 so that it does not
+# starve the measured client of its core), the server on core 0 and both
 # clients on core 1. Prints one row per run: the well-behaved peer's calls, p50 / p99, errors,
 # and the server's refusals by reason.
 #   [BIN=target/release/turnstile] ./scripts/bench-fairness.sh [SECONDS] [ROUNDS] [BACKEND]
@@ -27,7 +28,7 @@ run() { # label flood(0|1)
   local server=$! hog=
   wait_port 18391
   if [ "$flood" = 1 ]; then
-    taskset -c 1 h2load -D $((secs + 2)) -c 32 -m 256 -t 1 --data="$work/req.bin" \
+    nice -n 19 taskset -c 1 h2load -D $((secs + 2)) -c 32 -m 256 -t 1 --data="$work/req.bin" \
       -H 'content-type: application/grpc' -H 'te: trailers' "$url" >/dev/null 2>&1 &
     hog=$!
     sleep 1 # pacing: the flood is under way before the measured peer starts
