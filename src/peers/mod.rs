@@ -12,7 +12,7 @@
 //!   others are active is refused at once; a peer alone waits for a place as before. This is
 //!   per-peer partitions of the limit rather than deficit round robin: it needs no queue per
 //!   peer and no scheduler, only two counters read on the call's path.
-//! - **Requests open**, from HEADERS handed to hyper to the stream's close, polled or not yet: a
+//! - **Requests open**, from the client's END_STREAM handed to hyper to the answer, polled or not: a
 //!   peer holding its part of the budget (the same limit divided by the peers with a request
 //!   open, at least 8) is not read further until it has fewer (see [`Gate`]): its excess waits
 //!   in the kernel (TCP flow control), not in the runtime's queue ahead of everyone else's

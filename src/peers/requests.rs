@@ -1,7 +1,9 @@
 //! A peer's requests open, against its part of the budget: whether its connections may be
-//! read. A request is open from when its connection hands its HEADERS to hyper until the
-//! stream closes (the server's END_STREAM, or RST_STREAM either way), whether or not its task
-//! has been polled yet: what counts is what waits in the runtime. A connection that may not be
+//! read. A request is open from when its connection hands hyper its last frame (the client's
+//! END_STREAM) until the stream closes (the server's END_STREAM, or RST_STREAM either way),
+//! whether or not its task has been polled yet: what counts is what waits in the runtime. A
+//! stream whose client half stays open (an RLQS stream) is not a request waiting, so it never
+//! holds its peer's other calls back. A connection that may not be
 //! read registers to be woken when one of the peer's requests closes.
 
 use std::sync::atomic::Ordering;

@@ -31,8 +31,8 @@ pub(super) struct Intake {
     clean_at_handed: bool,
     /// Bytes read and not yet handed (positions `handed..read`).
     held: VecDeque<u8>,
-    /// Where streams open (HEADERS of a new stream) and close (the client's RST_STREAM):
-    /// counted when handed to hyper.
+    /// Where requests become open (the client's END_STREAM: all of it sent) and close (the
+    /// client's RST_STREAM): counted when handed to hyper.
     marks: VecDeque<(u64, Mark)>,
     /// Streams handed to hyper and not closed; and the changes not yet taken.
     open: Streams,
@@ -145,7 +145,6 @@ impl Intake {
             last_stream,
             ..
         } = self;
-        let mut newest = *last_stream;
         follower.pass(frames, |seen| match seen {
             Seen::Start(frame) => {
                 *pending = frame;
@@ -160,8 +159,9 @@ impl Intake {
                 let at = base + at as u64;
                 let frame = std::mem::replace(pending, Frame::Other);
                 match frame {
-                    Frame::Headers { stream, .. } if stream > newest => {
-                        newest = stream;
+                    // A request is open once the client has sent all of it, until answered: a
+                    // stream whose client half stays open (RLQS) is not a request waiting.
+                    Frame::Headers { stream, ends: true } | Frame::Data { stream, ends: true } => {
                         marks.push_back((at, Mark::Open(stream)));
                     }
                     Frame::Reset(stream) => marks.push_back((at, Mark::Reset(stream))),
@@ -335,8 +335,8 @@ mod tests {
         );
         assert_eq!(
             intake.take_changes(),
-            (2, 1),
-            "two streams opened, one reset"
+            (1, 0),
+            "one request sent whole; the other reset before it was"
         );
         intake.close(1);
         intake.close(1);
@@ -345,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn streams_count_as_open_only_once_handed() {
+    fn requests_count_as_open_once_sent_whole_and_handed() {
         let (b, _, after_first) = bytes();
         let mut intake = Intake::default();
         intake.follow(&b, true);
@@ -353,6 +353,10 @@ mod tests {
         intake.hand(after_first as u64);
         assert_eq!(intake.take_changes(), (1, 0));
         intake.hand((b.len() - after_first) as u64);
-        assert_eq!((intake.take_changes(), intake.open_streams()), ((1, 0), 2));
+        assert_eq!(
+            (intake.take_changes(), intake.open_streams()),
+            ((0, 0), 1),
+            "the second request is not sent whole yet"
+        );
     }
 }
