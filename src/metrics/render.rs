@@ -238,7 +238,7 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
     header(
         out,
         name,
-        "times a client's connection stopped being read because its requests open reached twice its part of the limit on decisions in flight (the rest waits in the kernel)",
+        "times a client's connection stopped being read because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
         "counter",
     );
     let _ = writeln!(out, "{name}{{{extra}}} {}", p.held_back_total());

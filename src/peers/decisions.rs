@@ -140,7 +140,7 @@ impl Peer {
     }
 
     /// Records a connection of this peer held back at its part of the requests open: the
-    /// metric, and the same rate-limited log line.
+    /// metric, and the same rate-limited log line (only while another peer has requests open).
     pub fn held_back(&self) {
         self.tally.readings.held_back();
         if self.tally.requesters.load(Ordering::Relaxed) < 2 {
@@ -149,8 +149,9 @@ impl Peer {
         }
         self.log_at_most_every(
             "held_back",
-            "its requests open reached twice its part of the limit on decisions in flight; its \
-             connections are read again as its requests are answered",
+            "its requests open reached its part (GRPC_FAIR_REQUESTS_OPEN, or twice the adaptive \
+             limit, shared by the clients with requests open); its connections are read again \
+             as its requests are answered",
         );
     }
 

@@ -12,12 +12,12 @@
 //!   others are active is refused at once; a peer alone waits for a place as before. This is
 //!   per-peer partitions of the limit rather than deficit round robin: it needs no queue per
 //!   peer and no scheduler, only two counters read on the call's path.
-//! - **Requests open**, from the client's END_STREAM handed to hyper to the answer, polled or not: a
-//!   peer holding its part of the budget (the same limit divided by the peers with a request
-//!   open, at least 8) is not read further until it has fewer (see [`Gate`]): its excess waits
-//!   in the kernel (TCP flow control), not in the runtime's queue ahead of everyone else's
-//!   calls, and one peer alone is held to the whole budget. Admission then refuses what gets
-//!   through over its part.
+//! - **Requests open**, from the client's END_STREAM handed to hyper to the answer, polled or
+//!   not: a peer holding its part of the budget (`GRPC_FAIR_REQUESTS_OPEN`, or twice the
+//!   adaptive limit, divided by the peers with a request open; at least 8) is not read further
+//!   until it has fewer (see [`Gate`]): its excess waits in the kernel (TCP flow control), not in
+//!   the runtime's queue ahead of everyone else's calls, and one peer alone is held to the whole
+//!   budget. Admission then refuses what gets through over its part of the decisions.
 //! - **RLQS streams** open per peer, bounded (`RLQS_MAX_STREAMS_PER_PEER`).
 //! - **Connections** per peer and in all (the [`Connections`] registry): a new connection is
 //!   always let in; at a cap, the longest-idle connection of the peer holding the most (or of
@@ -237,7 +237,8 @@ impl Peers {
         self.tally.decisions.load(Ordering::Relaxed)
     }
 
-    /// Sets the requests open all peers may share (the limit on decisions in flight, as it moves).
+    /// Sets the budget: half the requests open all peers may share (the adaptive limit on
+    /// decisions in flight as it moves, or half of `GRPC_FAIR_REQUESTS_OPEN`).
     pub fn set_budget(&self, budget: u32) {
         self.tally.budget.store(budget.max(1), Ordering::Relaxed);
     }

@@ -54,8 +54,8 @@ impl Peer {
     pub fn gate(&self) -> Gate {
         let open = self.requests();
         let requesters = self.tally.requesters.load(Ordering::Relaxed).max(1);
-        // Twice its part of the decisions in flight: what gets through over the part of the
-        // decisions is refused at once by admission, the rest waits in the kernel.
+        // Twice its part of the budget (the decisions in flight): what gets through over its
+        // part of the decisions is refused at once by admission, the rest waits in the kernel.
         let budget = self.tally.budget.load(Ordering::Relaxed);
         let part = (budget / requesters).saturating_mul(2).max(MIN_PART);
         if open >= part {

@@ -109,7 +109,10 @@ pub fn peers_within(limits: &GrpcLimits, readings: Arc<PeerReadings>) -> Arc<Pee
         max: limits.max_connections,
         per_peer: limits.max_connections_per_peer,
     };
-    Peers::new(connections, limits.rlqs_streams_per_peer, readings)
+    let peers = Peers::new(connections, limits.rlqs_streams_per_peer, readings);
+    // A peer may have twice its part of the budget open.
+    peers.set_budget(limits.fair_requests_open / 2);
+    peers
 }
 
 /// Why the server stopped with an error.

@@ -24,6 +24,10 @@ pub struct GrpcLimits {
     pub default_call_timeout: Duration,
     /// `RLQS_MAX_STREAMS_PER_PEER`: RLQS streams one peer may have open at once.
     pub rlqs_streams_per_peer: u32,
+    /// `GRPC_FAIR_REQUESTS_OPEN`: requests open (sent whole, not yet answered) that the
+    /// clients share while the adaptive limit is off; a client at its equal part is not read
+    /// further until it has fewer (with the adaptive limit on: twice the limit).
+    pub fair_requests_open: u32,
     /// `GRPC_MAX_CONCURRENT_STREAMS`: `SETTINGS_MAX_CONCURRENT_STREAMS` per connection.
     pub max_concurrent_streams: u32,
     /// `GRPC_MAX_REQUESTS_IN_FLIGHT`: across all connections; more are refused at once.
@@ -52,6 +56,7 @@ impl Default for GrpcLimits {
             min_ping_interval: Duration::from_secs(10),
             default_call_timeout: Duration::from_millis(20),
             rlqs_streams_per_peer: 1_000,
+            fair_requests_open: 1_024,
             max_concurrent_streams: 1_024,
             max_requests_in_flight: 16_384,
             request_timeout: Duration::from_secs(10),
@@ -171,6 +176,12 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> GrpcLimits {
             d.rlqs_streams_per_peer,
             1,
             1_000_000,
+        ),
+        fair_requests_open: r.number(
+            "GRPC_FAIR_REQUESTS_OPEN",
+            d.fair_requests_open,
+            16,
+            10_000_000,
         ),
         max_concurrent_streams: r.number(
             "GRPC_MAX_CONCURRENT_STREAMS",

@@ -67,7 +67,10 @@ impl Shared {
         if bounds.enabled {
             readings.set_limit(limit);
         }
-        peers.set_budget(if bounds.enabled { limit } else { fixed });
+        if bounds.enabled {
+            // Else the budget stays `GRPC_FAIR_REQUESTS_OPEN`'s.
+            peers.set_budget(limit);
+        }
         Shared {
             enabled: bounds.enabled,
             fixed: fixed.max(1),

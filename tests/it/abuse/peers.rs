@@ -241,7 +241,9 @@ async fn a_peer_over_its_part_is_refused_while_a_peer_within_it_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered() {
     let root = rules_root(RULES);
-    let p = Process::start(&root, &[("GRPC_ADAPTIVE_CONCURRENCY", "true")]);
+    // The adaptive limit off (the default): the door's budget is GRPC_FAIR_REQUESTS_OPEN, set
+    // far below the flood's streams so that it is held back for certain.
+    let p = Process::start(&root, &[("GRPC_FAIR_REQUESTS_OPEN", "64")]);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answered = Arc::new(AtomicU64::new(0));
     let mut flood = Vec::new();
