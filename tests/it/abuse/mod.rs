@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::process::{Process, RULES, metric, rules_root};
 
 mod connections;
+mod mtls_peers;
 mod peers;
 
 /// An HTTP/2 client connection to `port` (the h2 crate: frames as a hostile client sends them).
