@@ -97,8 +97,13 @@ pub struct PeerReadings {
 impl PeerReadings {
     /// A peer now holds `held` decisions, of `total` in flight.
     pub fn held(&self, held: u32, total: u32) {
-        self.largest_held.fetch_max(held, Ordering::Relaxed);
-        self.peak_total.fetch_max(total, Ordering::Relaxed);
+        // A load first: on the decision's path the maxima rarely move.
+        if held > self.largest_held.load(Ordering::Relaxed) {
+            self.largest_held.fetch_max(held, Ordering::Relaxed);
+        }
+        if total > self.peak_total.load(Ordering::Relaxed) {
+            self.peak_total.fetch_max(total, Ordering::Relaxed);
+        }
     }
 
     /// Peers with a decision in flight now.

@@ -203,7 +203,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         if this.ended {
             return Poll::Ready(Ok(()));
         }
-        this.state().register(cx.waker());
         if let Some(why) = this.state().closing() {
             this.say_goodbye(why);
         }
@@ -223,7 +222,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
                     Poll::Ready(Ok(()))
                 }
                 Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => this.poll_deadline(cx),
+                Poll::Pending => this.poll_idle(cx),
             };
         }
         this.poll_read_gated(cx, buf, gate)
@@ -247,7 +246,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 if self.state().peer().wait_at_gate(cx.waker()) {
                     self.state().peer().held_back();
                     // Woken when a request of the peer closes; the deadline still applies.
-                    return self.poll_deadline(cx);
+                    return self.poll_idle(cx);
                 }
                 gate = self.state().peer().gate();
                 continue;
@@ -268,9 +267,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     self.after_read(cx);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return self.poll_deadline(cx),
+                Poll::Pending => return self.poll_idle(cx),
             }
         }
+    }
+
+    /// Nothing to read now: registers to be woken when the connection is told to close (checked
+    /// again after, so a close told meanwhile is not missed), then the deadlines.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.state().register(cx.waker());
+        if self.state().closing().is_some() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.poll_deadline(cx)
     }
 
     /// After a read: a GOAWAY the read made due goes out on the next one.
