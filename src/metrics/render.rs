@@ -204,36 +204,38 @@ fn counter_rows(out: &mut String, m: &Metrics, extra: &str, keep: fn(&CounterRow
     }
 }
 
+/// A counter with one series per `reason` label value.
+fn by_reason(out: &mut String, name: &str, help: &str, rows: &[(&str, u64)], extra: &str) {
+    header(out, name, help, "counter");
+    for (reason, value) in rows {
+        let series = match extra {
+            "" => format!("reason=\"{reason}\""),
+            extra => format!("reason=\"{reason}\",{extra}"),
+        };
+        let _ = writeln!(out, "{name}{{{series}}} {value}");
+    }
+}
+
 /// Fairness between peers: refusals and closed connections by reason, peers active, the
 /// largest peer's share of the decisions in flight.
 fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
     use crate::metrics::{CloseReason, ShedReason};
-    let with = |reason: &str| match extra {
-        "" => format!("reason=\"{reason}\""),
-        extra => format!("reason=\"{reason}\",{extra}"),
-    };
-    let name = "turnstile_requests_shed_total";
-    header(
+    let shed = ShedReason::ALL.map(|r| (r.label(), p.shed_total(r)));
+    by_reason(
         out,
-        name,
+        "turnstile_requests_shed_total",
         "calls refused at once, by reason: peer_over_part (the client was over its part of the decisions in flight while others were active), limit (no place within the call's deadline), peer_streams (the client had its most RLQS streams open), store_too_slow (UNAVAILABLE: even the fastest recent decision was slower than the deadline)",
-        "counter",
+        &shed,
+        extra,
     );
-    for reason in ShedReason::ALL {
-        let series = with(reason.label());
-        let _ = writeln!(out, "{name}{{{series}}} {}", p.shed_total(reason));
-    }
-    let name = "turnstile_grpc_connections_closed_total";
-    header(
+    let closed = CloseReason::ALL.map(|r| (r.label(), p.closed_total(r)));
+    by_reason(
         out,
-        name,
+        "turnstile_grpc_connections_closed_total",
         "gRPC connections Turnstile closed, by reason: idle (no call for GRPC_IDLE_TIMEOUT), too_many_pings, peer_cap (GRPC_MAX_CONNECTIONS_PER_PEER), make_room (GRPC_MAX_CONNECTIONS reached: the longest idle of the client holding the most)",
-        "counter",
+        &closed,
+        extra,
     );
-    for reason in CloseReason::ALL {
-        let series = with(reason.label());
-        let _ = writeln!(out, "{name}{{{series}}} {}", p.closed_total(reason));
-    }
     let name = "turnstile_peer_reads_paused_total";
     header(
         out,

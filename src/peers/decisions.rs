@@ -89,16 +89,22 @@ impl Peer {
         }
         match self.fair(limit) {
             Fair::Over { held, part, active } => {
-                let why = format!(
-                    "Turnstile is at its limit of {limit} decisions in flight and {self} holds \
-                     {held} of them, over its part ({part}, the limit shared by {active} active \
-                     clients); try again later"
-                );
-                self.shed(ShedReason::PeerOverPart, &why);
-                Err(why)
+                Err(self.refuse_over_part(limit, held, part, active))
             }
             _ => Ok(self.enter()),
         }
+    }
+
+    /// Records the refusal of a decision of this peer, which holds `held` of `limit` decisions
+    /// in flight, over its `part` of it among `active` peers, and says why.
+    pub fn refuse_over_part(&self, limit: u32, held: u32, part: u32, active: u32) -> String {
+        let why = format!(
+            "Turnstile is at its limit of {limit} decisions in flight and {self} holds {held} of \
+             them, over its part ({part}, the limit shared by {active} active clients); try again \
+             later"
+        );
+        self.shed(ShedReason::PeerOverPart, &why);
+        why
     }
 
     /// Whether one more decision of this peer fits its part of `limit`.

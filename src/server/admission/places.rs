@@ -194,15 +194,9 @@ impl Shared {
             false => self.fixed,
         };
         match peer.fair(limit) {
-            Fair::Over { held, part, active } => {
-                let why = format!(
-                    "Turnstile is at its limit of {limit} decisions in flight and {peer} holds \
-                     {held} of them, over its part ({part}, the limit shared by {active} active \
-                     clients); try again later"
-                );
-                peer.shed(ShedReason::PeerOverPart, &why);
-                Err(tonic::Status::resource_exhausted(why))
-            }
+            Fair::Over { held, part, active } => Err(tonic::Status::resource_exhausted(
+                peer.refuse_over_part(limit, held, part, active),
+            )),
             fair => Ok(fair),
         }
     }
