@@ -236,30 +236,30 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
         &closed,
         extra,
     );
-    let name = "turnstile_peer_reads_paused_total";
-    header(
-        out,
-        name,
-        "times a client's connection stopped being read because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
-        "counter",
-    );
-    let _ = writeln!(out, "{name}{{{extra}}} {}", p.held_back_total());
-    let name = "turnstile_peers_active";
-    header(
-        out,
-        name,
-        "clients (by address, or certificate under mTLS) with a decision in flight",
-        "gauge",
-    );
-    let _ = writeln!(out, "{name}{{{extra}}} {}", p.active());
-    let name = "turnstile_peer_largest_share";
-    header(
-        out,
-        name,
-        "since the last scrape, the largest part of the decisions in flight one client held (0 to 1)",
-        "gauge",
-    );
-    let _ = writeln!(out, "{name}{{{extra}}} {}", p.take_largest_share());
+    let single = [
+        (
+            "turnstile_peer_reads_paused_total",
+            "times a client's connection stopped being read because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
+            "counter",
+            p.held_back_total().to_string(),
+        ),
+        (
+            "turnstile_peers_active",
+            "clients (by address, or certificate under mTLS) with a decision in flight",
+            "gauge",
+            p.active().to_string(),
+        ),
+        (
+            "turnstile_peer_largest_share",
+            "since the last scrape, the largest part of the decisions in flight one client held (0 to 1)",
+            "gauge",
+            p.take_largest_share().to_string(),
+        ),
+    ];
+    for (name, help, kind, value) in single {
+        header(out, name, help, kind);
+        let _ = writeln!(out, "{name}{{{extra}}} {value}");
+    }
 }
 
 /// The adaptive limit on decisions in flight (`GRPC_ADAPTIVE_CONCURRENCY*`).

@@ -83,7 +83,7 @@ impl Peer {
     /// decisions in flight are under the limit or the peer is within its part or alone;
     /// otherwise the refusal, recorded, saying why.
     pub fn try_enter(self: &Arc<Self>) -> Result<Decision, String> {
-        let limit = self.tally.budget.load(Ordering::Relaxed);
+        let limit = self.tally.limit.load(Ordering::Relaxed);
         if self.tally.decisions.load(Ordering::Relaxed) < limit {
             return Ok(self.enter());
         }

@@ -102,16 +102,6 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Who this is.
-    pub fn id(&self) -> PeerId {
-        self.id
-    }
-
-    /// RLQS streams this peer has open.
-    pub fn streams(&self) -> u32 {
-        self.streams.load(Ordering::Relaxed)
-    }
-
     /// Connections this peer has open (those not being closed).
     pub fn connections(&self) -> u32 {
         self.connections.load(Ordering::Relaxed)
@@ -137,6 +127,9 @@ struct Tally {
     /// they stop being read).
     requesters: AtomicU32,
     budget: AtomicU32,
+    /// The limit on decisions in flight (the adaptive one as it moves, or the fixed one): what
+    /// `/json`'s decisions are fair against, as gRPC's are.
+    limit: AtomicU32,
     epoch: Instant,
     readings: Arc<PeerReadings>,
 }
@@ -176,6 +169,7 @@ impl Peers {
             active: AtomicU32::new(0),
             requesters: AtomicU32::new(0),
             budget: AtomicU32::new(u32::MAX),
+            limit: AtomicU32::new(u32::MAX),
             epoch: Instant::now(),
             readings: Arc::clone(&readings),
         });
@@ -227,11 +221,6 @@ impl Peers {
         &self.connections
     }
 
-    /// Peers with a decision in flight now.
-    pub fn active(&self) -> u32 {
-        self.tally.active.load(Ordering::Relaxed)
-    }
-
     /// Decisions in flight now, every peer's.
     pub fn decisions(&self) -> u32 {
         self.tally.decisions.load(Ordering::Relaxed)
@@ -241,6 +230,11 @@ impl Peers {
     /// decisions in flight as it moves, or half of `GRPC_FAIR_REQUESTS_OPEN`).
     pub fn set_budget(&self, budget: u32) {
         self.tally.budget.store(budget.max(1), Ordering::Relaxed);
+    }
+
+    /// Sets the limit on decisions in flight.
+    pub fn set_limit(&self, limit: u32) {
+        self.tally.limit.store(limit.max(1), Ordering::Relaxed);
     }
 
     /// The most RLQS streams one peer may have open.

@@ -36,12 +36,12 @@ fn a_peer_alone_may_wait_and_a_peer_over_its_part_beside_others_is_over() {
         }
     );
     assert_eq!(b.fair(4), Fair::Within);
-    assert_eq!((peers.active(), peers.decisions()), (2, 5));
+    assert_eq!((readings.active(), peers.decisions()), (2, 5));
     assert_eq!(readings.active(), 2);
     drop(b_held);
     assert_eq!(a.fair(4), Fair::Alone, "B is no longer active");
     drop(held);
-    assert_eq!((peers.active(), peers.decisions()), (0, 0));
+    assert_eq!((readings.active(), peers.decisions()), (0, 0));
     assert_eq!(readings.take_largest_share(), 0.8, "A held 4 of 5 at most");
 }
 

@@ -71,6 +71,7 @@ impl Shared {
             // Else the budget stays `GRPC_FAIR_REQUESTS_OPEN`'s.
             peers.set_budget(limit);
         }
+        peers.set_limit(if bounds.enabled { limit } else { fixed.max(1) });
         Shared {
             enabled: bounds.enabled,
             fixed: fixed.max(1),
@@ -298,6 +299,7 @@ impl Shared {
         }
         self.readings.set_limit(limit);
         self.peers.set_budget(limit);
+        self.peers.set_limit(limit);
     }
 }
 
