@@ -1,7 +1,9 @@
 //! Process health as the AND of components, shared by gRPC health (`ratelimit` readiness) and
 //! HTTP `/healthcheck`: the counter store can count, a configuration is loaded (only when
 //! `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), and the process is not shutting down.
-//! Liveness (gRPC service `""`) is not derived from it and never flaps.
+//! Liveness (gRPC service `""`) is not derived from it and never flaps. A store that fails while
+//! its descriptors are decided locally leaves the process healthy but degraded, said by
+//! `/healthcheck`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -18,6 +20,9 @@ pub struct Health {
     rules_empty: AtomicBool,
     /// Rules come over xDS and none have arrived yet (`FORCE_START_WITHOUT_INITIAL_CONFIG`).
     awaiting_rules: AtomicBool,
+    /// Serving, but not as configured: a store decided locally (`BACKEND_FAILURE_MODE=local`),
+    /// said how and since when.
+    degraded: std::sync::Mutex<Option<String>>,
     changed: watch::Sender<bool>,
 }
 
@@ -31,6 +36,7 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             rules_empty: AtomicBool::new(false),
             awaiting_rules: AtomicBool::new(false),
+            degraded: std::sync::Mutex::new(None),
             changed: watch::Sender::new(false),
         };
         health.publish();
@@ -70,6 +76,22 @@ impl Health {
     /// Records that rules are expected from the xDS server and none have arrived yet.
     pub fn set_awaiting_rules(&self) {
         self.awaiting_rules.store(true, Ordering::Release);
+    }
+
+    /// Records that the process serves degraded, and how (`None`: it does not).
+    pub fn set_degraded(&self, how: Option<String>) {
+        *self
+            .degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = how;
+    }
+
+    /// How the process serves degraded, if it does (for `/healthcheck`).
+    pub fn degraded(&self) -> Option<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Records that a configuration is loaded.

@@ -20,7 +20,9 @@ use crate::storage::memory::MemoryStore;
 use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
 use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
-use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
+use crate::storage::{
+    BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, Guarded, StorageError,
+};
 
 /// How often the memory store drops expired counters.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -35,10 +37,10 @@ pub enum Store {
     Memory(Arc<MemoryStore>),
     /// memcached.
     Memcached(MemcachedStore),
-    /// Redis or Valkey.
-    Redis(RedisStore),
-    /// PostgreSQL.
-    Postgres(PostgresStore),
+    /// Redis or Valkey, behind its circuit breaker.
+    Redis(Guarded<RedisStore>),
+    /// PostgreSQL, behind its circuit breaker.
+    Postgres(Guarded<PostgresStore>),
 }
 
 impl From<MemoryStore> for Store {
@@ -61,13 +63,15 @@ impl From<MemcachedStore> for Store {
 
 impl From<RedisStore> for Store {
     fn from(store: RedisStore) -> Self {
-        Store::Redis(store)
+        let name = store.name().to_owned();
+        Store::Redis(Guarded::new(store, name))
     }
 }
 
 impl From<PostgresStore> for Store {
     fn from(store: PostgresStore) -> Self {
-        Store::Postgres(store)
+        let name = store.name();
+        Store::Postgres(Guarded::new(store, name))
     }
 }
 
@@ -130,7 +134,7 @@ pub(super) async fn build(
         }
         Backend::Memcached(settings) => memcached_store(settings, clock).await,
         Backend::Redis(settings) => Ok((
-            Store::Redis(RedisStore::new(redis_options(settings)?, Arc::clone(clock))),
+            Store::from(RedisStore::new(redis_options(settings)?, Arc::clone(clock))),
             Vec::new(),
         )),
         Backend::Postgres(settings) => postgres_store(settings, clock),
@@ -165,7 +169,7 @@ pub(super) fn postgres_store(
 ) -> Result<(Store, Vec<Task>), StorageError> {
     let store = PostgresStore::new(postgres_options(s)?, Arc::clone(clock))?;
     let sweeper: Task = Box::pin(store.clone().sweep_every(POSTGRES_SWEEP_EVERY));
-    Ok((Store::Postgres(store), vec![sweeper]))
+    Ok((Store::from(store), vec![sweeper]))
 }
 
 /// The storage options of the settings (TLS files read now: a missing one stops start-up).
@@ -210,7 +214,7 @@ pub(super) fn per_second(
 ) -> Result<Option<Store>, StorageError> {
     match backend {
         Backend::Redis(settings) => match &settings.per_second {
-            Some(second) => Ok(Some(Store::Redis(RedisStore::new(
+            Some(second) => Ok(Some(Store::from(RedisStore::new(
                 redis_options(second)?,
                 Arc::clone(clock),
             )))),

@@ -211,7 +211,8 @@ impl FileCompiler<'_> {
     ) -> Option<Limit> {
         self.warn_ignored(raw.ignored_keys(), path);
         let rate = self.rate(&raw, pos, path);
-        let mut ok = rate.is_some();
+        let on_store_failure = self.on_store_failure(&raw, path);
+        let mut ok = rate.is_some() && on_store_failure.is_ok();
         let name = raw.name.filter(|n| !n.is_empty());
         let mut replaces = Vec::with_capacity(raw.replaces.0.len());
         for (i, replace) in raw.replaces.0.iter().enumerate() {
@@ -245,7 +246,7 @@ impl FileCompiler<'_> {
             quota_mode: descriptor.quota_mode,
             detailed_metric: descriptor.detailed_metric,
             metadata,
-            fail_open: raw.fail_open.as_ref().is_some_and(|f| f.value),
+            on_store_failure: on_store_failure.ok()?,
             path: node_path.to_vec(),
             full_key: full_key.to_owned(),
             attached: Default::default(),

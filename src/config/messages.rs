@@ -90,6 +90,7 @@ const KEYS: &[&str] = &[
     "share_threshold",
     "metadata",
     "fail_open",
+    "on_store_failure",
     "unit_multiplier",
     "algorithm",
     "burst",

@@ -1,11 +1,12 @@
-//! A `rate_limit`'s rate: `unit`, `unit_multiplier`, `algorithm` and `burst`, each checked
+//! A `rate_limit`'s rate (`unit`, `unit_multiplier`, `algorithm`, `burst`) and what it gets when
+//! the store fails (`on_store_failure`, `fail_open`), each checked
 //! against what the others allow, with file:line:col and what belongs there on every error.
 //!
 //! Must not touch: the rest of the descriptor (that is `compile`'s), YAML parsing.
 
 use super::compile::FileCompiler;
 use super::raw::{Pos, RawRateLimit};
-use crate::rules::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Rate, Unit};
+use crate::rules::{Algorithm, MAX_PERIOD_SECONDS, PerUnit, Period, Rate, StoreFailure, Unit};
 
 impl FileCompiler<'_> {
     /// The limit's rate: unit, period and algorithm, each checked against what the others allow.
@@ -104,6 +105,10 @@ impl FileCompiler<'_> {
             ("algorithm", raw.algorithm.as_ref().map(|s| s.referenced)),
             ("burst", raw.burst.as_ref().map(|s| s.referenced)),
             ("fail_open", raw.fail_open.as_ref().map(|s| s.referenced)),
+            (
+                "on_store_failure",
+                raw.on_store_failure.as_ref().map(|s| s.referenced),
+            ),
         ];
         for (key, at) in used {
             if let Some(at) = at {
@@ -142,6 +147,37 @@ impl FileCompiler<'_> {
             self.error(at, &format!("{path}.unit_multiplier"), message);
         }
         period
+    }
+
+    /// `on_store_failure` (`unavailable`, `open` or `local`) or `fail_open` (`true` = open);
+    /// `None` when neither is given (the process-wide mode). Both given is an error, as is a
+    /// name that is not a mode.
+    pub(super) fn on_store_failure(
+        &mut self,
+        raw: &RawRateLimit,
+        path: &str,
+    ) -> Result<Option<StoreFailure>, ()> {
+        let fail_open = raw.fail_open.as_ref().map(|f| f.value);
+        let Some(named) = &raw.on_store_failure else {
+            return Ok(fail_open.and_then(|open| open.then_some(StoreFailure::Open)));
+        };
+        let at = Pos::from(named.referenced);
+        let key = format!("{path}.on_store_failure");
+        let Some(mode) = StoreFailure::named(&named.value) else {
+            let message = format!(
+                "unknown store failure mode '{}' (one of {})",
+                named.value,
+                StoreFailure::NAMES.join(", ")
+            );
+            self.error(at, &key, message);
+            return Err(());
+        };
+        if fail_open.is_some() {
+            let message = "give either on_store_failure or fail_open, not both                            (fail_open: true is on_store_failure: open)";
+            self.error(at, &key, message);
+            return Err(());
+        }
+        Ok(Some(mode))
     }
 
     /// `algorithm` (default fixed_window) and `burst` (token_bucket only).

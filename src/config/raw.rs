@@ -202,6 +202,7 @@ raw_struct! {
         name: Option<String>,
         replaces: List<RawReplace>,
         fail_open: Option<Spanned<bool>>,
+        on_store_failure: Option<Spanned<String>>,
         unit_multiplier: Option<Spanned<u64>>,
         algorithm: Option<Spanned<String>>,
         burst: Option<Spanned<u32>>,

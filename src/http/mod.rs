@@ -80,15 +80,19 @@ pub async fn serve(
 async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
     let failing = state.health.failing();
     if failing.is_empty() {
+        let mut notes: Vec<String> = state
+            .health
+            .degraded()
+            .map(|how| format!("degraded: {how}"))
+            .into_iter()
+            .collect();
         let warnings = state.health.warnings();
-        if warnings.is_empty() {
-            (StatusCode::OK, "OK").into_response()
-        } else {
-            (
-                StatusCode::OK,
-                format!("OK (warning: {})", warnings.join("; ")),
-            )
-                .into_response()
+        if !warnings.is_empty() {
+            notes.push(format!("warning: {}", warnings.join("; ")));
+        }
+        match notes.is_empty() {
+            true => (StatusCode::OK, "OK").into_response(),
+            false => (StatusCode::OK, format!("OK ({})", notes.join("; "))).into_response(),
         }
     } else {
         (
@@ -203,6 +207,11 @@ fn extensions(rate: &PerUnit) -> String {
 
 async fn metrics<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>) -> Response {
     let mut text = state.metrics.render(&state.limiter.gauges());
+    text.push_str(
+        &state
+            .metrics
+            .render_outage(&state.limiter.outage_readings()),
+    );
     // Readiness as a series, for alerting (what /healthcheck and gRPC health answer).
     text.push_str(&format!(
         "# HELP turnstile_ready 1 while the process is ready (/healthcheck 200)\n# TYPE turnstile_ready gauge\nturnstile_ready {}\n",

@@ -40,11 +40,6 @@ impl Batch {
         }
     }
 
-    /// The request indexes of the counted descriptors.
-    pub(crate) fn counted(&self) -> impl Iterator<Item = usize> + '_ {
-        self.planned.iter().map(|p| p.index)
-    }
-
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: reads every fixed-window counter this batch
     /// would increment; when one of them would go over its limit (or `cached_over`: the local
     /// cache already refused a descriptor of the request), the others become reads, so only

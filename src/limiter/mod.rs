@@ -12,15 +12,21 @@
 
 mod algorithm;
 mod batch;
+mod failure_modes;
 mod key;
 mod local_cache;
 mod ops;
+mod outage;
+mod replicas;
 mod request;
 mod rule_keys;
 mod verdict;
 mod window;
 
+pub use crate::rules::StoreFailure;
 pub use key::{KeyLayout, counter_key};
+pub use outage::OutageReadings;
+pub use replicas::MARK_PERIOD;
 pub use request::{Descriptor, Entry, LimitOverride, Request};
 pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
 pub(crate) use window::Window;
@@ -45,8 +51,12 @@ pub struct LimiterSettings {
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: every limited descriptor counts in quota mode.
     pub quota_mode: bool,
-    /// Answer OK instead of an error when the counter store fails (every rule).
-    pub fail_open: bool,
+    /// `BACKEND_FAILURE_MODE` (or `BACKEND_FAIL_OPEN`): what a descriptor whose rule does not
+    /// say gets when its store fails.
+    pub on_store_failure: StoreFailure,
+    /// `BACKEND_LOCAL_REPLICAS`: the replicas sharing the store, pinned (`None`: learned from
+    /// the replicas' marks in the store).
+    pub local_replicas: Option<std::num::NonZeroU64>,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: the local over-limit cache's budget (0 = off).
     pub local_cache_bytes: u64,
     /// Which bytes window counters are kept under (the reference's on Redis by default).
@@ -69,12 +79,17 @@ pub struct Limiter<S> {
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
     local_cache: Option<local_cache::OverLimitCache>,
+    outage: outage::Outage,
 }
 
 impl<S: CounterStore> Limiter<S> {
     /// A limiter over `store`.
     pub fn new(store: S, clock: Arc<dyn Clock>, settings: LimiterSettings) -> Self {
         let local_cache = local_cache::OverLimitCache::new(settings.local_cache_bytes);
+        let outage = outage::Outage::new(settings.local_replicas, clock.clone());
+        if settings.on_store_failure == StoreFailure::Local {
+            outage.want();
+        }
         Self {
             store,
             per_second: None,
@@ -82,6 +97,7 @@ impl<S: CounterStore> Limiter<S> {
             clock,
             settings,
             local_cache,
+            outage,
         }
     }
 
@@ -130,9 +146,10 @@ impl<S: CounterStore> Limiter<S> {
     }
 
     /// Sends `ops`, each to its store (see [`Limiter::destination`]), every store at once;
-    /// their answers are then read from `ops`.
+    /// their answers are then read from `ops`. In the `local` mode a store that fails is
+    /// answered from this replica's memory with its share.
     pub async fn apply(&self, ops: &mut Operations) -> Result<(), StorageError> {
-        ops.apply(&self.stores()).await
+        self.apply_or_local(ops).await
     }
 
     /// Whether every store can serve (readiness); if not, why.
@@ -157,9 +174,8 @@ impl<S: CounterStore> Limiter<S> {
 
     /// Decides one request, in stages: match each descriptor to its limit, drop the replaced
     /// ones, plan every counted descriptor's store operations into one batch, run it, and turn
-    /// the answers into per-descriptor statuses and the overall code. A store error is returned
-    /// unless the fail-open policy covers every counted descriptor, in which case they answer
-    /// OK and the verdict says `failed_open`.
+    /// the answers into per-descriptor statuses and the overall code. When a store fails, each
+    /// of its descriptors gets what its mode says (`failure_modes`).
     pub async fn check<'r>(
         &self,
         rules: &'r RuleSet,
@@ -190,10 +206,13 @@ impl<S: CounterStore> Limiter<S> {
                 self.plan(request, index, limit, status, &mut batch, &mut keys);
             }
         }
-        if let Err(err) = self.run(&mut batch, &statuses).await {
-            return self.fail_open(err, statuses, batch.counted().collect());
+        if let Err(failed) = self.run(&mut batch, &statuses).await {
+            return self.on_failure(failed, batch, statuses).await;
         }
-        self.decide(&batch, &mut statuses);
+        for planned in &batch.planned {
+            self.decide_one(&batch, planned, &mut statuses[planned.index], true);
+        }
+        self.hand_back(|to| batch.ops.has(to)).await;
         let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
         Ok(Verdict {
             overall,
@@ -206,49 +225,59 @@ impl<S: CounterStore> Limiter<S> {
 
     /// Sends the batch: with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, reads first and holds
     /// back the hits that would go over.
-    async fn run(&self, batch: &mut Batch, statuses: &[Status<'_>]) -> Result<(), StorageError> {
+    async fn run(
+        &self,
+        batch: &mut Batch,
+        statuses: &[Status<'_>],
+    ) -> Result<(), failure_modes::Failed> {
         let stores = self.stores();
         if self.settings.stop_increment_when_over_limit {
             let cached_over = statuses
                 .iter()
                 .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
             // Boxed: a rare setting's extra round trip does not grow every request's future.
-            Box::pin(batch.hold_back(&stores, cached_over)).await?;
+            if let Err(e) = Box::pin(batch.hold_back(&stores, cached_over)).await {
+                let to = Destination::ALL.into_iter().filter(|to| batch.ops.has(*to));
+                return Err(to.map(|to| (to, e.clone())).collect());
+            }
         }
-        batch.ops.apply(&stores).await
+        batch.ops.apply_each(&stores).await
     }
 
-    /// Each counted descriptor's status from the store's answers (and the local over-limit
-    /// cache fed with the fixed windows that went over).
-    fn decide(&self, batch: &Batch, statuses: &mut [Status<'_>]) {
-        for planned in &batch.planned {
-            let status = &mut statuses[planned.index];
-            let outcome = algorithm::decide(
-                planned.plan,
-                planned.rate,
-                planned.take,
-                batch.now_ms,
-                &batch.ops,
-            );
-            status.counting = Counting::Counted {
-                hits: match planned.take {
-                    Take::Take(n) => n,
-                    Take::Refund(_) => 0,
-                },
-                after: outcome.used,
-            };
-            status.reset_in = Some(outcome.reset_in);
-            if outcome.over {
-                status.mark_over();
-                if let (Some(cache), algorithm::Plan::Fixed { counter, window }) =
-                    (&self.local_cache, planned.plan)
-                {
-                    let key = &batch.ops.op(counter).key;
-                    cache.insert(key, window.end(), batch.now_ms / 1000);
-                }
-            } else {
-                status.remaining = outcome.remaining;
+    /// A counted descriptor's status from its store's answers (and, with `cache`, the local
+    /// over-limit cache fed with a fixed window that went over).
+    fn decide_one(
+        &self,
+        batch: &Batch,
+        planned: &batch::Planned,
+        status: &mut Status<'_>,
+        cache: bool,
+    ) {
+        let outcome = algorithm::decide(
+            planned.plan,
+            planned.rate,
+            planned.take,
+            batch.now_ms,
+            &batch.ops,
+        );
+        status.counting = Counting::Counted {
+            hits: match planned.take {
+                Take::Take(n) => n,
+                Take::Refund(_) => 0,
+            },
+            after: outcome.used,
+        };
+        status.reset_in = Some(outcome.reset_in);
+        if outcome.over {
+            status.mark_over();
+            if let (true, Some(cache), algorithm::Plan::Fixed { counter, window }) =
+                (cache, &self.local_cache, planned.plan)
+            {
+                let key = &batch.ops.op(counter).key;
+                cache.insert(key, window.end(), batch.now_ms / 1000);
             }
+        } else {
+            status.remaining = outcome.remaining;
         }
     }
 
@@ -274,6 +303,9 @@ impl<S: CounterStore> Limiter<S> {
             rate,
         });
         status.quota = self.settings.quota_mode || limit.rule().is_some_and(|l| l.quota_mode);
+        if self.mode_of(status) == StoreFailure::Local {
+            self.outage.want();
+        }
         let take = match (descriptor.refund, descriptor.hits) {
             (true, n) => Take::Refund(n),
             (false, n) => Take::Take(n),
@@ -317,36 +349,6 @@ impl<S: CounterStore> Limiter<S> {
     /// assignments too).
     pub fn shadow_mode(&self) -> bool {
         self.settings.shadow_mode
-    }
-
-    fn fail_open<'r>(
-        &self,
-        err: StorageError,
-        mut statuses: Vec<Status<'r>>,
-        counted: Vec<usize>,
-    ) -> Result<Verdict<'r>, StorageError> {
-        let covered = |i: &usize| {
-            self.settings.fail_open
-                || statuses[*i]
-                    .limit
-                    .and_then(|l| l.applied.rule().map(|r| r.fail_open))
-                    .unwrap_or(false)
-        };
-        if !counted.iter().all(covered) {
-            return Err(err);
-        }
-        tracing::warn!(error = %err, "counter store failed; answering OK by the fail-open policy");
-        for index in counted {
-            let status = &mut statuses[index];
-            status.remaining = status.limit.map_or(0, |l| l.rate.requests_per_unit);
-        }
-        Ok(Verdict {
-            overall: Code::Ok,
-            statuses,
-            domain_found: true,
-            global_shadowed: false,
-            failed_open: true,
-        })
     }
 }
 

@@ -6,12 +6,14 @@
 //!
 //! Must not touch: the algorithms' arithmetic, rules, protobuf.
 
-use futures_util::future::{try_join, try_join3};
+use futures_util::future::{join3, try_join};
 
-use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, StorageError};
+use crate::storage::{
+    BucketAnswer, BucketStep, Change, CounterOp, CounterStore, StorageError, Take,
+};
 
 /// The store an operation goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Destination {
     /// `BACKEND_TYPE`'s store.
     #[default]
@@ -23,7 +25,14 @@ pub enum Destination {
 }
 
 impl Destination {
-    fn lane(self) -> usize {
+    /// Every destination, in the order of their lanes.
+    pub(crate) const ALL: [Destination; 3] = [
+        Destination::Main,
+        Destination::PerSecond,
+        Destination::Durable,
+    ];
+
+    pub(crate) fn lane(self) -> usize {
         match self {
             Destination::Main => 0,
             Destination::PerSecond => 1,
@@ -159,20 +168,120 @@ impl Operations {
         &mut self,
         stores: &Stores<'_, S>,
     ) -> Result<(), StorageError> {
+        match self.apply_each(stores).await {
+            Ok(()) => Ok(()),
+            Err(mut failed) => Err(failed.swap_remove(0).1),
+        }
+    }
+
+    /// As [`Operations::apply`], but a store that fails leaves only its own operations
+    /// unanswered: the error is each failed destination's, and the others' answers are kept.
+    pub(crate) async fn apply_each<S: CounterStore>(
+        &mut self,
+        stores: &Stores<'_, S>,
+    ) -> Result<(), Vec<(Destination, StorageError)>> {
         let [main, second, durable] = &mut self.lanes;
         if second.is_idle() && durable.is_idle() {
             // Everything on the main store: the request path without routing.
-            return main.apply(stores.main).await;
+            return main
+                .apply(stores.main)
+                .await
+                .map_err(|e| vec![(Destination::Main, e)]);
         }
         // Boxed, so that the routing's futures do not grow every request's future.
-        Box::pin(try_join3(
+        let answers = Box::pin(join3(
             main.apply(stores.main),
             second.apply(stores.at(Destination::PerSecond)),
             durable.apply(stores.at(Destination::Durable)),
         ))
-        .await
-        .map(|_| ())
+        .await;
+        let failed: Vec<_> = [answers.0, answers.1, answers.2]
+            .into_iter()
+            .zip(Destination::ALL)
+            .filter_map(|(answer, to)| answer.err().map(|e| (to, e)))
+            .collect();
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(failed),
+        }
     }
+
+    /// Answers the operations bound for `to` from `store` instead, each amount `scale` times
+    /// what was asked (the local mode: a hit counts for every replica sharing the limit).
+    pub(crate) async fn apply_scaled<S: CounterStore>(
+        &mut self,
+        to: Destination,
+        store: &S,
+        scale: u64,
+    ) -> Result<(), StorageError> {
+        let lane = &mut self.lanes[to.lane()];
+        let hits: Vec<CounterOp> = lane
+            .hits
+            .iter()
+            .map(|op| CounterOp {
+                change: scaled_change(op.change, scale),
+                ..op.clone()
+            })
+            .collect();
+        let steps: Vec<BucketStep> = lane
+            .steps
+            .iter()
+            .map(|step| BucketStep {
+                take: match step.take {
+                    Take::Take(n) => Take::Take(n.saturating_mul(scale)),
+                    Take::Refund(n) => Take::Refund(n.saturating_mul(scale)),
+                },
+                ..step.clone()
+            })
+            .collect();
+        let (counts, answers) = answer(store, &hits, &steps).await?;
+        lane.counts = counts;
+        lane.answers = answers;
+        Ok(())
+    }
+
+    /// The counter operations bound for `to`.
+    pub(crate) fn hits(&self, to: Destination) -> &[CounterOp] {
+        &self.lanes[to.lane()].hits
+    }
+
+    /// Whether any operation is bound for `to`.
+    pub(crate) fn has(&self, to: Destination) -> bool {
+        !self.lanes[to.lane()].is_idle()
+    }
+}
+
+/// `change` with its amount `scale` times as large.
+fn scaled_change(change: Change, scale: u64) -> Change {
+    match change {
+        Change::Add(n) => Change::Add(n.saturating_mul(scale)),
+        Change::Sub(n) => Change::Sub(n.saturating_mul(scale)),
+        Change::Lease(n) => Change::Lease(n.saturating_mul(scale)),
+        Change::Release(n) => Change::Release(n.saturating_mul(scale)),
+    }
+}
+
+/// `store`'s answers to `hits` and `steps`: one call for one kind of operation (the common
+/// case), a join for both, boxed so that it does not double every request's future.
+async fn answer<S: CounterStore>(
+    store: &S,
+    hits: &[CounterOp],
+    steps: &[BucketStep],
+) -> Result<(Vec<u64>, Vec<BucketAnswer>), StorageError> {
+    let (counts, answers) = match (hits.is_empty(), steps.is_empty()) {
+        (true, true) => (Vec::new(), Vec::new()),
+        (false, true) => (store.apply_ops(hits).await?, Vec::new()),
+        (true, false) => (Vec::new(), store.bucket(steps).await?),
+        (false, false) => Box::pin(try_join(store.apply_ops(hits), store.bucket(steps))).await?,
+    };
+    if counts.len() != hits.len() || answers.len() != steps.len() {
+        return Err(StorageError::protocol(format!(
+            "{} answers to {} operations",
+            counts.len() + answers.len(),
+            hits.len() + steps.len()
+        )));
+    }
+    Ok((counts, answers))
 }
 
 impl Lane {
@@ -181,24 +290,7 @@ impl Lane {
     }
 
     async fn apply<S: CounterStore>(&mut self, store: &S) -> Result<(), StorageError> {
-        let (hits, steps) = (&self.hits, &self.steps);
-        // One kind of operation (the common case) awaits its one call; both kinds, a join,
-        // boxed so that it does not double every request's future.
-        let (counts, answers) = match (hits.is_empty(), steps.is_empty()) {
-            (true, true) => (Vec::new(), Vec::new()),
-            (false, true) => (store.apply_ops(hits).await?, Vec::new()),
-            (true, false) => (Vec::new(), store.bucket(steps).await?),
-            (false, false) => {
-                Box::pin(try_join(store.apply_ops(hits), store.bucket(steps))).await?
-            }
-        };
-        if counts.len() != hits.len() || answers.len() != steps.len() {
-            return Err(StorageError::protocol(format!(
-                "{} answers to {} operations",
-                counts.len() + answers.len(),
-                hits.len() + steps.len()
-            )));
-        }
+        let (counts, answers) = answer(store, &self.hits, &self.steps).await?;
         self.counts = counts;
         self.answers = answers;
         Ok(())

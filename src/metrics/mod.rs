@@ -20,6 +20,7 @@ mod instrumented;
 mod label;
 pub mod mapper;
 pub mod mogrify;
+mod outage;
 mod peers;
 mod record;
 mod render;
@@ -270,5 +271,17 @@ impl Metrics {
     /// Prometheus text exposition of every metric, followed by the counter store's `gauges`.
     pub fn render(&self, gauges: &[Gauge]) -> String {
         render::render(self, gauges)
+    }
+
+    /// Prometheus text of what the local mode did (`/metrics` follows [`Metrics::render`]
+    /// with it).
+    pub fn render_outage(&self, readings: &crate::limiter::OutageReadings) -> String {
+        let mut out = String::new();
+        outage::render(
+            &mut out,
+            readings,
+            self.extra_labels.trim_start_matches(','),
+        );
+        out
     }
 }

@@ -128,7 +128,11 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
     let mut previous = "";
     for (name, help, own, value) in samples {
         if name != previous {
-            header(&mut out, name, help, "gauge");
+            let kind = match name.ends_with("_total") {
+                true => "counter",
+                false => "gauge",
+            };
+            header(&mut out, name, help, kind);
             previous = name;
         }
         let _ = writeln!(out, "{name}{{{}}} {value}", labels(&own, extra));

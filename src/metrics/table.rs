@@ -187,7 +187,8 @@ pub(crate) const DOMAIN_NOT_FOUND: (&str, &str) = (
     "requests for a domain with no configuration",
 );
 
-/// One gauge sample: `(name, help, labels, value)`.
+/// One sample of a store's readings: `(name, help, labels, value)`; a name ending in `_total`
+/// is a counter, any other a gauge.
 pub(crate) type GaugeSample = (&'static str, &'static str, String, u64);
 
 /// The Prometheus samples of a store's readings.
@@ -224,6 +225,34 @@ pub(crate) fn gauge_samples(gauge: &Gauge, out: &mut Vec<GaugeSample>) {
                     "pooled connections open and idle",
                     label,
                     *idle_connections,
+                ),
+            ]);
+        }
+        Gauge::Breaker {
+            server,
+            open,
+            opens,
+            probes,
+        } => {
+            let label = format!("server=\"{}\"", super::label::escape(server));
+            out.extend([
+                (
+                    "turnstile_store_breaker_open",
+                    "1 while the store server's circuit breaker is open (calls fail at once)",
+                    label.clone(),
+                    u64::from(*open),
+                ),
+                (
+                    "turnstile_store_breaker_opens_total",
+                    "times the store server's circuit breaker opened",
+                    label.clone(),
+                    *opens,
+                ),
+                (
+                    "turnstile_store_breaker_probes_total",
+                    "probes sent to the store server while its breaker was open",
+                    label,
+                    *probes,
                 ),
             ]);
         }

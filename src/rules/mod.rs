@@ -47,6 +47,45 @@ pub struct PathLevel {
     pub value_to_metric: bool,
 }
 
+/// What a descriptor gets when the store that counts it cannot answer
+/// (`BACKEND_FAILURE_MODE`, or a rule's `on_store_failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreFailure {
+    /// The call fails with `UNAVAILABLE` (the reference's behaviour).
+    #[default]
+    Unavailable,
+    /// The descriptor answers OK, uncounted (`BACKEND_FAIL_OPEN`, a rule's `fail_open`).
+    Open,
+    /// The replica counts the descriptor in its own memory with its share of the limit (the
+    /// limit over the number of replicas sharing the store), and hands the hits back to the
+    /// store when it answers again.
+    Local,
+}
+
+impl StoreFailure {
+    /// The names a setting or a rule may give, in the order of the variants.
+    pub const NAMES: [&'static str; 3] = ["unavailable", "open", "local"];
+
+    /// The mode named `name` (one of [`StoreFailure::NAMES`]).
+    pub fn named(name: &str) -> Option<StoreFailure> {
+        match name {
+            "unavailable" => Some(StoreFailure::Unavailable),
+            "open" => Some(StoreFailure::Open),
+            "local" => Some(StoreFailure::Local),
+            _ => None,
+        }
+    }
+
+    /// The mode's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreFailure::Unavailable => "unavailable",
+            StoreFailure::Open => "open",
+            StoreFailure::Local => "local",
+        }
+    }
+}
+
 /// What a configured limit allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rate {
@@ -83,8 +122,9 @@ pub struct Limit {
     pub detailed_metric: bool,
     /// Copied into the response's dynamic metadata when the descriptor passes.
     pub metadata: Option<MetaValue>,
-    /// Answer OK (and count it) instead of an error when the counter store fails.
-    pub fail_open: bool,
+    /// What this limit's descriptors get when the counter store fails (`on_store_failure`, or
+    /// `fail_open: true` = [`StoreFailure::Open`]); `None`: the process-wide mode.
+    pub on_store_failure: Option<StoreFailure>,
     /// The path from the domain root to this limit's node.
     pub path: Vec<PathLevel>,
     /// `domain.key_value.key…` as the reference prints it in `/rlconfig`.

@@ -144,6 +144,8 @@ pub async fn serve<S: CounterStore>(
     let peers = Arc::clone(&options.peers);
     let limits = options.limits;
     let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
+    let marks = Arc::clone(&state);
+    let marker = tokio::spawn(async move { marks.limiter.keep_marks().await });
     let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -203,14 +205,17 @@ pub async fn serve<S: CounterStore>(
         }
     };
     tracker.abort();
+    marker.abort();
     publisher.abort();
     served?;
     Ok(())
 }
 
-/// Keeps the backend component of health in step with the counter store.
+/// Keeps the backend component of health in step with the counter store. In the `local`
+/// failure mode a store that fails leaves the process ready, degraded (said since when).
 async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
     let mut last: Result<(), String> = Ok(());
+    let mut down_since = None;
     loop {
         let now = state.limiter.ready().await.map_err(|e| e.to_string());
         match (&last, &now) {
@@ -220,9 +225,43 @@ async fn track_backend<S: CounterStore>(state: Arc<ServiceState<S>>) {
             (Err(_), Ok(())) => tracing::warn!(ready = true, "counter store readiness changed"),
             _ => {}
         }
-        state.health.set_backend_ready(now.is_ok());
+        down_since = match &now {
+            Ok(()) => None,
+            Err(_) => down_since.or_else(|| Some(std::time::SystemTime::now())),
+        };
+        let local = state.limiter.decides_locally();
+        state
+            .health
+            .set_degraded(degraded(&state, &now, down_since));
+        state.health.set_backend_ready(now.is_ok() || local);
         last = now;
         tokio::time::sleep(READINESS_INTERVAL).await;
+    }
+}
+
+/// How the process is degraded, if it is: a store that fails while decisions are local.
+fn degraded<S: CounterStore>(
+    state: &ServiceState<S>,
+    ready: &Result<(), String>,
+    down_since: Option<std::time::SystemTime>,
+) -> Option<String> {
+    let readings = state.limiter.outage_readings();
+    let share = match readings.replicas {
+        Some(n) => format!("this replica's share of each limit (1/{n})"),
+        None => "(no replica count learned yet: calls fail)".to_owned(),
+    };
+    match (ready, down_since) {
+        (Err(why), Some(since)) if state.limiter.decides_locally() => Some(format!(
+            "counter store unreachable since {} ({why}); deciding locally with {share}",
+            humantime::format_rfc3339_seconds(since)
+        )),
+        _ => readings.local_since.first().map(|(store, since_ms)| {
+            let since = std::time::UNIX_EPOCH + Duration::from_millis(*since_ms);
+            format!(
+                "the {store:?} counter store failed at {}; deciding locally with {share} until                  it answers",
+                humantime::format_rfc3339_seconds(since)
+            )
+        }),
     }
 }
 

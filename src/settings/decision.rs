@@ -1,11 +1,12 @@
 //! The options of the decision and its answer, built as their owners' own types: the
-//! limiter's (`CACHE_KEY_PREFIX`, `SHADOW_MODE`, `QUOTA_MODE`, `BACKEND_FAIL_OPEN`,
-//! `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend the key layout and
+//! limiter's (`CACHE_KEY_PREFIX`, `SHADOW_MODE`, `QUOTA_MODE`, `BACKEND_FAILURE_MODE` and its
+//! older form `BACKEND_FAIL_OPEN`, `BACKEND_LOCAL_REPLICAS`, `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend the key layout and
 //! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`) and the RLS response's (`LIMIT_*_HEADER`s,
 //! `RESPONSE_DYNAMIC_METADATA`).
 
 use super::reader::{Reader, err};
 use super::{Backend, HeaderNames, KeyLayout};
+use crate::limiter::StoreFailure;
 
 /// What goes into a RateLimit response beyond the statuses (the RLS edge's own options).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub struct ResponseSettings {
 }
 
 /// The limiter's own options (`CACHE_KEY_PREFIX`, `SHADOW_MODE`, `QUOTA_MODE`,
-/// `BACKEND_FAIL_OPEN`, `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend's settings the key
+/// `BACKEND_FAILURE_MODE`, `BACKEND_LOCAL_REPLICAS`, `LOCAL_CACHE_SIZE_IN_BYTES`, and from the backend's settings the key
 /// layout and `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), built here directly.
 pub use crate::limiter::LimiterSettings;
 
@@ -49,7 +50,11 @@ pub(super) fn limiter(r: &Reader<'_>, backend: &Backend) -> LimiterSettings {
         key_prefix,
         shadow_mode: r.bool("SHADOW_MODE", false),
         quota_mode: r.bool("QUOTA_MODE", false),
-        fail_open: r.bool("BACKEND_FAIL_OPEN", false),
+        on_store_failure: store_failure(r),
+        local_replicas: match r.number("BACKEND_LOCAL_REPLICAS", 0u64, 0, 10_000) {
+            0 => None,
+            n => std::num::NonZeroU64::new(n),
+        },
         local_cache_bytes: r.number("LOCAL_CACHE_SIZE_IN_BYTES", 0u64, 0, 1 << 40),
         key_layout: match backend {
             Backend::Redis(redis) => redis.key_layout,
@@ -61,4 +66,33 @@ pub(super) fn limiter(r: &Reader<'_>, backend: &Backend) -> LimiterSettings {
             _ => false,
         },
     }
+}
+
+/// `BACKEND_FAILURE_MODE` (`unavailable`, `open` or `local`; default `unavailable`), or the
+/// reference's `BACKEND_FAIL_OPEN=true` (= `open`); both given and disagreeing is an error.
+fn store_failure(r: &Reader<'_>) -> StoreFailure {
+    let fail_open = r.bool("BACKEND_FAIL_OPEN", false);
+    let Some(named) = r.non_empty("BACKEND_FAILURE_MODE") else {
+        return match fail_open {
+            true => StoreFailure::Open,
+            false => StoreFailure::Unavailable,
+        };
+    };
+    let Some(mode) = StoreFailure::named(&named) else {
+        let names = StoreFailure::NAMES.join(", ");
+        r.report(err(
+            "BACKEND_FAILURE_MODE",
+            &named,
+            format!("one of {names}"),
+        ));
+        return StoreFailure::Unavailable;
+    };
+    if fail_open && mode != StoreFailure::Open {
+        r.report(err(
+            "BACKEND_FAILURE_MODE",
+            &named,
+            "BACKEND_FAIL_OPEN=true means BACKEND_FAILURE_MODE=open: set one of them",
+        ));
+    }
+    mode
 }

@@ -35,7 +35,12 @@ fn defaults_match_the_reference() {
     let names = on.response.headers.expect("headers on");
     assert_eq!(names.limit, "RateLimit-Limit");
     assert_eq!(s.limiter.key_layout, KeyLayout::Turnstile);
-    assert!(!s.limiter.shadow_mode && !s.limiter.fail_open);
+    assert!(!s.limiter.shadow_mode);
+    assert_eq!(
+        s.limiter.on_store_failure,
+        crate::limiter::StoreFailure::Unavailable
+    );
+    assert_eq!(s.limiter.local_replicas, None);
     let m = with(&[
         ("BACKEND_TYPE", "memcache"),
         ("MEMCACHE_HOST_PORT", "a:1, b:2"),
@@ -290,4 +295,40 @@ fn the_grpc_limits_defaults_are_written_once() {
         (limits.max_requests_in_flight, limits.max_header_list_size),
         (16_384, 65_536)
     );
+}
+
+#[test]
+fn the_store_failure_mode_is_named_or_the_reference_s_fail_open() {
+    use crate::limiter::StoreFailure;
+    let mode = |pairs: &[(&str, &str)]| with(pairs).map(|s| s.limiter.on_store_failure);
+    assert_eq!(
+        mode(&[("BACKEND_FAIL_OPEN", "true")]),
+        Ok(StoreFailure::Open)
+    );
+    assert_eq!(
+        mode(&[("BACKEND_FAILURE_MODE", "local")]),
+        Ok(StoreFailure::Local)
+    );
+    assert_eq!(
+        mode(&[
+            ("BACKEND_FAILURE_MODE", "open"),
+            ("BACKEND_FAIL_OPEN", "true")
+        ]),
+        Ok(StoreFailure::Open)
+    );
+    let clash = mode(&[
+        ("BACKEND_FAILURE_MODE", "local"),
+        ("BACKEND_FAIL_OPEN", "true"),
+    ]);
+    let clash = clash.expect_err("two modes").to_string();
+    assert!(clash.contains("BACKEND_FAIL_OPEN=true means"), "{clash}");
+    let unknown = mode(&[("BACKEND_FAILURE_MODE", "closed")]).expect_err("unknown");
+    assert!(
+        unknown
+            .to_string()
+            .contains("one of unavailable, open, local"),
+        "{unknown}"
+    );
+    let pinned = with(&[("BACKEND_LOCAL_REPLICAS", "3")]).expect("pinned");
+    assert_eq!(pinned.limiter.local_replicas.map(|n| n.get()), Some(3));
 }

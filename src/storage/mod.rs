@@ -1,7 +1,7 @@
 //! Counters: the [`CounterStore`] trait and its implementations, the in-process [`memory`]
 //! store (the embedded default), [`memcached`], [`redis`] and [`postgres`] (durable); `expiry`
-//! (when a shard's keys fall due) and `lateness` (a late answer on a busy runtime is overload)
-//! serve them, and every store fails with a [`StorageError`] (a kind, the store's words and the
+//! (when a shard's keys fall due), `lateness` (a late answer on a busy runtime is overload)
+//! and `breaker` (each remote server's circuit breaker) serve them, and every store fails with a [`StorageError`] (a kind, the store's words and the
 //! cause). A store knows
 //! keys, deltas and expiry times; it knows nothing about rules, limits or protobuf, and only the
 //! limiter calls it.
@@ -11,6 +11,7 @@
 //! hit, taken atomically with the hit itself; the decision is made from it, never from a read
 //! taken before the write. That is what makes counting exact under concurrency.
 
+pub mod breaker;
 mod error;
 pub(crate) mod expiry;
 mod key;
@@ -22,6 +23,7 @@ pub mod redis;
 mod remote;
 pub mod token_bucket;
 
+pub use breaker::{Breaker, Guarded};
 pub use error::{ErrorKind, StorageError};
 pub use key::{
     CounterKey, KeyError, KeyWriter, MAX_KEY_LEN, MAX_REFERENCE_KEY_LEN, Separator, Tag,
@@ -96,6 +98,17 @@ pub enum Gauge {
         connections: u64,
         /// Connections open and idle (pooled transports; pipelined connections are shared).
         idle_connections: u64,
+    },
+    /// One store server's circuit breaker.
+    Breaker {
+        /// The server as its store names it (`memcached 10.0.0.1:11211`, `redis …`).
+        server: String,
+        /// Open: calls fail at once but for the probes.
+        open: bool,
+        /// Times it opened.
+        opens: u64,
+        /// Probes sent while open.
+        probes: u64,
     },
     /// The PostgreSQL connection pool.
     PostgresPool {

@@ -178,7 +178,7 @@ async fn fail_open_globally_or_per_rule() {
     .await;
     let global = Options {
         limiter: LimiterSettings {
-            fail_open: true,
+            on_store_failure: turnstile::limiter::StoreFailure::Open,
             ..Default::default()
         },
         ..Default::default()

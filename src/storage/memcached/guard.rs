@@ -81,7 +81,7 @@ impl Server {
             return Err(StorageError::overloaded(why));
         }
         if error.is_connection_fault() {
-            self.record_failure();
+            self.record_failure(&error.to_string());
             self.transport.reset();
             Err(StorageError::unavailable(format!(
                 "memcached {}: {error}",

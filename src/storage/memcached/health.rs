@@ -2,22 +2,22 @@
 //! down: a connection that cannot be made or breaks, or a failed probe. A late answer to
 //! commands that were written is not such evidence by itself (Turnstile may have been too busy
 //! to read it), so it starts one probe on the side, and the probe's failure marks the server
-//! down. A down server is retried with an exponential backoff (50 ms doubling to 1 s, ±25 %); while it
-//! is down, its operations fail at once instead of each waiting for a deadline, and one
-//! operation per backoff period is let through (`storage::remote::Backoff`). A success clears
-//! the failure count.
+//! down. The server's circuit breaker (`storage::breaker`) opens on the first such evidence:
+//! while it is open, its operations fail at once instead of each waiting for a deadline, and
+//! one operation per backoff period (50 ms doubling to 1 s, ±25 %) is let through as its probe.
+//! A success closes it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::dispatch::ServerTransport;
-use crate::storage::remote::Backoff;
+use crate::storage::breaker::{Admit, Breaker};
 
 /// A server, the transport that reaches it, and its health.
 #[derive(Debug)]
 pub(super) struct Server {
     pub(super) name: String,
     pub(super) transport: ServerTransport,
-    health: Backoff,
+    health: Breaker,
     /// The server has answered at least once (until then readiness asks it).
     answered: AtomicBool,
     /// A probe after a late answer is under way.
@@ -28,9 +28,9 @@ impl Server {
     /// A server reached through `transport`, healthy until it fails.
     pub(super) fn new(name: String, transport: ServerTransport) -> Server {
         Server {
+            health: Breaker::new(format!("memcached {name}"), 1),
             name,
             transport,
-            health: Backoff::default(),
             answered: AtomicBool::new(false),
             probing: AtomicBool::new(false),
         }
@@ -39,12 +39,17 @@ impl Server {
     /// Whether an operation may go to this server now. While down, only the caller that claims
     /// the next attempt is let through.
     pub(super) fn admit(&self) -> bool {
-        self.health.admit()
+        self.health.admit() != Admit::Refuse
     }
 
     /// Whether the server is currently considered reachable.
     pub(super) fn is_up(&self) -> bool {
-        self.health.is_up()
+        !self.health.is_open()
+    }
+
+    /// Its circuit breaker's readings.
+    pub(super) fn breaker(&self) -> crate::storage::Gauge {
+        self.health.gauge()
     }
 
     /// Whether the server is up and has answered since it was added: only then does
@@ -55,9 +60,7 @@ impl Server {
 
     pub(super) fn record_success(&self) {
         self.answered.store(true, Ordering::Release);
-        if self.health.record_success() {
-            tracing::warn!(server = %self.name, "memcached server is reachable again");
-        }
+        self.health.record_success();
     }
 
     /// Claims the one probe that a late answer may start; false while one is under way.
@@ -70,14 +73,13 @@ impl Server {
         if answered {
             self.record_success();
         } else {
-            self.record_failure();
+            self.record_failure("no answer to a probe after a late answer");
         }
         self.probing.store(false, Ordering::Release);
     }
 
-    pub(super) fn record_failure(&self) {
-        if self.health.record_failure() {
-            tracing::error!(server = %self.name, "memcached server unreachable; retrying with backoff");
-        }
+    /// Records evidence that the server is unreachable (`what`: in its words).
+    pub(super) fn record_failure(&self, what: &str) {
+        self.health.record_failure(what);
     }
 }

@@ -296,14 +296,15 @@ impl CounterStore for MemcachedStore {
         topology
             .servers
             .iter()
-            .map(|server| {
+            .flat_map(|server| {
                 let connections = server.transport.connections();
-                Gauge::MemcachedServer {
+                let readings = Gauge::MemcachedServer {
                     server: server.name.clone(),
                     up: server.is_up(),
                     connections: connections.open,
                     idle_connections: connections.idle,
-                }
+                };
+                [readings, server.breaker()]
             })
             .collect()
     }

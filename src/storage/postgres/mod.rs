@@ -133,7 +133,12 @@ impl PostgresStore {
         })
     }
 
-    /// Where the store counts, for messages (hosts and database; never the password).
+    /// Where the store counts, as its errors name it (hosts and database; never the
+    /// password).
+    pub fn name(&self) -> String {
+        self.place()
+    }
+
     fn place(&self) -> String {
         let c = &self.inner.options.config;
         let hosts: Vec<String> = c

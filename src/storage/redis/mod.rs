@@ -75,6 +75,13 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// The store as its errors name it (`redis 10.0.0.1:6379`, `redis cluster …`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+}
+
 impl Inner {
     /// Seconds a counter created now for a window ending at `expires_at` must live.
     fn ttl(&self, key: &str, expires_at: u64, now: u64) -> u64 {

@@ -6,6 +6,7 @@
 
 mod envoy;
 mod exactness;
+mod local;
 mod models;
 mod scenarios;
 
@@ -87,6 +88,19 @@ fn run<S: CounterStore>(
     lease_ms: u64,
     steps: Vec<Step>,
 ) -> Result<(), TestCaseError> {
+    run_with_share(runtime, limiter, clock, lease_ms, 1, steps)
+}
+
+/// [`run`] for a limiter that decides with a share of 1/`share` of each limit: in the models
+/// every hit (and refund) counts `share` times (docs/algorithms.md, "The local mode").
+fn run_with_share<S: CounterStore>(
+    runtime: &tokio::runtime::Runtime,
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+    lease_ms: u64,
+    share: u64,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
     let rules = crate::support::rules(&[("alg.yaml", &rules_for(lease_ms))], false);
     let mut models = Models {
         sliding: Sliding::new(5, 2_000),
@@ -109,10 +123,11 @@ fn run<S: CounterStore>(
         };
         let value = format!("{case}-{value}");
         let now = clock.now_millis();
+        let counted = hits * share;
         let want: Answer = match key {
-            "sw" => models.sliding.call(&value, now, hits, refund),
-            "tb" => models.bucket.call(&value, now, hits, refund),
-            _ => models.leases.call(&value, now, hits, refund),
+            "sw" => models.sliding.call(&value, now, counted, refund),
+            "tb" => models.bucket.call(&value, now, counted, refund),
+            _ => models.leases.call(&value, now, counted, refund),
         };
         let verdict = runtime
             .block_on(limiter.check(&rules, &request(key, &value, hits, refund)))
