@@ -23,6 +23,7 @@ mod memcached_support;
 mod model;
 mod modes;
 mod monitoring;
+mod outage;
 mod overload;
 mod peers;
 mod ports;

@@ -1,0 +1,255 @@
+//! A store outage under `BACKEND_FAILURE_MODE=local` (issue 40), on real stores taken down
+//! under load and brought back: two replicas learn N = 2 from their marks, the store goes down
+//! (memcached and Redis killed, PostgreSQL frozen with SIGSTOP), and each replica admits exactly
+//! its half of the limit with no call failing, ready and saying it is degraded, while a
+//! replica in the default mode answers `UNAVAILABLE`. The store comes back: each replica hands
+//! its hits back (the outage's key then answers OVER_LIMIT everywhere) and a fresh key is
+//! counted by the store again (60 of 80 admitted, not the local 30). Three replicas learn
+//! N = 3; one stopped, the others learn N = 2.
+//!
+//! Every call's latency after the breaker opened is printed (RELIABILITY.md's outage table,
+//! `cargo test --test it outage -- --nocapture`); nothing here asserts a duration.
+
+use std::time::{Duration, Instant};
+
+use tonic::Code as Status;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::process_support::{Process, http_get, metric, rules_root};
+use crate::support::{req1, unique};
+use crate::wait::{until, until_some};
+
+const RULES: &str =
+    "domain: o\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 60 }\n";
+
+/// The store under test: its settings, and how it is taken down and brought back.
+struct Store<'a> {
+    name: &'static str,
+    env: Vec<(&'static str, String)>,
+    down: Box<dyn FnMut() + 'a>,
+    up: Box<dyn FnMut() + 'a>,
+}
+
+/// One call for `key`: its overall code, or the gRPC status it failed with.
+async fn call(p: &Process, key: &str) -> Result<Code, Status> {
+    let mut client = p.client().await;
+    client
+        .should_rate_limit(req1("o", &[("k", key)]))
+        .await
+        .map(|r| r.into_inner().overall_code())
+        .map_err(|s| s.code())
+}
+
+fn reading(p: &Process, series: &str) -> Option<u64> {
+    metric(&p.metrics(), series)
+}
+
+/// Replicas of `env` in the local mode.
+fn replicas(n: usize, env: &[(&'static str, String)]) -> Vec<Process> {
+    let root = rules_root(RULES);
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push(("BACKEND_FAILURE_MODE", "local"));
+    (0..n).map(|_| Process::start(&root, &env)).collect()
+}
+
+async fn learn(replicas: &[Process], n: u64) {
+    let what = format!("every replica learns that {n} share the store");
+    until(Duration::from_secs(15), &what, || {
+        replicas
+            .iter()
+            .all(|p| reading(p, "turnstile_store_replicas{") == Some(n))
+    })
+    .await;
+}
+
+/// The whole outage scenario on `store`.
+async fn outage(mut store: Store<'_>) {
+    let pair = replicas(2, &store.env);
+    let strict_env: Vec<(&str, &str)> = store.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let strict = Process::start(&rules_root(RULES), &strict_env);
+    learn(&pair, 2).await;
+    let key = unique("outage");
+    (store.down)();
+    let (mut admitted, mut failed) = ([0u32; 2], 0);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        for (i, p) in pair.iter().enumerate() {
+            let open = reading(p, "turnstile_store_breaker_open{") == Some(1);
+            let started = Instant::now();
+            match call(p, &key).await {
+                Ok(Code::Ok) => admitted[i] += 1,
+                Ok(_) => {}
+                Err(_) => failed += 1,
+            }
+            match open {
+                true => after.push(started.elapsed()),
+                false => before.push(started.elapsed()),
+            }
+        }
+    }
+    assert_eq!(failed, 0, "{}: no call fails in the local mode", store.name);
+    assert_eq!(admitted, [30, 30], "{}: each replica its half", store.name);
+    for p in &pair {
+        let local = reading(p, "turnstile_local_decisions_total{");
+        assert_eq!(
+            local,
+            Some(40),
+            "{}: every call decided locally",
+            store.name
+        );
+        let (status, body) = http_get(p.http, "/healthcheck").expect("healthcheck");
+        assert_eq!(status, 200, "{}: still ready: {body}", store.name);
+    }
+    let what = format!("{}: /healthcheck says degraded", store.name);
+    until(Duration::from_secs(10), &what, || {
+        http_get(pair[0].http, "/healthcheck").is_some_and(|(_, b)| b.contains("degraded"))
+    })
+    .await;
+    let refused = call(&strict, &key).await;
+    assert_eq!(
+        refused,
+        Err(Status::Unavailable),
+        "{}: default mode",
+        store.name
+    );
+    print_latencies(store.name, "before its breaker opened", &mut before);
+    print_latencies(store.name, "after its breaker opened", &mut after);
+
+    (store.up)();
+    let fresh = unique("after");
+    let what = format!("{}: both replicas hand their hits back", store.name);
+    until_handed_back(&pair, &fresh, &what).await;
+    for p in &pair {
+        let code = call(p, &key).await;
+        assert_eq!(
+            code,
+            Ok(Code::OverLimit),
+            "{}: 80 hits in the store",
+            store.name
+        );
+    }
+    let fresh = unique("fresh");
+    let mut ok = 0;
+    for _ in 0..80 {
+        if call(&pair[0], &fresh).await == Ok(Code::Ok) {
+            ok += 1;
+        }
+    }
+    assert_eq!(
+        ok, 60,
+        "{}: the store counts again (not the local 30)",
+        store.name
+    );
+}
+
+/// Calls on `key` (which reach the store once it answers and start the hand-back) until both
+/// replicas decide in the store again, having handed back what they counted (the outage's 40
+/// hits, and the calls on `key` decided locally before the breaker closed).
+async fn until_handed_back(pair: &[Process], key: &str, what: &str) {
+    until_some(Duration::from_secs(15), what, || async {
+        for p in pair {
+            let _ = call(p, key).await;
+        }
+        pair.iter()
+            .all(|p| {
+                let text = p.metrics();
+                metric(&text, "turnstile_store_deciding_locally{") == Some(0)
+                    && metric(&text, "turnstile_local_hits_handed_back_total{") >= Some(40)
+            })
+            .then_some(())
+    })
+    .await;
+}
+
+fn print_latencies(store: &str, when: &str, latencies: &mut [Duration]) {
+    if latencies.is_empty() {
+        return eprintln!("outage on {store}: no call {when}");
+    }
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "outage on {store}, {when}: {} calls, p50 {:?}, p99 {:?}, max {:?}",
+        latencies.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcached_killed() {
+    let Some(memcached) = crate::memcached_support::Memcached::start() else {
+        return;
+    };
+    let memcached = std::cell::RefCell::new(memcached);
+    let env = vec![
+        ("BACKEND_TYPE", "memcache".to_owned()),
+        ("MEMCACHE_HOST_PORT", memcached.borrow().addr()),
+    ];
+    outage(Store {
+        name: "memcached",
+        env,
+        down: Box::new(|| memcached.borrow_mut().kill()),
+        up: Box::new(|| memcached.borrow_mut().restart()),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed() {
+    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+        return;
+    };
+    let redis = std::cell::RefCell::new(redis);
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_URL", redis.borrow().addr()),
+    ];
+    outage(Store {
+        name: "redis",
+        env,
+        down: Box::new(|| redis.borrow_mut().kill()),
+        up: Box::new(|| redis.borrow_mut().restart()),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_frozen() {
+    let Some(pg) = crate::postgres_support::Postgres::start() else {
+        return;
+    };
+    let env = vec![
+        ("BACKEND_TYPE", "postgres".to_owned()),
+        ("POSTGRES_URL", pg.url()),
+        ("POSTGRES_SCHEMA", unique("outage").replace('-', "_")),
+        ("POSTGRES_TIMEOUT", "200ms".to_owned()),
+    ];
+    outage(Store {
+        name: "postgres",
+        env,
+        down: Box::new(|| pg.signal_all("STOP")),
+        up: Box::new(|| pg.signal_all("CONT")),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_learn_how_many_share_the_store() {
+    let Some(memcached) = crate::memcached_support::Memcached::start() else {
+        return;
+    };
+    let env = vec![
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", &memcached.addr()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect::<Vec<_>>();
+    let mut three = replicas(3, &env);
+    learn(&three, 3).await;
+    let stopped = three.pop().expect("a third replica");
+    stopped.stop().expect("stops");
+    learn(&three, 2).await;
+}
