@@ -207,12 +207,15 @@ impl<S: CounterStore> Limiter<S> {
             }
         }
         if let Err(failed) = self.run(&mut batch, &statuses).await {
-            return self.on_failure(failed, batch, statuses).await;
+            // Boxed: the rare path's state does not grow every request's future.
+            return Box::pin(self.on_failure(failed, batch, statuses)).await;
         }
         for planned in &batch.planned {
             self.decide_one(&batch, planned, &mut statuses[planned.index], true);
         }
-        self.hand_back(|to| batch.ops.has(to)).await;
+        if self.outage.active() {
+            Box::pin(self.hand_back(|to| batch.ops.has(to))).await;
+        }
         let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
         Ok(Verdict {
             overall,
