@@ -37,8 +37,8 @@ pub enum Store {
     Memory(Arc<MemoryStore>),
     /// memcached.
     Memcached(MemcachedStore),
-    /// Redis or Valkey, behind its circuit breaker.
-    Redis(Guarded<RedisStore>),
+    /// Redis or Valkey (its circuit breakers its own: one per cluster node).
+    Redis(RedisStore),
     /// PostgreSQL, behind its circuit breaker.
     Postgres(Guarded<PostgresStore>),
 }
@@ -63,8 +63,7 @@ impl From<MemcachedStore> for Store {
 
 impl From<RedisStore> for Store {
     fn from(store: RedisStore) -> Self {
-        let name = store.name().to_owned();
-        Store::Redis(Guarded::new(store, name))
+        Store::Redis(store)
     }
 }
 

@@ -7,8 +7,9 @@
 //! is a success, and Turnstile's own overload is neither. Open, calls fail at once (the
 //! limiter then decides them by the failure mode) and one probe per backoff period (50 ms
 //! doubling to 1 s, spread; `remote::Backoff`) asks the server again: a success closes it.
-//! [`Guarded`] puts a whole store behind one breaker and probes with the store's readiness
-//! check off the request path, so that no request waits for a server that is frozen.
+//! [`Guarded`] puts a whole store behind one breaker (PostgreSQL) and probes with the store's
+//! readiness check off the request path, so that no request waits for a server that is frozen;
+//! memcached keeps a breaker per server of its ring, Redis one per server or cluster node.
 //!
 //! One log line when a breaker opens and one when it closes; its state, opens and probes are
 //! readings ([`Gauge::Breaker`]).
@@ -198,7 +199,7 @@ impl Breaker {
     }
 }
 
-/// A whole store behind one breaker (Redis, PostgreSQL): while it is open, calls fail at once
+/// A whole store behind one breaker (PostgreSQL): while it is open, calls fail at once
 /// and the period's probe is the store's readiness check, run off the request path.
 #[derive(Debug, Clone)]
 pub struct Guarded<S> {

@@ -1,6 +1,7 @@
 //! A Redis cluster with a master down answers at once: keys on the live masters keep counting
 //! until the cluster declares itself down, then every call is `UNAVAILABLE` naming the
-//! cluster's state (CLUSTERDOWN), none of them held for the whole `REDIS_TIMEOUT`.
+//! cluster's state (CLUSTERDOWN), or for a key of the dead master its node's open circuit
+//! breaker, none of them held for the whole `REDIS_TIMEOUT`.
 
 use std::time::{Duration, Instant};
 
@@ -39,16 +40,17 @@ async fn a_master_down_is_answered_with_the_clusters_state_not_after_the_timeout
         s.call(req1("down", &[("user", user)])).await;
     }
     cluster.nodes[1].kill();
-    let live = cluster.nodes[0].port;
+    let (live, dead) = (cluster.nodes[0].port, cluster.nodes[1].port);
+    let dead = format!("redis node 127.0.0.1:{dead}: circuit breaker open");
     // While the cluster still counts itself whole, then once it has declared itself down.
-    let before = round(&s, &users).await;
+    let before = round(&s, &users, &dead).await;
     until(
         Duration::from_secs(20),
         "the cluster declares itself down",
         || cli(live, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:fail")),
     )
     .await;
-    let after = round(&s, &users).await;
+    let after = round(&s, &users, &dead).await;
     let slowest = before.slowest.max(after.slowest);
     eprintln!(
         "cluster master down: before the cluster declared itself down {} OK, {} UNAVAILABLE; \
@@ -59,9 +61,9 @@ async fn a_master_down_is_answered_with_the_clusters_state_not_after_the_timeout
     let cluster_down = after.named_down;
     let ok = before.ok;
     assert_eq!(
-        cluster_down,
-        users.len(),
-        "every call names the cluster's state"
+        (cluster_down, after.named_dead_node),
+        (users.len() - before.unavailable, before.unavailable),
+        "every call names the cluster's state, or the dead master's open breaker for its keys"
     );
     assert!(
         ok > 0,
@@ -79,10 +81,12 @@ struct Tally {
     ok: usize,
     unavailable: usize,
     named_down: usize,
+    /// Refused by the dead master's open circuit breaker (its keys).
+    named_dead_node: usize,
     slowest: Duration,
 }
 
-async fn round(s: &crate::support::TestServer, users: &[String]) -> Tally {
+async fn round(s: &crate::support::TestServer, users: &[String], dead: &str) -> Tally {
     let mut tally = Tally::default();
     for user in users {
         let started = Instant::now();
@@ -93,6 +97,8 @@ async fn round(s: &crate::support::TestServer, users: &[String]) -> Tally {
                 tally.unavailable += 1;
                 if e.message().contains("CLUSTERDOWN") {
                     tally.named_down += 1;
+                } else if e.message().contains(dead) {
+                    tally.named_dead_node += 1;
                 }
             }
         }

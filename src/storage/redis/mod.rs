@@ -4,13 +4,15 @@
 //! a request's counters travel in one call, one round trip; on a cluster each key goes to its
 //! slot's node, all at once over multiplexed connections. Bucket steps travel the same way (one
 //! call for all of a request's steps on one server, one per key on a cluster).
-//! Failures are typed and name Redis; a connection fault or a READONLY answer (a demoted
+//! Each server, or each cluster node, has a circuit breaker (`breakers`). Failures are typed and
+//! name Redis; a connection fault or a READONLY answer (a demoted
 //! master) drops the connection at once so the next call reconnects (and, behind Sentinel,
 //! asks the sentinels for the master again).
 //!
 //! Must not touch: rules, limits, the algorithms' arithmetic (the bucket script mirrors
 //! `storage::token_bucket`, which the contract suite checks), key layout.
 
+mod breakers;
 mod connect;
 mod options;
 mod scripts;
@@ -27,6 +29,7 @@ use super::{
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use crate::storage::remote;
+use breakers::{Breakers, Way};
 use connect::{Conn, Connector};
 pub use options::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
@@ -51,6 +54,8 @@ struct Inner {
     name: String,
     /// The runtime's recent scheduling delay: a late answer on a busy runtime is overload.
     scheduling: Arc<crate::storage::lateness::SchedulingDelay>,
+    /// The server's circuit breaker, or each cluster node's.
+    breakers: Breakers,
 }
 
 impl RedisStore {
@@ -61,8 +66,10 @@ impl RedisStore {
             RedisTarget::Cluster(nodes) => format!("redis cluster {}", nodes.join(",")),
             RedisTarget::Sentinel { master, .. } => format!("redis master {master} (sentinel)"),
         };
+        let cluster = matches!(options.target, RedisTarget::Cluster(_));
         RedisStore {
             inner: Arc::new(Inner {
+                breakers: Breakers::new(&name, cluster),
                 timeout: options.timeout,
                 jitter_max_seconds: options.jitter_max_seconds,
                 connector: Connector::new(options),
@@ -254,7 +261,17 @@ impl CounterStore for RedisStore {
     }
 
     fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send {
-        Box::pin(self.is_ready())
+        Box::pin(async {
+            let outcome = self.is_ready().await;
+            if let Breakers::Server(breaker) = &self.inner.breakers {
+                breaker.record(&outcome);
+            }
+            outcome
+        })
+    }
+
+    fn gauges(&self) -> Vec<crate::storage::Gauge> {
+        self.inner.breakers.gauges()
     }
 }
 
@@ -263,14 +280,17 @@ impl RedisStore {
         let now = self.inner.clock.now();
         let all: Vec<&CounterOp> = hits.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
-            return self.inner.counters(&all, now).await;
+            return self.guard(b"", self.inner.counters(&all, now)).await;
         }
         // A cluster: each key on its slot's node (a script's keys must share a slot), at once;
         // the multiplexed connections pipeline them per node.
         let counts = remote::in_key_order(
             &all,
             |h| h.key.as_str(),
-            |hit| self.inner.counters(std::slice::from_ref(hit), now),
+            |hit| {
+                let call = self.inner.counters(std::slice::from_ref(hit), now);
+                self.guard(hit.key.as_bytes(), call)
+            },
         );
         Ok(counts.await?.into_iter().flatten().collect())
     }
@@ -278,15 +298,78 @@ impl RedisStore {
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         let all: Vec<&BucketStep> = steps.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
-            return self.inner.steps(&all).await;
+            return self.guard(b"", self.inner.steps(&all)).await;
         }
         // A cluster: one call per step (a script's keys must share a slot).
         let answers = remote::in_key_order(
             &all,
             |s| s.key.as_str(),
-            |step| self.inner.steps(std::slice::from_ref(step)),
+            |step| {
+                self.guard(
+                    step.key.as_bytes(),
+                    self.inner.steps(std::slice::from_ref(step)),
+                )
+            },
         );
         Ok(answers.await?.into_iter().flatten().collect())
+    }
+
+    /// `call` for `key` behind its breaker (the server's, or its cluster node's): refused at
+    /// once while the breaker is open (the period's probe, a PING, goes out on the side), its
+    /// outcome recorded otherwise; a cluster's slot map is asked for when due.
+    async fn guard<T>(
+        &self,
+        key: &[u8],
+        call: impl Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        let breaker = match self.inner.breakers.way(key) {
+            Way::Call(breaker) => breaker,
+            Way::Refused { error, probe } => {
+                if let Some(node) = probe {
+                    self.spawn(self.clone().probe(node));
+                }
+                return Err(error);
+            }
+        };
+        let outcome = call.await;
+        if let Some(breaker) = &breaker {
+            breaker.record(&outcome);
+        }
+        if self.inner.breakers.should_ask_slots(outcome.is_err()) {
+            let store = self.clone();
+            self.spawn(async move {
+                match store.inner.connector.get().await {
+                    Ok(mut conn) => store.inner.breakers.ask_slots(&mut conn).await,
+                    Err(_) => store.inner.breakers.ask_slots_failed(),
+                }
+            });
+        }
+        outcome
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(task);
+        }
+    }
+
+    /// A PING to `node` (`""`: the server) whose answer closes its breaker or keeps it open.
+    async fn probe(self, node: String) {
+        let outcome = match node.is_empty() {
+            true => self.is_ready().await,
+            false => match self.inner.connector.get().await {
+                Ok(conn) => match breakers::ping(conn, node.clone()).await {
+                    true => Ok(()),
+                    false => Err(StorageError::unavailable(format!(
+                        "redis node {node}: no answer to PING"
+                    ))),
+                },
+                Err(e) => Err(self.inner.error(&e)),
+            },
+        };
+        if let Some(breaker) = self.inner.breakers.of(&node) {
+            breaker.record(&outcome);
+        }
     }
 
     async fn is_ready(&self) -> Result<(), StorageError> {

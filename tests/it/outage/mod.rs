@@ -118,7 +118,7 @@ async fn outage(mut store: Store<'_>) {
     (store.up)();
     let fresh = unique("after");
     let what = format!("{}: both replicas hand their hits back", store.name);
-    until_handed_back(&pair, &fresh, &what).await;
+    until_handed_back(&pair, &fresh, 40, &what).await;
     for p in &pair {
         let code = call(p, &key).await;
         assert_eq!(
@@ -145,7 +145,7 @@ async fn outage(mut store: Store<'_>) {
 /// Calls on `key` (which reach the store once it answers and start the hand-back) until both
 /// replicas decide in the store again, having handed back what they counted (the outage's 40
 /// hits, and the calls on `key` decided locally before the breaker closed).
-async fn until_handed_back(pair: &[Process], key: &str, what: &str) {
+async fn until_handed_back(pair: &[Process], key: &str, at_least: u64, what: &str) {
     until_some(Duration::from_secs(15), what, || async {
         for p in pair {
             let _ = call(p, key).await;
@@ -154,7 +154,7 @@ async fn until_handed_back(pair: &[Process], key: &str, what: &str) {
             .all(|p| {
                 let text = p.metrics();
                 metric(&text, "turnstile_store_deciding_locally{") == Some(0)
-                    && metric(&text, "turnstile_local_hits_handed_back_total{") >= Some(40)
+                    && metric(&text, "turnstile_local_hits_handed_back_total{") >= Some(at_least)
             })
             .then_some(())
     })
@@ -252,4 +252,70 @@ async fn replicas_learn_how_many_share_the_store() {
     let stopped = three.pop().expect("a third replica");
     stopped.stop().expect("stops");
     learn(&three, 2).await;
+}
+
+/// A Redis cluster with one master killed: only the keys of that node's slots go local (each
+/// replica admits its share of them), the others are counted by the live masters as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_master_killed() {
+    let Some(mut cluster) = crate::redis_support::RedisCluster::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_TYPE", "cluster".to_owned()),
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_URL", cluster.seeds().join(",")),
+    ];
+    let root = rules_root(
+        "domain: o\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 3 }\n",
+    );
+    let mut local_env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    local_env.push(("BACKEND_FAILURE_MODE", "local"));
+    let pair: Vec<Process> = (0..2).map(|_| Process::start(&root, &local_env)).collect();
+    learn(&pair, 2).await;
+    let dead = cluster.nodes[0].port;
+    cluster.nodes[0].kill();
+    let keys: Vec<String> = (0..12).map(|i| unique(&format!("c{i}"))).collect();
+    let mut local_keys = Vec::new();
+    for key in &keys {
+        let mut admitted = 0;
+        for _ in 0..3 {
+            for p in &pair {
+                let code = call(p, key).await;
+                assert!(code.is_ok(), "no call fails: {code:?}");
+                admitted += u32::from(code == Ok(Code::Ok));
+            }
+        }
+        // Counted by a live master: 3 of 6 (the limit); decided locally: 1 + 1 (3 / 2 each).
+        let live = cluster.nodes[1..]
+            .iter()
+            .any(|n| crate::redis_support::count_keys(n.port, &format!("*{key}*")) > Some(0));
+        match live {
+            true => assert_eq!(admitted, 3, "{key} on a live master: the store's count"),
+            false => {
+                assert_eq!(admitted, 2, "{key} on the killed master ({dead}): local");
+                local_keys.push(key);
+            }
+        }
+    }
+    let local = pair
+        .iter()
+        .map(|p| reading(p, "turnstile_local_decisions_total{").unwrap_or(0))
+        .sum::<u64>();
+    assert!(
+        local > 0 && local < 72,
+        "only the killed master's keys go local: {local} of 72"
+    );
+    cluster.nodes[0].restart();
+    let what = "the replicas hand the killed master's keys back";
+    until_handed_back(&pair, &unique("after"), 3, what).await;
+    for key in local_keys {
+        let code = call(&pair[0], key).await;
+        assert_eq!(
+            code,
+            Ok(Code::OverLimit),
+            "{key}: its 6 hits are in the store"
+        );
+    }
 }
