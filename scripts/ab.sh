@@ -8,6 +8,7 @@
 # default runtime (LIFO slot on: the floor issue 20 was first measured against), column D.
 # Prints one line per run, the median requests/s per binary and shape, and the median of each
 # round's ratios (B / floor, B / A: runs of the same round, in alternating order).
+# REDIS=1 adds one redis-server (1 and 5 descriptors).
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as
@@ -25,6 +26,11 @@ for port in 21421 21422 21423; do
 done
 trap 'kill "${mcs[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+if [ "${REDIS:-0}" = 1 ]; then
+  mkdir -p "$work/redis"
+  taskset -c 1 redis-server --port 21431 --bind 127.0.0.1 --save "" --appendonly no --dir "$work/redis" >/dev/null & mcs+=($!)
+  wait_port 21431
+fi
 for port in 21421 21422 21423; do wait_port "$port"; done
 for d in 1 5; do "$tools/turnstile-loadgen" --dump-body "$work/req$d.bin" --descriptors "$d" --domain bench; done
 run() { # binary descriptors env... -> rps
@@ -63,6 +69,10 @@ shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
   "memcached|1|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
   "memcached|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421"
   "memcached-x3|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421,127.0.0.1:21422,127.0.0.1:21423")
+if [ "${REDIS:-0}" = 1 ]; then
+  shapes+=("redis|1|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431"
+    "redis|5|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431")
+fi
 for round in $(seq "$rounds"); do
   # Even rounds run the binaries in the reverse order, so drift within a round favours none.
   order=$which_ones
@@ -98,7 +108,8 @@ else
   echo "| shape | A median $unit | B median | B / A |"
   echo "|---|---|---|---|"
 fi
-for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; do
+for shape in "${shapes[@]}"; do
+  IFS="|" read -r name desc _ <<<"$shape"; key="$name|$desc"
   ma=$(median ${all["A|$key"]}) mb=$(median ${all["B|$key"]})
   if [ "${FLOOR:-0}" != 0 ]; then
     mf=$(median ${all["F|$key"]})
@@ -121,7 +132,8 @@ else
   echo "| shape | B / A, median of the rounds' ratios (each round) |"
   echo "|---|---|"
 fi
-for key in "memory|1" "memory|5" "memcached|1" "memcached|5" "memcached-x3|5"; do
+for shape in "${shapes[@]}"; do
+  IFS="|" read -r name desc _ <<<"$shape"; key="$name|$desc"
   if [ "${FLOOR:-0}" != 0 ]; then
     echo "| ${key/|/ } descriptors | $(per_round "${all["B|$key"]}" "${all["F|$key"]}") | $(per_round "${all["B|$key"]}" "${all["A|$key"]}") |"
   else

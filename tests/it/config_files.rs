@@ -112,6 +112,14 @@ fn every_invalid_fixture_names_file_line_and_column() {
             "algorithm_misspelled.yaml:7:18: descriptors[0].rate_limit.algorithm: unknown algorithm 'sliding-window' (one of fixed_window, sliding_window, token_bucket, concurrency)",
         ),
         (
+            "store_failure_unknown.yaml",
+            "store_failure_unknown.yaml:7:25: descriptors[0].rate_limit.on_store_failure: unknown store failure mode 'closed' (one of unavailable, open, local)",
+        ),
+        (
+            "store_failure_and_fail_open.yaml",
+            "store_failure_and_fail_open.yaml:8:25: descriptors[0].rate_limit.on_store_failure: give either on_store_failure or fail_open, not both (fail_open: true is on_store_failure: open)",
+        ),
+        (
             "concurrency_unlimited.yaml",
             "concurrency_unlimited.yaml:6:18: descriptors[0].rate_limit.algorithm: an unlimited rate_limit is never counted, so `algorithm` means nothing here (remove it, or remove `unlimited: true`)",
         ),

@@ -10,6 +10,8 @@
 //! Every call's latency after the breaker opened is printed (RELIABILITY.md's outage table,
 //! `cargo test --test it outage -- --nocapture`); nothing here asserts a duration.
 
+mod modes;
+
 use std::time::{Duration, Instant};
 
 use tonic::Code as Status;
