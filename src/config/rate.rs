@@ -173,7 +173,7 @@ impl FileCompiler<'_> {
             return Err(());
         };
         if fail_open.is_some() {
-            let message = "give either on_store_failure or fail_open, not both                            (fail_open: true is on_store_failure: open)";
+            let message = "give either on_store_failure or fail_open, not both (fail_open: true is on_store_failure: open)";
             self.error(at, &key, message);
             return Err(());
         }
