@@ -16,7 +16,6 @@
 //!
 //! Must not touch: connections, commands, what an answer means, failure modes (the limiter's).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -229,21 +228,18 @@ impl<S: CounterStore + Clone> Guarded<S> {
         &self.breaker
     }
 
-    async fn guard<T>(
-        &self,
-        call: impl Future<Output = Result<T, StorageError>>,
-    ) -> Result<T, StorageError> {
+    /// Whether a call may go out now, or the error of one refused at once (the period's
+    /// probe then starts). Checked before the call rather than wrapping it: a call's future
+    /// passed through would be moved whole.
+    fn admit(&self) -> Result<(), StorageError> {
         match self.breaker.admit() {
-            Admit::Call => {}
+            Admit::Call => Ok(()),
             Admit::Probe => {
                 self.probe();
-                return Err(self.breaker.refusal());
+                Err(self.breaker.refusal())
             }
-            Admit::Refuse => return Err(self.breaker.refusal()),
+            Admit::Refuse => Err(self.breaker.refusal()),
         }
-        let outcome = call.await;
-        self.breaker.record(&outcome);
-        outcome
     }
 
     /// Asks the store's readiness check on the side; its answer closes the breaker or keeps
@@ -261,11 +257,17 @@ impl<S: CounterStore + Clone> Guarded<S> {
 
 impl<S: CounterStore + Clone> CounterStore for Guarded<S> {
     async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
-        self.guard(self.store.apply_ops(hits)).await
+        self.admit()?;
+        let outcome = self.store.apply_ops(hits).await;
+        self.breaker.record(&outcome);
+        outcome
     }
 
     async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
-        self.guard(self.store.bucket(steps)).await
+        self.admit()?;
+        let outcome = self.store.bucket(steps).await;
+        self.breaker.record(&outcome);
+        outcome
     }
 
     async fn ready(&self) -> Result<(), StorageError> {

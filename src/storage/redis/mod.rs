@@ -280,16 +280,19 @@ impl RedisStore {
         let now = self.inner.clock.now();
         let all: Vec<&CounterOp> = hits.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
-            return self.guard(b"", self.inner.counters(&all, now)).await;
+            let breaker = self.admit(b"")?;
+            let outcome = self.inner.counters(&all, now).await;
+            return self.after(breaker, outcome);
         }
         // A cluster: each key on its slot's node (a script's keys must share a slot), at once;
         // the multiplexed connections pipeline them per node.
         let counts = remote::in_key_order(
             &all,
             |h| h.key.as_str(),
-            |hit| {
-                let call = self.inner.counters(std::slice::from_ref(hit), now);
-                self.guard(hit.key.as_bytes(), call)
+            |hit| async move {
+                let breaker = self.admit(hit.key.as_bytes())?;
+                let outcome = self.inner.counters(std::slice::from_ref(hit), now).await;
+                self.after(breaker, outcome)
             },
         );
         Ok(counts.await?.into_iter().flatten().collect())
@@ -298,40 +301,46 @@ impl RedisStore {
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         let all: Vec<&BucketStep> = steps.iter().collect();
         if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
-            return self.guard(b"", self.inner.steps(&all)).await;
+            let breaker = self.admit(b"")?;
+            let outcome = self.inner.steps(&all).await;
+            return self.after(breaker, outcome);
         }
         // A cluster: one call per step (a script's keys must share a slot).
         let answers = remote::in_key_order(
             &all,
             |s| s.key.as_str(),
-            |step| {
-                self.guard(
-                    step.key.as_bytes(),
-                    self.inner.steps(std::slice::from_ref(step)),
-                )
+            |step| async move {
+                let breaker = self.admit(step.key.as_bytes())?;
+                let outcome = self.inner.steps(std::slice::from_ref(step)).await;
+                self.after(breaker, outcome)
             },
         );
         Ok(answers.await?.into_iter().flatten().collect())
     }
 
-    /// `call` for `key` behind its breaker (the server's, or its cluster node's): refused at
-    /// once while the breaker is open (the period's probe, a PING, goes out on the side), its
-    /// outcome recorded otherwise; a cluster's slot map is asked for when due.
-    async fn guard<T>(
-        &self,
-        key: &[u8],
-        call: impl Future<Output = Result<T, StorageError>>,
-    ) -> Result<T, StorageError> {
-        let breaker = match self.inner.breakers.way(key) {
-            Way::Call(breaker) => breaker,
+    /// Whether a call for `key` may go out, behind its breaker (the server's, or its cluster
+    /// node's): the breaker to record its outcome on, or the error of one refused at once while
+    /// the breaker is open (the period's probe, a PING, then goes out on the side). Not a
+    /// wrapper around the call: a call's future passed through would be moved whole (measured:
+    /// 2 % more time in memmove, 5 % fewer calls/s).
+    fn admit(&self, key: &[u8]) -> Result<Option<Arc<crate::storage::Breaker>>, StorageError> {
+        match self.inner.breakers.way(key) {
+            Way::Call(breaker) => Ok(breaker),
             Way::Refused { error, probe } => {
                 if let Some(node) = probe {
                     self.spawn(self.clone().probe(node));
                 }
-                return Err(error);
+                Err(error)
             }
-        };
-        let outcome = call.await;
+        }
+    }
+
+    /// Records a call's `outcome` on its breaker and asks for a cluster's slot map when due.
+    fn after<T>(
+        &self,
+        breaker: Option<Arc<crate::storage::Breaker>>,
+        outcome: Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
         if let Some(breaker) = &breaker {
             breaker.record(&outcome);
         }
