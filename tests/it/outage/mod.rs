@@ -118,9 +118,19 @@ async fn outage(mut store: Store<'_>) {
     print_latencies(store.name, "after its breaker opened", &mut after);
 
     (store.up)();
+    let back = Instant::now();
     let fresh = unique("after");
     let what = format!("{}: both replicas hand their hits back", store.name);
     until_handed_back(&pair, &fresh, 40, &what).await;
+    let handed = pair
+        .iter()
+        .map(|p| reading(p, "turnstile_local_hits_handed_back_total{").unwrap_or(0))
+        .collect::<Vec<_>>();
+    eprintln!(
+        "outage on {}: handed back {handed:?} hits {:?} after the store returned",
+        store.name,
+        back.elapsed()
+    );
     for p in &pair {
         let code = call(p, &key).await;
         assert_eq!(
