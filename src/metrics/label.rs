@@ -24,12 +24,9 @@ pub(crate) fn bounded(value: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}…{hash:016x}", &value[..end]))
 }
 
-/// Escapes a label value.
+/// Escapes a label value (see `escape`).
 pub(crate) fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    super::escape::prometheus_label(value)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 
 mod admission;
 mod connections;
+mod escape;
 mod histogram;
 mod instrumented;
 mod label;
@@ -263,6 +264,8 @@ impl Metrics {
         }
         let (stat, _) = table::DOMAIN_NOT_FOUND;
         for (domain, n) in self.domains_not_found_sorted() {
+            // The request's own domain: escaped as every segment of a statsd name is.
+            let domain = escape::statsd_segment(&domain);
             out.push((format!("ratelimit.service.rate_limit.{domain}.{stat}"), n));
         }
         out

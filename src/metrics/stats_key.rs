@@ -2,13 +2,14 @@
 //! segment per level. Exact matches use `key_value`, key-only matches `key`, wildcards
 //! `key_pattern`; `value_to_metric` uses the request's value at that level, `detailed_metric`
 //! at every level; `share_threshold` always keeps the pattern. Overrides use the request's
-//! entries. `:` and `|` become `_`, as in the reference.
+//! entries. `:` and `|` become `_`, as in the reference, and so does every control character
+//! (`escape`: a value never starts a statsd line of its own).
 
 use crate::limiter::{Applied, Entry};
 use crate::rules::LevelMatch;
 
 fn sanitize(text: &str) -> String {
-    text.replace([':', '|'], "_")
+    super::escape::statsd_segment(text).into_owned()
 }
 
 fn runtime(entry: &Entry<'_>) -> String {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use cadence::{BufferedUdpMetricSink, Counted, StatsdClient};
 
 use super::Metrics;
+use super::escape::dogstatsd_tag;
 use super::mogrify::Mogrifiers;
 
 /// Why the sink could not start.
@@ -71,9 +72,9 @@ fn flush(
             continue;
         }
         let delta = i64::try_from(delta).unwrap_or(i64::MAX);
-        let (name, tags) = mogrifiers.apply(&name);
+        let (name, tags) = named(metrics, mogrifiers, &name);
         let mut builder = client.count_with_tags(&name, delta);
-        for (k, v) in metrics.extra_tags.iter().chain(&tags) {
+        for (k, v) in &tags {
             builder = builder.with_tag(k, v);
         }
         if let Err(e) = builder.try_send() {
@@ -81,4 +82,44 @@ fn flush(
         }
     }
     let _ = client.flush();
+}
+
+/// A counter's name through `mogrifiers` and its tags (`EXTRA_TAGS`, then the mogrifier's),
+/// each tag escaped here, where the line is composed: a `,` in a value (legal in an HTTP header,
+/// so reachable through Envoy) must not start a tag of its own. (The name's segments were
+/// escaped where the stats key was built.)
+fn named(
+    metrics: &Metrics,
+    mogrifiers: &Mogrifiers,
+    name: &str,
+) -> (String, Vec<(String, String)>) {
+    let (name, tags) = mogrifiers.apply(name);
+    let tags = metrics
+        .extra_tags
+        .iter()
+        .chain(&tags)
+        .map(|(k, v)| {
+            let (k, v) = (dogstatsd_tag(k, true), dogstatsd_tag(v, false));
+            (k.into_owned(), v.into_owned())
+        })
+        .collect();
+    (name, tags)
+}
+
+/// Every counter as the sink writes it, one line each (`name:value|c`, then `|#k:v,…` when
+/// there are tags), with its total rather than its increase: what a flush sends, as text, for
+/// the fuzz target that parses it back.
+pub fn lines(metrics: &Metrics, mogrifiers: &Mogrifiers) -> Vec<String> {
+    metrics
+        .statsd_counters()
+        .into_iter()
+        .map(|(name, value)| {
+            let (name, tags) = named(metrics, mogrifiers, &name);
+            let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            match tags.is_empty() {
+                true => format!("{name}:{value}|c"),
+                false => format!("{name}:{value}|c|#{}", tags.join(",")),
+            }
+        })
+        .collect()
 }

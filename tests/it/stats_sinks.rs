@@ -205,3 +205,73 @@ async fn two_metrics_over_one_rule_set_count_apart_and_a_reload_counts_on() {
     a.record(&request, &verdict);
     assert_eq!(hits(&a), Some(3), "one series across the reload");
 }
+
+/// Descriptor values and a domain that would inject a statsd line or a DogStatsD tag
+/// (issue 41): every line a real UDP listener receives is one metric with the tags it was
+/// given; the bytes that mean something arrive as `_`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_values_neither_inject_lines_nor_tags() {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = socket.local_addr().expect("addr").port().to_string();
+    let rules = "domain: dm\ndescriptors:\n  - key: v\n    detailed_metric: true\n    rate_limit: { unit: hour, requests_per_unit: 9 }\n";
+    let p = Process::start(
+        &rules_root(rules),
+        &[
+            ("USE_PROMETHEUS", "false"),
+            ("USE_DOG_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
+            ("USE_DOG_STATSD_MOGRIFIERS", "L"),
+            (
+                "DOG_STATSD_MOGRIFIER_L_PATTERN",
+                r"^ratelimit\.service\.rate_limit\.([^.]*)\.(.*)\.([^.]*)$",
+            ),
+            (
+                "DOG_STATSD_MOGRIFIER_L_NAME",
+                "ratelimit.service.rate_limit.$3",
+            ),
+            ("DOG_STATSD_MOGRIFIER_L_TAGS", "domain:$1,descriptor:$2"),
+        ],
+    );
+    let mut client = p.client().await;
+    for (domain, value) in [
+        ("dm", "a\ninjected.metric:999|c"),
+        ("dm", "b,env:prod"),
+        ("x\r|#evil:1", "c"),
+    ] {
+        client
+            .should_rate_limit(req1(domain, &[("v", value)]))
+            .await
+            .expect("call");
+    }
+    let received = receive_lines(
+        &socket,
+        &[
+            "ratelimit.service.rate_limit.total_hits:1|c|#domain:dm,descriptor:v_a_injected.metric_999_c",
+            "ratelimit.service.rate_limit.total_hits:1|c|#domain:dm,descriptor:v_b_env_prod",
+            "ratelimit.service.rate_limit.x__#evil_1.domain_not_found:1|c",
+        ],
+    );
+    // Every line is one metric: a name, a count, `c`, and only the tags the mogrifier gives.
+    for line in received.lines().filter(|l| !l.is_empty()) {
+        let (name, rest) = line.split_once(':').expect("name:value");
+        assert!(
+            name.starts_with("ratelimit"),
+            "no line of the client's: {line:?}"
+        );
+        let sections: Vec<&str> = rest.split('|').collect();
+        assert!(
+            sections[0].parse::<u64>().is_ok() && sections[1] == "c",
+            "{line:?}"
+        );
+        if let Some(tags) = sections.get(2) {
+            let keys: Vec<&str> = tags[1..]
+                .split(',')
+                .map(|t| t.split(':').next().unwrap_or(""))
+                .collect();
+            assert_eq!(keys, ["domain", "descriptor"], "no injected tag: {line:?}");
+        }
+        assert!(sections.len() <= 3, "{line:?}");
+    }
+}
