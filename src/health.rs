@@ -20,6 +20,8 @@ pub struct Health {
     rules_empty: AtomicBool,
     /// Rules come over xDS and none have arrived yet (`FORCE_START_WITHOUT_INITIAL_CONFIG`).
     awaiting_rules: AtomicBool,
+    /// Why the xDS server's last push was refused while no rules are in force yet.
+    refused: std::sync::Mutex<Option<String>>,
     /// Serving, but not as configured: a store decided locally (`BACKEND_FAILURE_MODE=local`),
     /// said how and since when.
     degraded: std::sync::Mutex<Option<String>>,
@@ -37,6 +39,7 @@ impl Health {
             rules_empty: AtomicBool::new(false),
             awaiting_rules: AtomicBool::new(false),
             degraded: std::sync::Mutex::new(None),
+            refused: std::sync::Mutex::new(None),
             changed: watch::Sender::new(false),
         };
         health.publish();
@@ -97,6 +100,7 @@ impl Health {
     /// Records that a configuration is loaded.
     pub fn set_config_loaded(&self) {
         self.awaiting_rules.store(false, Ordering::Release);
+        self.set_rules_refused(None);
         self.config_loaded.store(true, Ordering::Release);
         self.publish();
     }
@@ -107,16 +111,37 @@ impl Health {
         self.rules_empty.store(empty, Ordering::Release);
     }
 
+    /// Records why the xDS server's push was refused (`None`: one was taken since).
+    pub fn set_rules_refused(&self, why: Option<String>) {
+        *self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
     /// Warnings about a healthy process, for `/healthcheck`.
-    pub fn warnings(&self) -> Vec<&'static str> {
+    pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.rules_empty.load(Ordering::Acquire) {
             out.push(
-                "no rate limit rules are loaded (no rule files, or an xDS push without resources)",
+                "no rate limit rules are loaded (no rule files, or an xDS push without resources)"
+                    .to_owned(),
             );
         }
         if self.awaiting_rules.load(Ordering::Acquire) {
-            out.push("no rate limit configuration has arrived from the xDS server yet");
+            let refused = self
+                .refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            out.push(match refused {
+                Some(why) => format!(
+                    "the xDS server's configuration was refused, no rules are in force: {why}"
+                ),
+                None => {
+                    "no rate limit configuration has arrived from the xDS server yet".to_owned()
+                }
+            });
         }
         out
     }

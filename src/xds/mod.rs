@@ -181,6 +181,11 @@ impl XdsSource {
 
     fn nack(&self, accepted: &Accepted, nonce: String, why: String) -> DiscoveryRequest {
         tracing::error!("xDS: rate limit configuration NACKed: {why}");
+        if self.handle.load().is_none() {
+            // Nothing in force yet: `/healthcheck` says why rather than "not arrived".
+            let first = why.lines().take(2).collect::<Vec<_>>().join(" ");
+            self.health.set_rules_refused(Some(first));
+        }
         self.metrics.config_loaded(false);
         self.metrics.source.nacked();
         let detail = Status {

@@ -109,3 +109,37 @@ async fn without_force_start_nothing_is_served_before_the_first_rules() {
     assert_eq!(p.grpc, grpc);
     assert_eq!(codes(&p, "xds", "ann", 2).await, ok_then_over(1));
 }
+
+/// A first push that does not compile, with `FORCE_START_WITHOUT_INITIAL_CONFIG`: `/healthcheck`
+/// says it was refused and why (not that nothing arrived), until a good push is in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_first_push_is_said_by_the_healthcheck() {
+    let shared = Shared::default();
+    shared.set(
+        "1",
+        vec![limit("bad", "xds", "user", RateLimitUnit::Unknown, 9)],
+    );
+    let ads = AdsServer::start(loopback(), shared.clone(), None);
+    let p = start(ads.addr, &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")]);
+    let said = |p: &crate::process_support::Process| {
+        http_get(p.http, "/healthcheck")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    until(
+        Duration::from_secs(5),
+        "the healthcheck says the push was refused",
+        || said(&p).contains("configuration was refused, no rules are in force"),
+    )
+    .await;
+    assert!(said(&p).contains("version \"1\" refused"), "{}", said(&p));
+    shared.set(
+        "2",
+        vec![limit("good", "xds", "user", RateLimitUnit::Hour, 1)],
+    );
+    until(Duration::from_secs(5), "the good push in force", || {
+        version_in_force(&p).as_deref() == Some("2")
+    })
+    .await;
+    assert_eq!(said(&p), "OK");
+}
