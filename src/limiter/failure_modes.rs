@@ -72,14 +72,19 @@ impl<S: CounterStore> Limiter<S> {
                 "counter store failed; answering OK by the fail-open policy"
             );
         }
+        Ok(self.counted(statuses, failed_open))
+    }
+
+    /// The verdict of a request whose counted descriptors have their statuses.
+    pub(super) fn counted<'r>(&self, statuses: Vec<Status<'r>>, failed_open: bool) -> Verdict<'r> {
         let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
-        Ok(Verdict {
+        Verdict {
             overall,
             statuses,
             domain_found: true,
             global_shadowed,
             failed_open,
-        })
+        }
     }
 
     /// The replica count a local decision after `error` divides by, or why there is none: the

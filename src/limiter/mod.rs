@@ -216,14 +216,7 @@ impl<S: CounterStore> Limiter<S> {
         if self.outage.active() {
             Box::pin(self.hand_back(|to| batch.ops.has(to))).await;
         }
-        let (overall, global_shadowed) = verdict::overall(&statuses, self.settings.shadow_mode);
-        Ok(Verdict {
-            overall,
-            statuses,
-            domain_found: true,
-            global_shadowed,
-            failed_open: false,
-        })
+        Ok(self.counted(statuses, false))
     }
 
     /// Sends the batch: with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, reads first and holds
