@@ -16,13 +16,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("check-config") => match turnstile::app::check_config_cli(
-            &args[1..],
-            Some(turnstile::settings::backend_type(&|name| std::env::var(name).ok()).as_str()),
-        ) {
-            Some(code) => ExitCode::from(code),
-            None => usage(),
-        },
+        Some("check-config") => {
+            match turnstile::app::check_config_cli(&args[1..], &|name| std::env::var(name).ok()) {
+                Some(code) => ExitCode::from(code),
+                None => usage(),
+            }
+        }
         Some("migrate") => match args.get(1).map(String::as_str) {
             None => migrate(false),
             Some("--check") if args.len() == 2 => migrate(true),

@@ -4,16 +4,21 @@ use crate::config::{self, ConfigErrors, LoadOptions};
 
 /// `turnstile check-config DIR [--merge-domain-config] [--reference] [--rlqs]` from its
 /// arguments (after `check-config`): prints the report (or the errors) and returns the exit
-/// code; `None` when no directory is given (usage). `backend_type` is the environment's
-/// `BACKEND_TYPE`: limits that backend cannot count are errors, as when the service loads them.
-pub fn check_config_cli(args: &[String], backend_type: Option<&str>) -> Option<u8> {
+/// code; `None` when no directory is given (usage). `env` reads the environment's settings
+/// (`BACKEND_TYPE`, `REDIS_URL`, `MEMCACHE_CLASSIC_PROTOCOL`): limits the store they name cannot
+/// count are errors, as when the service loads them.
+pub fn check_config_cli(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Option<u8> {
     let flag = |name: &str| args.iter().any(|a| a == name);
     let dir = args.iter().find(|a| !a.starts_with("--"))?;
-    let redis = backend_type.is_some_and(|b| b.trim().eq_ignore_ascii_case("redis"));
+    let backend = crate::settings::backend_type(env);
+    let memcached = matches!(backend.as_str(), "memcache" | "memcached");
     let options = LoadOptions {
         ignore_dotfiles: false,
         merge_domains: flag("--merge-domain-config"),
-        store: super::options::store_bounds(redis),
+        store: super::options::store_bounds(
+            backend == "redis",
+            memcached && crate::settings::memcached_classic_protocol(env),
+        ),
     };
     let dir = std::path::Path::new(dir);
     match check_config(dir, options, flag("--reference"), flag("--rlqs")) {

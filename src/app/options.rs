@@ -15,17 +15,29 @@ pub(super) fn load_options(settings: &Settings) -> LoadOptions {
     LoadOptions {
         ignore_dotfiles: settings.ignore_dotfiles,
         merge_domains: settings.merge_domains,
-        store: store_bounds(matches!(settings.backend, Backend::Redis(_))),
+        store: store_bounds(
+            matches!(settings.backend, Backend::Redis(_)),
+            matches!(&settings.backend, Backend::Memcached(m)
+                if m.transport == crate::settings::MemcachedTransport::Classic),
+        ),
     }
 }
 
 /// What the counter store counts exactly (Redis: token buckets within its scripts' exact
-/// range; memory and memcached compute in 128-bit integers, without a bound).
-pub(super) fn store_bounds(redis: bool) -> StoreBounds {
+/// range; memory and memcached compute in 128-bit integers, without a bound; memcached's
+/// classic commands: windows only).
+pub(super) fn store_bounds(redis: bool, memcached_classic: bool) -> StoreBounds {
     if redis {
         StoreBounds {
             name: "BACKEND_TYPE=redis",
             bucket_capacity_period_ms: Some(crate::storage::redis::BUCKET_MAX_SCALE),
+            windows_only: false,
+        }
+    } else if memcached_classic {
+        StoreBounds {
+            name: "MEMCACHE_CLASSIC_PROTOCOL=true",
+            bucket_capacity_period_ms: None,
+            windows_only: true,
         }
     } else {
         StoreBounds::default()

@@ -47,6 +47,9 @@ pub struct StoreBounds {
     /// A token bucket's capacity (requests per unit + burst) times its period in milliseconds
     /// must stay below this (`None`: no bound).
     pub bucket_capacity_period_ms: Option<u128>,
+    /// The store counts fixed and sliding windows only (memcached's classic commands have no
+    /// compare-and-swap here): token buckets and concurrency limits are refused at load.
+    pub windows_only: bool,
 }
 
 /// A successfully loaded rule set.

@@ -71,6 +71,25 @@ impl FileCompiler<'_> {
 
     /// Whether the store in use counts `rate` exactly; an error naming the store otherwise.
     fn within_store(&mut self, rate: &PerUnit, raw: &RawRateLimit, pos: Pos, path: &str) -> bool {
+        if self.store.windows_only
+            && matches!(
+                rate.algorithm,
+                Algorithm::TokenBucket { .. } | Algorithm::Concurrency
+            )
+        {
+            let (at, path) = match &raw.algorithm {
+                Some(a) => (Pos::from(a.referenced), format!("{path}.algorithm")),
+                None => (pos, path.to_owned()),
+            };
+            let message = format!(
+                "{} counts fixed_window and sliding_window only (memcached's classic commands \
+                 have no compare-and-swap); use one of those, or memcached 1.6+ with meta \
+                 commands (MEMCACHE_CLASSIC_PROTOCOL=false)",
+                self.store.name
+            );
+            self.error(at, &path, message);
+            return false;
+        }
         let (Algorithm::TokenBucket { burst }, Some(bound)) =
             (rate.algorithm, self.store.bucket_capacity_period_ms)
         else {

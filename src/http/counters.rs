@@ -54,12 +54,27 @@ fn refused(status: StatusCode, why: &str) -> Refusal {
     Refusal(status, why.to_owned())
 }
 
+/// One `name=value` pair of a query, percent-decoded (`+` is a space) to the text gRPC makes of
+/// the same bytes ([`crate::rls::text`]): a value that is not UTF-8 names the counter a gRPC
+/// call with those bytes counts, never a lossily decoded other one.
+fn pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    let decode = |part: &str| {
+        let spaced = part.replace('+', " ");
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(&spaced).collect();
+        crate::rls::text(&bytes).into_owned()
+    };
+    query.split('&').filter(|p| !p.is_empty()).map(move |pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(name), decode(value))
+    })
+}
+
 /// The request a query names: `domain=D&entry=k=v&entry=k2=v2`.
 fn parse(query: Option<&str>) -> Result<(String, Vec<Entry<'static>>), String> {
     let (mut domain, mut entries) = (None, Vec::new());
-    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-        match name.as_ref() {
-            "domain" => domain = Some(value.into_owned()),
+    for (name, value) in pairs(query.unwrap_or_default()) {
+        match name.as_str() {
+            "domain" => domain = Some(value),
             "entry" => {
                 let Some((key, value)) = value.split_once('=') else {
                     return Err(format!("entry {value:?}: expected key=value"));
@@ -274,6 +289,12 @@ mod tests {
                 .map(|e| (&*e.key, &*e.value))
                 .collect::<Vec<_>>(),
             [("api_key", "k 1"), ("user", "a=b")]
+        );
+        let (_, entries) = parse(Some("domain=d&entry=v=%FF%FE+x")).expect("parsed");
+        assert_eq!(
+            &*entries[0].value,
+            crate::rls::text(b"\xff\xfe x"),
+            "the text gRPC makes of the same bytes"
         );
         assert!(
             parse(Some("entry=a=b"))

@@ -76,6 +76,13 @@ pub fn backend_type(env: &dyn Fn(&str) -> Option<String>) -> String {
     }
 }
 
+/// Whether `MEMCACHE_CLASSIC_PROTOCOL` is set true (as Go's `strconv.ParseBool` reads it),
+/// for `check-config`, which reads no other setting.
+pub fn memcached_classic_protocol(env: &dyn Fn(&str) -> Option<String>) -> bool {
+    env("MEMCACHE_CLASSIC_PROTOCOL")
+        .is_some_and(|v| matches!(v.trim(), "1" | "t" | "T" | "TRUE" | "true" | "True"))
+}
+
 /// `MEMORY_MAX_KEYS`'s default.
 pub(super) const MEMORY_MAX_KEYS: usize = 1_000_000;
 

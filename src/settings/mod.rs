@@ -17,7 +17,10 @@ mod stats;
 mod tracing;
 mod xds;
 
-pub use backend::{Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type};
+pub use backend::{
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type,
+    memcached_classic_protocol,
+};
 pub use decision::{LimiterSettings, ResponseSettings};
 pub use error::{SettingsError, SettingsErrors};
 pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits, TlsSettings};

@@ -237,3 +237,21 @@ async fn a_bearer_token_is_required_when_set_and_bad_queries_say_why() {
     assert_eq!(status, 400);
     assert!(body.contains("expected key=value"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_is_not_utf8_names_the_counter_grpc_counts() {
+    let p = Process::start(&rules_root(RULES), &[]);
+    for _ in 0..3 {
+        crate::abuse::call_with_bytes(p.grpc, b"plans", b"fw\xff\xfe")
+            .await
+            .expect("answered");
+    }
+    // The same bytes, percent-encoded: the counter gRPC counted, not a lossily decoded other.
+    assert_eq!(limit(&p, "GET", "user", "fw%FF%FE")["count"], 3);
+    assert_eq!(limit(&p, "GET", "user", "fw%FF%FD")["count"], 0);
+    assert_eq!(limit(&p, "DELETE", "user", "fw%FF%FE")["count"], 0);
+    let after = crate::abuse::call_with_bytes(p.grpc, b"plans", b"fw\xff\xfe")
+        .await
+        .expect("answered");
+    assert_eq!(after.statuses[0].limit_remaining, 3, "the reset emptied it");
+}

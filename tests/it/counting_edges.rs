@@ -1,7 +1,8 @@
 //! Counting at the edges, through the gRPC edge, on the backends where each once went wrong:
 //! windows whose counters outlive 2038-01-19 count on memcached as in memory; a `hits_addend`
 //! up to 2^64 - 1 saturates (never wraps, never fails) on memory, memcached and Redis; and a
-//! token bucket Redis cannot count exactly is refused when the rules load, with words.
+//! token bucket Redis cannot count exactly is refused when the rules load, with words; so are
+//! the token buckets and concurrency limits memcached's classic commands cannot count.
 
 use std::time::Duration;
 
@@ -143,6 +144,7 @@ fn a_token_bucket_redis_cannot_count_is_refused_at_load_for_redis_only() {
         store: StoreBounds {
             name: "BACKEND_TYPE=redis",
             bucket_capacity_period_ms: Some(BUCKET_MAX_SCALE),
+            windows_only: false,
         },
         ..Default::default()
     };
@@ -183,4 +185,65 @@ fn a_token_bucket_redis_cannot_count_is_refused_at_load_for_redis_only() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert!(stderr.contains("BACKEND_TYPE=redis"), "{stderr}");
+}
+
+const NEEDS_CAS: &str = "\
+domain: classic
+descriptors:
+  - key: window
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: bucket
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+      algorithm: token_bucket
+  - key: in_flight
+    rate_limit: { unit: second, requests_per_unit: 2, algorithm: concurrency }
+";
+
+#[test]
+fn rules_classic_memcached_cannot_count_are_refused_at_load_and_by_check_config() {
+    let root = rules_root(NEEDS_CAS);
+    let dir = root.join("ratelimit/config");
+    let classic = [
+        ("BACKEND_TYPE", "memcache".to_owned()),
+        ("MEMCACHE_CLASSIC_PROTOCOL", "true".to_owned()),
+    ];
+    let out = command(&classic)
+        .arg("check-config")
+        .arg(&dir)
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for named in [
+        "descriptors[1].rate_limit.algorithm:",
+        "descriptors[2].rate_limit.algorithm:",
+        "MEMCACHE_CLASSIC_PROTOCOL=true",
+    ] {
+        assert!(stderr.contains(named), "{named} in {stderr}");
+    }
+    assert!(
+        !stderr.contains("descriptors[0]"),
+        "a fixed window is counted: {stderr}"
+    );
+    // Meta commands (the default) count all three.
+    let meta = [("BACKEND_TYPE", "memcache".to_owned())];
+    let out = command(&meta)
+        .arg("check-config")
+        .arg(&dir)
+        .output()
+        .expect("check-config");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // The service refuses to start on them (exit 78), before it dials memcached.
+    let mut env = loopback_env(&root);
+    env.extend(classic);
+    env.push(("MEMCACHE_HOST_PORT", "127.0.0.1:1".to_owned()));
+    let out = command(&env).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("MEMCACHE_CLASSIC_PROTOCOL=true"),
+        "{stderr}"
+    );
 }

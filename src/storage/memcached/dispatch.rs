@@ -1,4 +1,4 @@
-//! The configured transport of one memcached server (`MEMCACHE_TRANSPORT`): [`ServerTransport`],
+//! The configured transport of one memcached server (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`): [`ServerTransport`],
 //! an enum over the kinds, so the [`Transport`] trait is dispatched statically and a call's
 //! future is not boxed per server per call (a `dyn Transport` would box it); counter batches
 //! reach each kind by its own way (`pipelined`, `pooled`).
@@ -9,7 +9,7 @@ use super::pipelined::Pipelined;
 use super::pooled::Pooled;
 use super::transport::{Connections, Sent, Transport, TransportError};
 
-/// The transport of one server, of the configured kind (`MEMCACHE_TRANSPORT`).
+/// The transport of one server, of the configured kind (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`).
 #[derive(Debug)]
 pub(super) enum ServerTransport {
     /// Shared pipelined connections (the default).

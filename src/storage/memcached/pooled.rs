@@ -127,7 +127,7 @@ impl Pooled {
             Protocol::Meta => Ok(()),
             Protocol::Classic => Err(TransportError::Protocol(format!(
                 "{what} needs memcached meta commands (memcached 1.6 or later); \
-                 MEMCACHE_TRANSPORT=classic supports fixed and sliding windows only"
+                 MEMCACHE_CLASSIC_PROTOCOL=true supports fixed and sliding windows only"
             ))),
         }
     }

@@ -187,7 +187,7 @@ async fn honest_latencies(
 
 /// Calls ShouldRateLimit with a request whose texts are raw bytes (as Envoy's HTTP/1 codec can
 /// pass them from headers), through a generic gRPC client.
-async fn call_with_bytes(
+pub(crate) async fn call_with_bytes(
     port: u16,
     domain: &[u8],
     value: &[u8],
