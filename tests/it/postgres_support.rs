@@ -199,6 +199,28 @@ impl Postgres {
         self.run("pg_ctl", &all);
     }
 
+    /// A login role `name` whose connections over TCP must give `password` (scram-sha-256;
+    /// every other role is still trusted), then `extra` SQL about it.
+    pub fn role_with_password(&self, name: &str, password: &str, extra: &str) {
+        self.psql(&format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'"));
+        if !extra.is_empty() {
+            self.psql(extra);
+        }
+        let hba = self.dir.join("data/pg_hba.conf");
+        let rest = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+        let line = format!("host all {name} 127.0.0.1/32 scram-sha-256\n");
+        std::fs::write(&hba, format!("{line}{rest}")).expect("write pg_hba.conf");
+        self.ctl(&["reload"]);
+    }
+
+    /// The connection URI of `user` with `password`.
+    pub fn url_of(&self, user: &str, password: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
     /// Freezes (`STOP`) or thaws (`CONT`) the server and its backends: connections stay open
     /// and nothing answers, as a hung database does.
     pub fn signal_all(&self, signal: &str) {

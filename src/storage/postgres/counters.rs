@@ -171,5 +171,5 @@ async fn general(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, 
 }
 
 fn protocol(store: &PostgresStore, e: &tokio_postgres::Error) -> StorageError {
-    StorageError::protocol(format!("{}: {e}", store.place()))
+    StorageError::protocol(format!("{}: {}", store.place(), super::said::Said(e)))
 }

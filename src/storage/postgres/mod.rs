@@ -20,6 +20,7 @@
 mod buckets;
 mod coalesce;
 mod counters;
+mod said;
 mod schema;
 mod sweep;
 pub mod tls;
@@ -158,11 +159,12 @@ impl PostgresStore {
 
     /// A connection with the schema in the state `POSTGRES_MIGRATE` asks for.
     async fn connection(&self) -> Result<Object, StorageError> {
-        let mut client = self.inner.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Timeout(_) => self.late(),
-            e => StorageError::unavailable(format!("{}: no connection: {e}", self.place()))
-                .caused_by(e),
-        })?;
+        let mut client = self
+            .inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| self.unconnected(e))?;
         if !self.inner.schema.initialized() {
             let inner = &self.inner;
             inner
@@ -193,6 +195,16 @@ impl PostgresStore {
         }
     }
 
+    /// No connection could be had from the pool: the deadline passed, or what PostgreSQL (or
+    /// the socket, or TLS) said when connecting.
+    fn unconnected(&self, e: deadpool_postgres::PoolError) -> StorageError {
+        if let deadpool_postgres::PoolError::Timeout(_) = e {
+            return self.late();
+        }
+        let said = said::pool_error(&e);
+        StorageError::unavailable(format!("{}: no connection: {said}", self.place())).caused_by(e)
+    }
+
     /// The coalescer of adds, started on first use.
     fn coalescer(&self) -> &coalesce::Coalescer {
         self.inner.coalescer.get_or_init(|| {
@@ -217,17 +229,18 @@ impl PostgresStore {
         if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) || e.is_closed() {
             drop(Object::take(client));
             return StorageError::unavailable(format!(
-                "{}: {e} (connection dropped; the next call reconnects)",
-                self.place()
+                "{}: {} (connection dropped; the next call reconnects)",
+                self.place(),
+                said::Said(e)
             ));
         }
         match code {
-            Some(code) => StorageError::protocol(format!(
-                "{} refused the call ({}): {e}",
+            Some(_) => StorageError::protocol(format!(
+                "{} refused the call: {}",
                 self.place(),
-                code.code()
+                said::Said(e)
             )),
-            None => StorageError::unavailable(format!("{}: {e}", self.place())),
+            None => StorageError::unavailable(format!("{}: {}", self.place(), said::Said(e))),
         }
     }
 
@@ -243,9 +256,12 @@ impl PostgresStore {
 
     /// The schema's state (`turnstile migrate --check`).
     pub async fn schema_state(&self) -> Result<SchemaState, StorageError> {
-        let client = self.inner.pool.get().await.map_err(|e| {
-            StorageError::unavailable(format!("{}: no connection: {e}", self.place())).caused_by(e)
-        })?;
+        let client = self
+            .inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| self.unconnected(e))?;
         schema::state(&client, &self.inner.quoted)
             .await
             .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))
@@ -253,9 +269,12 @@ impl PostgresStore {
 
     /// Brings the schema up to date (`turnstile migrate`); the versions applied.
     pub async fn migrate(&self) -> Result<Vec<i32>, StorageError> {
-        let mut client = self.inner.pool.get().await.map_err(|e| {
-            StorageError::unavailable(format!("{}: no connection: {e}", self.place())).caused_by(e)
-        })?;
+        let mut client = self
+            .inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| self.unconnected(e))?;
         schema::migrate(&mut client, &self.inner.options.schema, &self.inner.quoted)
             .await
             .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))

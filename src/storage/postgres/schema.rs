@@ -172,7 +172,7 @@ impl std::fmt::Display for SchemaState {
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
     /// The database refused or failed a statement.
-    #[error("{0}")]
+    #[error("{}", super::said::Said(.0))]
     Database(#[from] tokio_postgres::Error),
     /// The schema is older or newer than this build.
     #[error("{0}")]

@@ -3,6 +3,7 @@
 //! immediate restart of PostgreSQL, exactness over two replicas, and faults.
 
 mod durability;
+mod errors;
 mod failover;
 mod faults;
 mod routing;
