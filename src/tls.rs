@@ -35,6 +35,23 @@ impl TlsError {
     }
 }
 
+/// `e` followed by each of its causes (`a: b: c`), a cause left out when the text before it
+/// already says it: how a client's connection error says what TLS said (unknown issuer, expired,
+/// the names a certificate is valid for) rather than only "transport error".
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !out.contains(&said) {
+            out.push_str(": ");
+            out.push_str(&said);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// The certificates of a PEM file: at least one, or an error naming the file.
 pub fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)

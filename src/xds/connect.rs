@@ -31,8 +31,12 @@ pub enum ConnectError {
     /// A TLS file could not be read or used.
     #[error("TLS towards the xDS server: {0}")]
     Tls(String),
-    /// The server did not answer, or the handshake failed.
-    #[error("connecting to the xDS server {server}: {source}")]
+    /// The server did not answer, or the handshake failed (with what TLS said: unknown issuer,
+    /// expired, the names the certificate is valid for).
+    #[error(
+        "connecting to the xDS server {server}: {}",
+        crate::tls::with_causes(source)
+    )]
     Transport {
         /// `CONFIG_GRPC_XDS_SERVER_URL`.
         server: String,

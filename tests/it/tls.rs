@@ -183,3 +183,63 @@ fn tls_mtls_and_certificate_reload() {
         "no client certificate is refused"
     );
 }
+
+/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca` that expired on 2020-01-02 (the
+/// `openssl ca` command sets past dates; `x509 -req` cannot).
+pub(crate) fn expired_leaf(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
+    std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
+    let conf = "[ca]\ndefault_ca=d\n[d]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\n\
+                default_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n";
+    std::fs::write(dir.join("expired-ca.cnf"), conf).expect("ca config");
+    std::fs::write(dir.join("index.txt"), "").expect("index");
+    std::fs::write(dir.join("serial"), "01\n").expect("serial");
+    let (key, csr, pem) = (
+        format!("{leaf}.key"),
+        format!("{leaf}.csr"),
+        format!("{leaf}.pem"),
+    );
+    let subject = format!("/CN={leaf}");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &subject,
+        ],
+    );
+    let (ca_pem, ca_key) = (format!("{ca_name}-ca.pem"), format!("{ca_name}-ca.key"));
+    let ext_file = format!("{leaf}.ext");
+    openssl(
+        dir,
+        &[
+            "ca",
+            "-batch",
+            "-config",
+            "expired-ca.cnf",
+            "-startdate",
+            "20200101000000Z",
+            "-enddate",
+            "20200102000000Z",
+            "-in",
+            &csr,
+            "-out",
+            &pem,
+            "-cert",
+            &ca_pem,
+            "-keyfile",
+            &ca_key,
+            "-extfile",
+            &ext_file,
+            "-notext",
+        ],
+    );
+}

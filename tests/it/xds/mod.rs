@@ -9,6 +9,7 @@ mod force_start;
 mod limits;
 mod rotation;
 pub mod server;
+mod tls_errors;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
