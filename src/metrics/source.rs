@@ -17,6 +17,7 @@ pub struct SourceStatus {
     version: RwLock<Option<Arc<str>>>,
     updates: AtomicU64,
     nacks: AtomicU64,
+    superseded: AtomicU64,
     last_update_ms: AtomicU64,
 }
 
@@ -56,6 +57,11 @@ impl SourceStatus {
         self.nacks.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records pushes replaced by a newer one before they were compiled.
+    pub fn superseded(&self, n: u64) {
+        self.superseded.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The version in force, if any was accepted.
     pub fn version(&self) -> Option<Arc<str>> {
         self.version.read().ok().and_then(|v| v.clone())
@@ -91,6 +97,13 @@ impl SourceStatus {
             "xDS pushes refused (NACKed); the rules in force stayed",
             "counter",
             self.nacks.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "turnstile_config_source_superseded_total",
+            "xDS pushes replaced by a newer push before they were compiled (only the newest is \
+             compiled and answered)",
+            "counter",
+            self.superseded.load(Ordering::Relaxed).to_string(),
         );
         let last = self.last_update_ms.load(Ordering::Acquire);
         if last > 0 {

@@ -7,11 +7,13 @@
 //! reload. The stream is re-made for ever: after a failed connection with exponential backoff
 //! (`XDS_CLIENT_BACKOFF_*`), after a stream that was up with
 //! `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`; each reconnection sends the version in force,
-//! so a control plane that has nothing newer sends nothing new.
+//! so a control plane that has nothing newer sends nothing new. Responses that arrive faster
+//! than rules reload are coalesced (`coalesce`): only the newest is compiled and answered.
 //!
 //! Must not touch: the decision, storage, listeners.
 
 mod backoff;
+mod coalesce;
 mod connect;
 mod convert;
 
@@ -125,13 +127,25 @@ impl XdsSource {
         self.metrics.source.set_connected(true);
         backoff.connected();
         tracing::info!(target: LIFECYCLE, server = %self.settings.server, node = %self.settings.node_id, "xDS: subscribed to rate limit configurations");
+        let mut ready_at = tokio::time::Instant::now();
         loop {
             let response = match responses.message().await {
                 Ok(Some(response)) => response,
                 Ok(None) => return Ended::Closed,
                 Err(status) => return status.into(),
             };
+            let response = match coalesce::newest(&mut responses, response, ready_at).await {
+                Ok((response, 0)) => response,
+                Ok((response, superseded)) => {
+                    tracing::debug!(superseded, version = %response.version_info, "xDS: pushes superseded before they were compiled");
+                    self.metrics.source.superseded(superseded);
+                    response
+                }
+                Err(None) => return Ended::Closed,
+                Err(Some(status)) => return status.into(),
+            };
             let reply = self.on_response(response, accepted).await;
+            ready_at = tokio::time::Instant::now() + coalesce::MIN_RELOAD_INTERVAL;
             if tx.send(reply).await.is_err() {
                 return Ended::Closed;
             }

@@ -5,6 +5,7 @@
 //! answers and the client resubscribes, mTLS with a client certificate rotated on disk, and
 //! `FORCE_START_WITHOUT_INITIAL_CONFIG` both ways.
 
+mod bursts;
 mod force_start;
 mod limits;
 mod rotation;

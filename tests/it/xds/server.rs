@@ -41,6 +41,8 @@ struct State {
     seen: Vec<Seen>,
     /// Every nonce sent, with the version it carried.
     sent: Vec<(String, String)>,
+    /// Snapshots to push back to back, without waiting for ACKs.
+    burst: Vec<(String, Vec<RateLimitConfig>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -89,6 +91,30 @@ impl Shared {
         self.changed.send_replace(serial | 1 << 63);
     }
 
+    /// Pushes each of `snapshots` in turn to every stream without waiting for an ACK (a control
+    /// plane that does not wait); the last becomes the snapshot.
+    pub fn burst(&self, snapshots: Vec<(String, Vec<RateLimitConfig>)>) {
+        let serial = {
+            let mut state = self.lock();
+            let serial = state.snapshot.as_ref().map_or(1, |s| s.2 + 1);
+            if let Some((version, configs)) = snapshots.last() {
+                state.snapshot = Some((version.clone(), configs.clone(), serial));
+            }
+            state.burst = snapshots;
+            serial
+        };
+        self.changed.send_replace(serial | 1 << 62);
+    }
+
+    /// The responses of the burst set last, each with a nonce of its own.
+    fn burst_responses(&self) -> Vec<DiscoveryResponse> {
+        let burst = std::mem::take(&mut self.lock().burst);
+        burst
+            .into_iter()
+            .map(|(version, configs)| self.response_of(version, &configs))
+            .collect()
+    }
+
     /// How many TLS handshakes were refused.
     pub fn refused(&self) -> usize {
         self.refused.load(std::sync::atomic::Ordering::Relaxed)
@@ -133,9 +159,16 @@ impl Shared {
         if version == client_version && !force {
             return None;
         }
+        drop(state);
+        Some(self.response_of(version, &configs))
+    }
+
+    /// A response carrying `version` and `configs`, with a new nonce (recorded as sent).
+    fn response_of(&self, version: String, configs: &[RateLimitConfig]) -> DiscoveryResponse {
+        let mut state = self.lock();
         let nonce = format!("n{}", state.sent.len() + 1);
         state.sent.push((nonce.clone(), version.clone()));
-        Some(DiscoveryResponse {
+        DiscoveryResponse {
             version_info: version,
             resources: configs
                 .iter()
@@ -147,7 +180,7 @@ impl Shared {
             canary: false,
             type_url: TYPE_URL.into(),
             nonce,
-        })
+        }
     }
 }
 
@@ -195,7 +228,17 @@ impl AggregatedDiscoveryService for Ads {
                     }
                     moved = changed.changed() => {
                         if moved.is_err() { return; }
-                        let force = *changed.borrow_and_update() >> 63 == 1;
+                        let serial = *changed.borrow_and_update();
+                        if serial >> 62 & 1 == 1 {
+                            for response in shared.burst_responses() {
+                                last_nonce = response.nonce.clone();
+                                if tx.send(Ok(response)).await.is_err() {
+                                    return;
+                                }
+                            }
+                            continue;
+                        }
+                        let force = serial >> 63 == 1;
                         let Some(version) = &client_version else { continue };
                         shared.response_for(version, force)
                     }
