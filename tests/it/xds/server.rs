@@ -154,12 +154,10 @@ impl Shared {
 
     /// The response for the snapshot, if the client (at `client_version`) lacks it or `force`.
     fn response_for(&self, client_version: &str, force: bool) -> Option<DiscoveryResponse> {
-        let mut state = self.lock();
-        let (version, configs, _) = state.snapshot.clone()?;
+        let (version, configs, _) = self.lock().snapshot.clone()?;
         if version == client_version && !force {
             return None;
         }
-        drop(state);
         Some(self.response_of(version, &configs))
     }
 
