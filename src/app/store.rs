@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::settings::{
-    Backend, MemcachedServers, MemcachedSettings, PgMigrate, PgSslMode, PostgresRoute,
-    PostgresSettings, RedisSettings, RedisTls,
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTls, PgMigrate, PgSslMode,
+    PostgresRoute, PostgresSettings, RedisSettings, RedisTls,
 };
 use crate::storage::memcached::discovery::Resolver;
 use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
@@ -249,6 +249,7 @@ async fn memcached_store(
         timeout: s.timeout,
         jitter_max_seconds: s.jitter_max_seconds,
         transport: s.transport,
+        tls: s.tls.as_ref().map(memcached_tls).transpose()?,
     };
     match &s.servers {
         MemcachedServers::List(servers) => {
@@ -279,6 +280,22 @@ async fn memcached_store(
             Ok((Store::Memcached(store), tasks))
         }
     }
+}
+
+/// The TLS client configuration of `MEMCACHE_TLS` from its files (at start: a missing or bad
+/// file stops start-up).
+fn memcached_tls(
+    tls: &MemcachedTls,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
+    let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    crate::tls::client_config(
+        "MEMCACHE_TLS",
+        tls.ca.as_deref(),
+        client,
+        tls.skip_hostname_verification,
+    )
+    .map(Arc::new)
+    .map_err(|e| StorageError::unavailable(format!("MEMCACHE_TLS: {e}")).caused_by(e))
 }
 
 /// Reads the TLS files named by the settings (at start: a missing file stops start-up).

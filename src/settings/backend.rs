@@ -40,6 +40,21 @@ pub struct MemcachedSettings {
     pub jitter_max_seconds: u64,
     /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`.
     pub transport: MemcachedTransport,
+    /// `MEMCACHE_TLS` and its files: TLS to every server (pipelined transport only).
+    pub tls: Option<MemcachedTls>,
+}
+
+/// `MEMCACHE_TLS=true` with `MEMCACHE_TLS_*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemcachedTls {
+    /// `MEMCACHE_TLS_CACERT`: the CA the servers' certificates chain to (the system's roots
+    /// when unset).
+    pub ca: Option<std::path::PathBuf>,
+    /// `MEMCACHE_TLS_CLIENT_CERT` and `MEMCACHE_TLS_CLIENT_KEY`: a client certificate (both or
+    /// neither).
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION`: the chain is verified, the name is not.
+    pub skip_hostname_verification: bool,
 }
 
 /// `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV`: exactly one of them.
@@ -143,6 +158,7 @@ fn memcached(r: &Reader<'_>) -> MemcachedSettings {
             MemcachedServers::List(list)
         }
     };
+    let transport = transport(r);
     MemcachedSettings {
         servers,
         pool_size: r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000),
@@ -155,8 +171,46 @@ fn memcached(r: &Reader<'_>) -> MemcachedSettings {
             super::reader::STORE_TIMEOUT,
         ),
         jitter_max_seconds: super::reader::jitter(r),
-        transport: transport(r),
+        transport,
+        tls: memcached_tls(r, transport),
     }
+}
+
+/// `MEMCACHE_TLS` and its files; the pooled transports (`MEMCACHE_CLIENT=pool`,
+/// `MEMCACHE_CLASSIC_PROTOCOL`) have no TLS, and say so.
+fn memcached_tls(r: &Reader<'_>, transport: MemcachedTransport) -> Option<MemcachedTls> {
+    if !r.bool("MEMCACHE_TLS", false) {
+        return None;
+    }
+    if transport != MemcachedTransport::Pipelined {
+        let why =
+            "TLS is spoken by MEMCACHE_CLIENT=pipelined (the default) only, with meta commands";
+        r.report(err("MEMCACHE_TLS", "true", why));
+    }
+    let path = |name: &str| r.non_empty(name).map(std::path::PathBuf::from);
+    let (cert, key) = (
+        path("MEMCACHE_TLS_CLIENT_CERT"),
+        path("MEMCACHE_TLS_CLIENT_KEY"),
+    );
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            let why = "needed with MEMCACHE_TLS_CLIENT_CERT";
+            r.report(err("MEMCACHE_TLS_CLIENT_KEY", "", why));
+            None
+        }
+        (None, Some(_)) => {
+            let why = "needed with MEMCACHE_TLS_CLIENT_KEY";
+            r.report(err("MEMCACHE_TLS_CLIENT_CERT", "", why));
+            None
+        }
+    };
+    Some(MemcachedTls {
+        ca: path("MEMCACHE_TLS_CACERT"),
+        client,
+        skip_hostname_verification: r.bool("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false),
+    })
 }
 
 /// `MEMCACHE_CLASSIC_PROTOCOL` and `MEMCACHE_CLIENT`.

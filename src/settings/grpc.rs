@@ -231,6 +231,9 @@ pub struct TlsSettings {
     pub key: PathBuf,
     /// PEM CA bundle that client certificates must chain to (mTLS), if any.
     pub client_ca: Option<PathBuf>,
+    /// `GRPC_CLIENT_TLS_SAN`: a DNS name every client certificate must carry (with
+    /// `client_ca` only).
+    pub client_san: Option<String>,
 }
 
 /// `GRPC_SERVER_USE_TLS` with its files.
@@ -248,6 +251,12 @@ pub(super) fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> 
     let client_ca = Some(r.string("GRPC_CLIENT_TLS_CACERT", ""))
         .filter(|s| !s.is_empty())
         .map(PathBuf::from);
+    let client_san = r.non_empty("GRPC_CLIENT_TLS_SAN");
+    if client_san.is_some() && client_ca.is_none() {
+        let san = client_san.clone().unwrap_or_default();
+        let problem = "a client certificate is checked only with GRPC_CLIENT_TLS_CACERT: set it";
+        r.report(err("GRPC_CLIENT_TLS_SAN", &san, problem));
+    }
     let (cert, key) = (file("GRPC_SERVER_TLS_CERT"), file("GRPC_SERVER_TLS_KEY"));
     let cert = r.or(cert.map(Some), None);
     let key = r.or(key.map(Some), None);
@@ -255,6 +264,7 @@ pub(super) fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> 
         cert,
         key,
         client_ca,
+        client_san,
     }))
 }
 

@@ -18,7 +18,7 @@ mod tracing;
 mod xds;
 
 pub use backend::{
-    Backend, MemcachedServers, MemcachedSettings, MemcachedTransport, backend_type,
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTls, MemcachedTransport, backend_type,
     memcached_classic_protocol,
 };
 pub use decision::{LimiterSettings, ResponseSettings};

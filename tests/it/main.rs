@@ -20,6 +20,7 @@ mod memcached_cluster;
 mod memcached_connections;
 mod memcached_pipeline;
 mod memcached_support;
+mod memcached_tls;
 mod model;
 mod modes;
 mod monitoring;

@@ -22,6 +22,7 @@ fn one_connection(server: String, clock: &ManualClock) -> MemcachedStore {
         timeout: Duration::from_secs(10),
         jitter_max_seconds: 0,
         transport: Default::default(),
+        tls: None,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
 }

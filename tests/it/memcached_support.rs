@@ -15,6 +15,8 @@ use crate::support::{free_port, missing};
 pub struct Memcached {
     pub port: u16,
     child: Option<Child>,
+    /// Arguments beyond the address, port and user (TLS: `-Z -o ssl_chain_cert=…`).
+    extra: Vec<String>,
 }
 
 fn memcached_binary() -> Option<PathBuf> {
@@ -27,6 +29,11 @@ fn memcached_binary() -> Option<PathBuf> {
 impl Memcached {
     /// Starts memcached, or `None` (after [`missing`]) when it is not installed.
     pub fn start() -> Option<Memcached> {
+        Self::start_with(&[])
+    }
+
+    /// Starts memcached with `extra` arguments (e.g. `-Z -o ssl_chain_cert=…,ssl_key=…`).
+    pub fn start_with(extra: &[&str]) -> Option<Memcached> {
         let Some(binary) = memcached_binary() else {
             missing("memcached");
             return None;
@@ -37,6 +44,7 @@ impl Memcached {
             let mut mc = Memcached {
                 port: free_port(),
                 child: None,
+                extra: extra.iter().map(|a| (*a).to_owned()).collect(),
             };
             if mc.spawn(&binary) {
                 return Some(mc);
@@ -72,6 +80,7 @@ impl Memcached {
                 "-u",
                 "root",
             ])
+            .args(&self.extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -135,6 +144,7 @@ pub fn memcached_store_with(
         timeout,
         jitter_max_seconds: 0,
         transport,
+        tls: None,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
 }

@@ -106,6 +106,7 @@ async fn a_slow_memcached_is_late_not_overload() {
         timeout: Duration::from_millis(80),
         jitter_max_seconds: 0,
         transport: turnstile::storage::memcached::MemcachedTransport::default(),
+        tls: None,
     };
     let store = turnstile::storage::memcached::MemcachedStore::new(
         options,

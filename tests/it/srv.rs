@@ -77,6 +77,7 @@ async fn discovery_refresh_and_failed_lookups() {
         timeout: Duration::from_millis(500),
         jitter_max_seconds: 0,
         transport: Default::default(),
+        tls: None,
     };
     let clock = ManualClock::new(SystemClock.now());
     let store = MemcachedStore::discover(

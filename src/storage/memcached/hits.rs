@@ -182,6 +182,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             jitter_max_seconds: 0,
             transport: MemcachedTransport::default(),
+            tls: None,
         };
         MemcachedStore::new(options, Arc::new(ManualClock::new(NOW))).expect("store")
     }

@@ -26,6 +26,7 @@ mod pooled;
 mod pooled_commands;
 mod reply;
 mod ring;
+mod tls;
 mod token_bucket;
 mod transport;
 
@@ -73,6 +74,8 @@ pub struct MemcachedOptions {
     pub jitter_max_seconds: u64,
     /// Which transport carries the commands.
     pub transport: MemcachedTransport,
+    /// TLS to every server (`MEMCACHE_TLS`; the pipelined transport only).
+    pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 /// How commands reach a memcached server.
@@ -109,6 +112,7 @@ struct Inner {
     transport: MemcachedTransport,
     pool_size: u32,
     pipelined_connections: NonZeroUsize,
+    tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     /// Every call's deadline, and the runtime's scheduling delay (a late answer on a busy
     /// runtime is overload).
     deadline: guard::Deadline,
@@ -133,6 +137,7 @@ impl MemcachedStore {
                 transport: options.transport,
                 pool_size: options.pool_size,
                 pipelined_connections: options.pipelined_connections,
+                tls: options.tls,
                 deadline: guard::Deadline {
                     timeout: options.timeout,
                     scheduling: crate::storage::lateness::SchedulingDelay::shared(),
@@ -252,6 +257,7 @@ impl Inner {
             MemcachedTransport::Pipelined => ServerTransport::Pipelined(Pipelined::new(
                 server.to_owned(),
                 self.pipelined_connections,
+                self.tls.clone(),
             )),
             MemcachedTransport::Pool => pooled(Protocol::Meta),
             MemcachedTransport::Classic => pooled(Protocol::Classic),

@@ -16,7 +16,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -70,11 +70,32 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Connects to `addr` and starts the writer and reader tasks.
-    pub(super) async fn connect(addr: std::net::SocketAddr) -> io::Result<Pipeline> {
+    /// Connects to `addr` (over TLS when `tls` is given) and starts the writer and reader
+    /// tasks.
+    pub(super) async fn connect(
+        addr: std::net::SocketAddr,
+        tls: Option<&super::tls::ServerTls>,
+    ) -> io::Result<Pipeline> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (read, write) = stream.into_split();
+        Ok(match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                Self::start(addr, read, write)
+            }
+            Some(tls) => {
+                let (read, write) = tokio::io::split(tls.handshake(stream).await?);
+                Self::start(addr, read, write)
+            }
+        })
+    }
+
+    /// Starts the writer and reader tasks on a connected stream's halves.
+    fn start<R, W>(addr: std::net::SocketAddr, read: R, write: W) -> Pipeline
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let (commands, queue) = mpsc::channel::<Outgoing>(COMMAND_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
@@ -87,7 +108,7 @@ impl Pipeline {
                 tracing::warn!(server = %addr, error = %why, "a memcached connection ended");
             }
         });
-        Ok(Pipeline { commands, alive })
+        Pipeline { commands, alive }
     }
 
     /// Whether the connection has stopped (an I/O error or the server closed it).
@@ -137,8 +158,8 @@ fn overloaded() -> TransportError {
     ))
 }
 
-async fn writer(
-    mut write: tokio::net::tcp::OwnedWriteHalf,
+async fn writer<W: AsyncWrite + Unpin>(
+    mut write: W,
     mut queue: mpsc::Receiver<Outgoing>,
     pending: mpsc::Sender<Pending>,
 ) {
@@ -212,7 +233,10 @@ impl Drop for Alive {
 /// Reads answers until no caller is left (`None`) or the connection ends (why: the server
 /// closed it, an I/O error, or bytes that answer nothing). The answer being read and every one
 /// still awaited then fail with that reason.
-async fn reader(mut read: Read, mut pending: mpsc::Receiver<Pending>) -> Option<io::Error> {
+async fn reader<R: AsyncBufRead + Unpin>(
+    mut read: R,
+    mut pending: mpsc::Receiver<Pending>,
+) -> Option<io::Error> {
     let mut buffers = Buffers::default();
     loop {
         // Wait for the next caller, but notice a closed connection while idle, so the next
@@ -283,11 +307,13 @@ struct Buffers {
     counts: Vec<u64>,
 }
 
-type Read = BufReader<tokio::net::tcp::OwnedReadHalf>;
-
 impl Buffers {
     /// The next `count` replies; an error when the stream ends or breaks first.
-    async fn replies(&mut self, read: &mut Read, count: usize) -> io::Result<Vec<Reply>> {
+    async fn replies<R: AsyncBufRead + Unpin>(
+        &mut self,
+        read: &mut R,
+        count: usize,
+    ) -> io::Result<Vec<Reply>> {
         let mut replies = Vec::with_capacity(count);
         for _ in 0..count {
             replies.push(next_reply(read, &mut self.line, &mut self.data).await?);
@@ -297,9 +323,9 @@ impl Buffers {
 
     /// The next `count` counts, and the first answer that was not a count; an error when the
     /// stream ends or breaks first.
-    async fn counts(
+    async fn counts<R: AsyncBufRead + Unpin>(
         &mut self,
-        read: &mut Read,
+        read: &mut R,
         count: usize,
     ) -> io::Result<(&[u64], Option<TransportError>)> {
         self.counts.clear();
@@ -317,7 +343,11 @@ impl Buffers {
 }
 
 /// The next reply; the end of the stream is an error here, since a reply is awaited.
-async fn next_reply(read: &mut Read, line: &mut String, data: &mut Vec<u8>) -> io::Result<Reply> {
+async fn next_reply<R: AsyncBufRead + Unpin>(
+    read: &mut R,
+    line: &mut String,
+    data: &mut Vec<u8>,
+) -> io::Result<Reply> {
     read_reply(read, line, data)
         .await?
         .ok_or_else(|| ended("memcached closed the connection with answers awaited"))

@@ -31,15 +31,23 @@ struct Slot {
 #[derive(Debug)]
 pub(super) struct Pipelined {
     server: String,
+    /// `MEMCACHE_TLS`: the client configuration every connection's handshake uses.
+    tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     slots: Vec<Slot>,
     next: AtomicUsize,
 }
 
 impl Pipelined {
-    /// A transport to `server` (`host:port`) over `connections` connections, made lazily.
-    pub(super) fn new(server: String, connections: NonZeroUsize) -> Self {
+    /// A transport to `server` (`host:port`) over `connections` connections, made lazily, over
+    /// TLS with `tls`.
+    pub(super) fn new(
+        server: String,
+        connections: NonZeroUsize,
+        tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    ) -> Self {
         Self {
             server,
+            tls,
             slots: (0..connections.get()).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
         }
@@ -63,7 +71,11 @@ impl Pipelined {
             return Ok(pipe);
         }
         let addr = super::discovery::resolve(&self.server).await?;
-        let pipe = Arc::new(Pipeline::connect(addr).await?);
+        let tls = match &self.tls {
+            Some(config) => Some(super::tls::ServerTls::new(config, &self.server)?),
+            None => None,
+        };
+        let pipe = Arc::new(Pipeline::connect(addr, tls.as_ref()).await?);
         slot.current.store(Some(Arc::clone(&pipe)));
         Ok(pipe)
     }

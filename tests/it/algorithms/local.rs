@@ -43,6 +43,7 @@ proptest! {
                 timeout: Duration::from_secs(1),
                 jitter_max_seconds: 0,
                 transport: MemcachedTransport::Pipelined,
+                tls: None,
             };
             MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
         });

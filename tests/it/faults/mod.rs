@@ -172,6 +172,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
         timeout: DEADLINE,
         jitter_max_seconds: 0,
         transport: Default::default(),
+        tls: None,
     };
     let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");
     // (name, added latency in ms each way, share of packets dropped)

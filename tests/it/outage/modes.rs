@@ -50,6 +50,7 @@ fn limiter(clock: &ManualClock, process: StoreFailure) -> Limiter<MemcachedStore
         timeout: Duration::from_secs(1),
         jitter_max_seconds: 0,
         transport: MemcachedTransport::Pipelined,
+        tls: None,
     };
     let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");
     let settings = LimiterSettings {

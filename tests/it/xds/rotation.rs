@@ -23,6 +23,7 @@ fn server_tls(dir: &Path, client_ca: &str) -> Arc<tokio_rustls::rustls::ServerCo
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
         client_ca: Some(dir.join(format!("{client_ca}-ca.pem"))),
+        client_san: None,
     })
     .expect("server TLS");
     config

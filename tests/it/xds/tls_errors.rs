@@ -20,6 +20,7 @@ fn ads(dir: &Path, name: &str) -> AdsServer {
         cert: dir.join(format!("{name}.pem")),
         key: dir.join(format!("{name}.key")),
         client_ca: None,
+        client_san: None,
     })
     .expect("server TLS");
     AdsServer::start(super::loopback(), Shared::default(), Some(config))
