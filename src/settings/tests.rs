@@ -56,6 +56,61 @@ fn defaults_match_the_reference() {
         m.servers,
         MemcachedServers::List(vec!["a:1".into(), "b:2".into()])
     );
+    assert_eq!(m.tls, None);
+}
+
+#[test]
+fn memcached_tls_is_for_the_pipelined_client_with_whole_files() {
+    let base = [
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", "mc:11211"),
+        ("MEMCACHE_TLS", "true"),
+    ];
+    let with_more = |more: &[(&str, &str)]| {
+        let mut all = base.to_vec();
+        all.extend_from_slice(more);
+        with(&all)
+    };
+    let Backend::Memcached(m) = with_more(&[("MEMCACHE_TLS_CACERT", "/ca.pem")])
+        .expect("TLS")
+        .backend
+    else {
+        panic!("memcached backend expected");
+    };
+    let tls = m.tls.expect("TLS on");
+    assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+    assert!(tls.client.is_none() && !tls.skip_hostname_verification);
+    let refused = |more: &[(&str, &str)], name: &str| {
+        let errors = with_more(more).expect_err("refused").to_string();
+        assert!(errors.contains(name), "{name} in {errors}");
+    };
+    refused(&[("MEMCACHE_CLIENT", "pool")], "MEMCACHE_TLS");
+    refused(&[("MEMCACHE_CLASSIC_PROTOCOL", "true")], "MEMCACHE_TLS");
+    refused(
+        &[("MEMCACHE_TLS_CLIENT_CERT", "/c.pem")],
+        "MEMCACHE_TLS_CLIENT_KEY",
+    );
+    refused(
+        &[("MEMCACHE_TLS_CLIENT_KEY", "/c.key")],
+        "MEMCACHE_TLS_CLIENT_CERT",
+    );
+}
+
+#[test]
+fn grpc_client_tls_san_needs_the_client_ca() {
+    let tls = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/s.pem"),
+        ("GRPC_SERVER_TLS_KEY", "/s.key"),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.local"),
+    ];
+    let errors = with(&tls).expect_err("no CA").to_string();
+    assert!(errors.contains("GRPC_CLIENT_TLS_SAN"), "{errors}");
+    let mut with_ca = tls.to_vec();
+    with_ca.push(("GRPC_CLIENT_TLS_CACERT", "/ca.pem"));
+    let s = with(&with_ca).expect("with the CA");
+    let server = s.tls.expect("TLS");
+    assert_eq!(server.client_san.as_deref(), Some("envoy.local"));
 }
 
 #[test]

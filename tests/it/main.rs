@@ -38,6 +38,7 @@ mod redis_backend;
 mod redis_cluster_down;
 mod redis_support;
 mod redis_tls;
+mod reference_settings;
 mod responses;
 mod rlqs;
 mod robustness;

@@ -184,6 +184,44 @@ fn tls_mtls_and_certificate_reload() {
     );
 }
 
+#[test]
+fn a_client_certificate_must_carry_grpc_client_tls_san() {
+    let Some(dir) = certs() else { return };
+    let named = "subjectAltName=DNS:envoy.mesh.local\nextendedKeyUsage=clientAuth\n";
+    leaf_with(&dir, "one", "named", named);
+    let other = "subjectAltName=DNS:other.mesh.local\nextendedKeyUsage=clientAuth\n";
+    leaf_with(&dir, "one", "other", other);
+    let server_usage = "subjectAltName=DNS:envoy.mesh.local\nextendedKeyUsage=serverAuth\n";
+    leaf_with(&dir, "one", "server_usage", server_usage);
+    let path = |name: &str| dir.join(name).to_str().expect("path").to_owned();
+    let (cert, key, ca_file) = (path("server.pem"), path("server.key"), path("one-ca.pem"));
+    let p = Process::start(
+        &rules_root(RULES),
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", &cert),
+            ("GRPC_SERVER_TLS_KEY", &key),
+            ("GRPC_CLIENT_TLS_CACERT", &ca_file),
+            ("GRPC_CLIENT_TLS_SAN", "envoy.mesh.local"),
+        ],
+    );
+    let call = |client: &str| {
+        let (cert, key) = (
+            dir.join(format!("{client}.pem")),
+            dir.join(format!("{client}.key")),
+        );
+        check(&p, &[&dir.join("one-ca.pem"), &cert, &key])
+    };
+    assert_eq!(call("named").as_deref(), Some("ok"), "the SAN is carried");
+    for refused in ["other", "server_usage", "client"] {
+        assert_eq!(
+            call(refused).as_deref(),
+            Some("error UNAVAILABLE"),
+            "{refused}: another name, no client-auth usage, or no SAN"
+        );
+    }
+}
+
 /// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca` that expired on 2020-01-02 (the
 /// `openssl ca` command sets past dates; `x509 -req` cannot).
 pub(crate) fn expired_leaf(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
