@@ -8,7 +8,7 @@
 //! connection told to close, with a GOAWAY).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,12 +35,18 @@ pub struct ConnState {
     /// `CloseReason as u8`, 0 while it may stay open.
     close: AtomicU8,
     waker: AtomicWaker,
-    /// When the last call started or ended (ms since `epoch`).
-    last_call_ms: AtomicU64,
+    /// The calls open (the low [`OPEN_BITS`] bits) and when the connection last became idle
+    /// (ms since `epoch`, the bits above), in one word: a call's end reads the clock only when
+    /// it leaves the connection idle, and a reader never sees "idle" with an older time.
+    activity: AtomicU64,
     /// Calls started on this connection so far.
     calls: AtomicU64,
-    open_calls: AtomicU32,
 }
+
+/// Bits of [`ConnState::activity`] that count the calls open (more than any connection may
+/// have: `GRPC_MAX_CONCURRENT_STREAMS` is at most 1,000,000).
+const OPEN_BITS: u32 = 20;
+const OPEN_MASK: u64 = (1 << OPEN_BITS) - 1;
 
 impl ConnState {
     /// The connection's peer.
@@ -51,10 +57,11 @@ impl ConnState {
     /// Counts a call open on this connection until the guard is dropped.
     pub fn call(self: &Arc<Self>) -> CallGuard {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        // Not idle while it is open; the time is taken when it ends.
-        self.open_calls.fetch_add(1, Ordering::AcqRel);
+        // Not idle while it is open; the time is taken when the last one open ends.
+        self.activity.fetch_add(1, Ordering::AcqRel);
         CallGuard {
             conn: Arc::clone(self),
+            decision: false,
         }
     }
 
@@ -65,10 +72,11 @@ impl ConnState {
 
     /// How long the connection has had no call open (zero while one is).
     pub fn idle_for(&self) -> Duration {
-        if self.open_calls.load(Ordering::Acquire) > 0 {
+        let activity = self.activity.load(Ordering::Acquire);
+        if activity & OPEN_MASK > 0 {
             return Duration::ZERO;
         }
-        let last = Duration::from_millis(self.last_call_ms.load(Ordering::Relaxed));
+        let last = Duration::from_millis(activity >> OPEN_BITS);
         self.epoch.elapsed().saturating_sub(last)
     }
 
@@ -94,19 +102,38 @@ impl ConnState {
         }
     }
 
-    fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_call_ms.store(ms, Ordering::Relaxed);
+    /// Milliseconds since `epoch`, as [`ConnState::activity`] holds them.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .map_or(u64::MAX >> OPEN_BITS, |ms| ms.min(u64::MAX >> OPEN_BITS))
+    }
+
+    /// A call ended: one fewer open, and when it was the last, the connection idle from now.
+    fn call_ended(&self) {
+        let mut now = None;
+        let mut current = self.activity.load(Ordering::Acquire);
+        loop {
+            let next = match current & OPEN_MASK {
+                1 => *now.get_or_insert_with(|| self.now_ms()) << OPEN_BITS,
+                _ => current.saturating_sub(1),
+            };
+            match self.activity.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
     }
 
     /// Which connection to close first: idle ones before busy ones, the longest idle first,
     /// the oldest first among equals.
     fn keep_score(&self) -> (bool, u64, u64) {
-        (
-            self.open_calls.load(Ordering::Relaxed) > 0,
-            self.last_call_ms.load(Ordering::Relaxed),
-            self.id,
-        )
+        let activity = self.activity.load(Ordering::Relaxed);
+        (activity & OPEN_MASK > 0, activity >> OPEN_BITS, self.id)
     }
 }
 
@@ -114,12 +141,33 @@ impl ConnState {
 #[derive(Debug)]
 pub struct CallGuard {
     conn: Arc<ConnState>,
+    /// Whether the call is also a decision counted for the connection's peer (one guard, one
+    /// reference to count both: a decision's path holds no second `Arc`).
+    decision: bool,
+}
+
+impl CallGuard {
+    /// The call is a decision: counted for the connection's peer until the guard is dropped.
+    pub fn deciding(mut self) -> CallGuard {
+        if !self.decision {
+            self.conn.peer.decision_started();
+            self.decision = true;
+        }
+        self
+    }
+
+    /// The connection's peer.
+    pub fn peer(&self) -> &Arc<Peer> {
+        &self.conn.peer
+    }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.conn.touch();
-        self.conn.open_calls.fetch_sub(1, Ordering::AcqRel);
+        if self.decision {
+            self.conn.peer.decision_ended();
+        }
+        self.conn.call_ended();
     }
 }
 
@@ -178,11 +226,12 @@ impl Connections {
             epoch: self.epoch,
             close: AtomicU8::new(0),
             waker: AtomicWaker::new(),
-            last_call_ms: AtomicU64::new(0),
+            activity: AtomicU64::new(0),
             calls: AtomicU64::new(0),
-            open_calls: AtomicU32::new(0),
         });
-        state.touch();
+        state
+            .activity
+            .store(state.now_ms() << OPEN_BITS, Ordering::Release);
         let victim = match self.live.lock() {
             Ok(mut live) => {
                 let victim = self.victim(&live, &state.peer);

@@ -37,12 +37,7 @@ pub struct Decision {
 
 impl Drop for Decision {
     fn drop(&mut self) {
-        let tally = &self.peer.tally;
-        tally.decisions.fetch_sub(1, Ordering::AcqRel);
-        if self.peer.decisions.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let active = tally.active.fetch_sub(1, Ordering::AcqRel) - 1;
-            tally.readings.set_active(active);
-        }
+        self.peer.decision_ended();
     }
 }
 
@@ -61,6 +56,15 @@ impl Drop for Stream {
 impl Peer {
     /// Counts a decision of this peer in flight until the guard is dropped.
     pub fn enter(self: &Arc<Self>) -> Decision {
+        self.decision_started();
+        Decision {
+            peer: Arc::clone(self),
+        }
+    }
+
+    /// Counts a decision of this peer in flight; the caller's guard ends it
+    /// ([`Decision`], or a [`CallGuard`](super::CallGuard) that carries one).
+    pub(super) fn decision_started(&self) {
         let tally = &self.tally;
         let total = tally.decisions.fetch_add(1, Ordering::AcqRel) + 1;
         let held = self.decisions.fetch_add(1, Ordering::AcqRel) + 1;
@@ -69,8 +73,15 @@ impl Peer {
             tally.readings.set_active(active);
         }
         tally.readings.held(held, total);
-        Decision {
-            peer: Arc::clone(self),
+    }
+
+    /// A decision of this peer ended.
+    pub(super) fn decision_ended(&self) {
+        let tally = &self.tally;
+        tally.decisions.fetch_sub(1, Ordering::AcqRel);
+        if self.decisions.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let active = tally.active.fetch_sub(1, Ordering::AcqRel) - 1;
+            tally.readings.set_active(active);
         }
     }
 

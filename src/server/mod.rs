@@ -143,18 +143,14 @@ pub async fn serve<S: CounterStore>(
     let open = Arc::clone(&options.open_connections);
     let peers = Arc::clone(&options.peers);
     let limits = options.limits;
-    let tracker = tokio::spawn(track_backend(Arc::clone(&state)));
-    let marks = Arc::clone(&state);
-    let marker = tokio::spawn(async move { marks.limiter.keep_marks().await });
-    let publisher = tokio::spawn(publish_health(reporter, Arc::clone(&state)));
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let watchers = watchers(&state, reporter);
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let (reflection_v1, reflection_v1alpha) =
+        (reflection().build_v1()?, reflection().build_v1alpha()?);
     let mut builder = Server::builder()
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_max_header_list_size(limits.max_header_list_size)
@@ -204,11 +200,23 @@ pub async fn serve<S: CounterStore>(
                 .await
         }
     };
-    tracker.abort();
-    marker.abort();
-    publisher.abort();
+    watchers.iter().for_each(tokio::task::JoinHandle::abort);
     served?;
     Ok(())
+}
+
+/// The tasks that keep health and the replicas' marks in step while the server serves (aborted
+/// when it stops): the counter store's readiness, the marks, the gRPC health service.
+fn watchers<S: CounterStore>(
+    state: &Arc<ServiceState<S>>,
+    reporter: tonic_health::server::HealthReporter,
+) -> [tokio::task::JoinHandle<()>; 3] {
+    let marks = Arc::clone(state);
+    [
+        tokio::spawn(track_backend(Arc::clone(state))),
+        tokio::spawn(async move { marks.limiter.keep_marks().await }),
+        tokio::spawn(publish_health(reporter, Arc::clone(state))),
+    ]
 }
 
 /// Keeps the backend component of health in step with the counter store. In the `local`

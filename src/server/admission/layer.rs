@@ -21,7 +21,7 @@ use tower::{Layer, Service};
 use super::deadline::grpc_timeout;
 use super::places::{Permit, Shared};
 use crate::metrics::AdmissionReadings;
-use crate::peers::{CallGuard, ConnState, Decision, Fair, Peer, Peers};
+use crate::peers::{CallGuard, ConnState, Decision, Fair, Peers};
 use crate::settings::AdaptiveConcurrency;
 
 /// The calls the limit applies to: the rate-limit decision (any of its methods).
@@ -89,13 +89,24 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let conn = request.extensions().get::<Arc<ConnState>>();
-        let call = conn.map(|c| c.call());
-        let peer = conn.map_or_else(|| self.shared.local_peer(), |c| Arc::clone(c.peer()));
+        let call = request
+            .extensions()
+            .get::<Arc<ConnState>>()
+            .map(|c| c.call());
+        // The peer, borrowed from the call's guard (an owned copy only for calls that wait, or
+        // that came without a connection, in-process).
+        let local;
+        let peer = match &call {
+            Some(call) => call.peer(),
+            None => {
+                local = self.shared.local_peer();
+                &local
+            }
+        };
         let path = request.uri().path();
         if !path.starts_with(DECISION_PATH) {
             let stream = match path.starts_with(RLQS_PATH) {
-                true => match self.shared.open_stream(&peer) {
+                true => match self.shared.open_stream(peer) {
                     Ok(stream) => Some(stream),
                     Err(status) => return Either::Right(Box::pin(refuse(request, status))),
                 },
@@ -109,18 +120,18 @@ where
         let shared = &self.shared;
         let inner = &mut self.inner;
         if !shared.enabled {
-            return match shared.fixed_admits(&peer) {
-                Ok(()) => Either::Left(Admitted::new(inner.call(request), None, &peer, call)),
+            return match shared.fixed_admits(peer) {
+                Ok(()) => Either::Left(Admitted::new(inner.call(request), None, call, shared)),
                 Err(status) => Either::Right(Box::pin(refuse(request, status))),
             };
         }
         if let Ok(place) = Arc::clone(&shared.places).try_acquire_owned() {
             let permit = Some(Permit::new(shared, place));
-            return Either::Left(Admitted::new(inner.call(request), permit, &peer, call));
+            return Either::Left(Admitted::new(inner.call(request), permit, call, shared));
         }
-        match shared.fair(&peer) {
+        match shared.fair(peer) {
             Ok(Fair::Within) => {
-                return Either::Left(Admitted::new(inner.call(request), None, &peer, call));
+                return Either::Left(Admitted::new(inner.call(request), None, call, shared));
             }
             Ok(_) => {}
             Err(status) => return Either::Right(Box::pin(refuse(request, status))),
@@ -133,6 +144,7 @@ where
             .get("grpc-timeout")
             .and_then(|v| grpc_timeout(v.as_bytes()));
         let budget = shared.wait_budget(deadline);
+        let peer = Arc::clone(peer);
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let shared = Arc::clone(shared);
@@ -141,7 +153,7 @@ where
             match tokio::time::timeout(budget, place).await {
                 Ok(Ok(place)) => {
                     let permit = Some(Permit::new(&shared, place));
-                    Admitted::new(inner.call(request), permit, &peer, call).await
+                    Admitted::new(inner.call(request), permit, call, &shared).await
                 }
                 _ => {
                     let status = shared.refusal(&peer, deadline);
@@ -225,17 +237,22 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> Admitted<F> {
-    /// `inner`, counted for `peer` (and holding `permit`'s place, when it took one).
+    /// `inner`, counted for its peer (and holding `permit`'s place, when it took one): by the
+    /// call's guard when it came on a connection, else as a decision of the local peer.
     fn new(
         inner: F,
         permit: Option<Permit>,
-        peer: &Arc<Peer>,
         call: Option<CallGuard>,
+        shared: &Shared,
     ) -> Admitted<F> {
+        let (decision, call) = match call {
+            Some(call) => (None, Some(call.deciding())),
+            None => (Some(shared.local_peer().enter()), None),
+        };
         Admitted {
             inner,
             permit,
-            decision: Some(peer.enter()),
+            decision,
             call,
         }
     }

@@ -14,6 +14,7 @@
 
 mod breakers;
 mod connect;
+mod guarded;
 mod options;
 mod scripts;
 
@@ -29,7 +30,7 @@ use super::{
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use crate::storage::remote;
-use breakers::{Breakers, Way};
+use breakers::Breakers;
 use connect::{Conn, Connector};
 pub use options::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
 use scripts::Scripts;
@@ -316,93 +317,5 @@ impl RedisStore {
             },
         );
         Ok(answers.await?.into_iter().flatten().collect())
-    }
-
-    /// Whether a call for `key` may go out, behind its breaker (the server's, or its cluster
-    /// node's): the breaker to record its outcome on, or the error of one refused at once while
-    /// the breaker is open (the period's probe, a PING, then goes out on the side). Not a
-    /// wrapper around the call: a call's future passed through would be moved whole (measured:
-    /// 2 % more time in memmove, 5 % fewer calls/s).
-    fn admit(&self, key: &[u8]) -> Result<Option<Arc<crate::storage::Breaker>>, StorageError> {
-        match self.inner.breakers.way(key) {
-            Way::Call(breaker) => Ok(breaker),
-            Way::Refused { error, probe } => {
-                if let Some(node) = probe {
-                    self.spawn(self.clone().probe(node));
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// Records a call's `outcome` on its breaker and asks for a cluster's slot map when due.
-    fn after<T>(
-        &self,
-        breaker: Option<Arc<crate::storage::Breaker>>,
-        outcome: Result<T, StorageError>,
-    ) -> Result<T, StorageError> {
-        if let Some(breaker) = &breaker {
-            breaker.record(&outcome);
-        }
-        if self.inner.breakers.should_ask_slots(outcome.is_err()) {
-            let store = self.clone();
-            self.spawn(async move {
-                match store.inner.connector.get().await {
-                    Ok(mut conn) => store.inner.breakers.ask_slots(&mut conn).await,
-                    Err(_) => store.inner.breakers.ask_slots_failed(),
-                }
-            });
-        }
-        outcome
-    }
-
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(task);
-        }
-    }
-
-    /// A PING to `node` (`""`: the server) whose answer closes its breaker or keeps it open.
-    async fn probe(self, node: String) {
-        let outcome = match node.is_empty() {
-            true => self.is_ready().await,
-            false => match self.inner.connector.get().await {
-                Ok(conn) => match breakers::ping(conn, node.clone()).await {
-                    true => Ok(()),
-                    false => Err(StorageError::unavailable(format!(
-                        "redis node {node}: no answer to PING"
-                    ))),
-                },
-                Err(e) => Err(self.inner.error(&e)),
-            },
-        };
-        if let Some(breaker) = self.inner.breakers.of(&node) {
-            breaker.record(&outcome);
-        }
-    }
-
-    async fn is_ready(&self) -> Result<(), StorageError> {
-        let mut conn = self
-            .inner
-            .connector
-            .get()
-            .await
-            .map_err(|e| self.inner.error(&e))?;
-        let ping = redis::cmd("PING");
-        let answer =
-            tokio::time::timeout(self.inner.timeout, ping.query_async::<String>(&mut conn)).await;
-        let failure = match answer {
-            Ok(Ok(pong)) if pong == "PONG" => return Ok(()),
-            Ok(Ok(other)) => {
-                StorageError::protocol(format!("{}: PING answered {other:?}", self.inner.name))
-            }
-            Ok(Err(e)) => self.inner.error(&e),
-            Err(_) => StorageError::timeout(format!(
-                "{}: no answer to PING within REDIS_TIMEOUT ({:?})",
-                self.inner.name, self.inner.timeout
-            )),
-        };
-        self.inner.connector.reset();
-        Err(failure)
     }
 }
