@@ -39,8 +39,6 @@ pub struct ConnState {
     /// (ms since `epoch`, the bits above), in one word: a call's end reads the clock only when
     /// it leaves the connection idle, and a reader never sees "idle" with an older time.
     activity: AtomicU64,
-    /// Calls started on this connection so far.
-    calls: AtomicU64,
 }
 
 /// Bits of [`ConnState::activity`] that count the calls open (more than any connection may
@@ -56,18 +54,12 @@ impl ConnState {
 
     /// Counts a call open on this connection until the guard is dropped.
     pub fn call(self: &Arc<Self>) -> CallGuard {
-        self.calls.fetch_add(1, Ordering::Relaxed);
         // Not idle while it is open; the time is taken when the last one open ends.
         self.activity.fetch_add(1, Ordering::AcqRel);
         CallGuard {
             conn: Arc::clone(self),
             decision: false,
         }
-    }
-
-    /// Calls started on this connection so far.
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
     }
 
     /// How long the connection has had no call open (zero while one is).
@@ -227,7 +219,6 @@ impl Connections {
             close: AtomicU8::new(0),
             waker: AtomicWaker::new(),
             activity: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
         });
         state
             .activity

@@ -109,13 +109,12 @@ impl<S> Conn<S> {
         if pings == 0 {
             return;
         }
-        let state = Arc::clone(self.state());
-        let busy = state.idle_for().is_zero();
+        let busy = self.state().idle_for().is_zero();
+        // A call started between two PINGs is a stream the client opened: the highest one
+        // opened stands for the calls started (clients open streams in increasing order).
+        let calls = u64::from(self.intake.last_stream());
         for _ in 0..pings {
-            if self
-                .pings
-                .ping(std::time::Instant::now(), state.calls(), busy)
-            {
+            if self.pings.ping(std::time::Instant::now(), calls, busy) {
                 self.say_goodbye(CloseReason::TooManyPings);
             }
         }
