@@ -7,8 +7,8 @@
 //!   │ server::routes  service by path name    │
 //!   │ server::admission  adaptive limit on    │
 //!   │ calls in flight (GRPC_ADAPTIVE_…)       │
-//!   │ rls::convert  pb → Request,             │ rlqs::convert  reports → Usage; bounds and
-//!   │ INVALID_ARGUMENT naming the field       │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
+//!   │ rls::service → unary → decode: bytes →  │ rlqs::convert  reports → Usage; bounds and
+//!   │ Request, INVALID_ARGUMENT naming field  │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
 //!   ▼                                         ▼
 //! limiter::Limiter::check                   quota::QuotaStream::on_report (fair share)
 //!   │ rules          entries → matched Limit (exact > wildcard > key-only)

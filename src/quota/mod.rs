@@ -2,7 +2,7 @@
 //!
 //! A data plane (Envoy's `rate_limit_quota` filter) groups requests into buckets, each named by
 //! an unordered set of key/value pairs, and reports per bucket how many requests it allowed and
-//! denied. Here a bucket is matched onto the domain's descriptor tree (`bucket`), every report
+//! denied. Here a bucket is matched onto the domain's descriptor tree (`bucket_id`), every report
 //! is folded into the shared counters through the [`CounterStore`](crate::storage::CounterStore)
 //! (the very fixed-window counters RLS counts in, plus a demand counter), and each stream gets
 //! per bucket an assignment computed from the global count (`share`). Per-stream state lives in

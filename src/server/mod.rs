@@ -273,7 +273,6 @@ fn degraded<S: CounterStore>(
     }
 }
 
-/// Mirrors overall health into the gRPC readiness service names.
 /// The readiness services' status for a health state.
 fn serving(healthy: bool) -> ServingStatus {
     if healthy {
@@ -283,6 +282,7 @@ fn serving(healthy: bool) -> ServingStatus {
     }
 }
 
+/// Mirrors overall health into the gRPC readiness service names.
 async fn publish_health<S>(reporter: HealthReporter, state: Arc<ServiceState<S>>) {
     let mut changes = state.health.subscribe();
     loop {

@@ -2,7 +2,8 @@
 //! defaults) plus a few command-line flags, and validated. The environment is read through a
 //! function so tests inject a map instead of mutating the process environment.
 //!
-//! Must not touch: anything else in the crate.
+//! Must not touch: anything but the option types of `limiter` and `storage` it builds
+//! directly (the layer map in `lib.rs`).
 
 mod address;
 mod backend;

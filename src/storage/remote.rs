@@ -198,10 +198,15 @@ mod tests {
     }
 
     #[test]
-    fn jitter_is_below_its_bound_and_the_same_for_a_key() {
+    fn jitter_is_below_its_bound_and_spread_by_key() {
         assert_eq!(jitter_seconds("k", 0), 0);
         assert!(jitter_seconds("k", 7) < 7);
-        assert_eq!(jitter_seconds("k", 300), jitter_seconds("k", 300));
+        // Spread over the range by key: 200 keys take many different values, all in range.
+        let spread: std::collections::BTreeSet<u64> = (0..200)
+            .map(|i| jitter_seconds(&format!("key-{i}"), 300))
+            .collect();
+        assert!(spread.iter().all(|s| *s < 300), "{spread:?}");
+        assert!(spread.len() > 100, "not spread: {} values", spread.len());
     }
 
     #[tokio::test]

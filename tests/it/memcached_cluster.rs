@@ -214,7 +214,6 @@ async fn fail_open_globally_or_per_rule() {
             .render(&[])
             .contains("ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 1")
     );
-    assert!(clock.now() > 0);
 }
 
 #[tokio::test]

@@ -60,7 +60,12 @@ impl Phase {
                 assert_eq!(self.timeouts + self.unavailable, 0, "{name}: {self:?}")
             }
             "partition" => assert_eq!(self.ok, 0, "{name}: nothing gets through a partition"),
-            _ => assert!(self.ok > 0, "{name}: most calls get through"),
+            // 57 % answered at 10 % loss with a 100 ms deadline (RELIABILITY.md); this test's
+            // deadline is twice that.
+            _ => assert!(
+                3 * self.ok >= self.ok + self.timeouts + self.unavailable,
+                "{name}: at least a third of the calls get through: {self:?}"
+            ),
         }
     }
 }
