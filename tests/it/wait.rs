@@ -18,11 +18,22 @@ pub fn blocking(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// Waits until `done()` holds; fails after `limit` with `what`.
-pub async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+pub async fn until(limit: Duration, what: &str, done: impl FnMut() -> bool) {
+    until_polling_every(POLL, limit, what, done).await;
+}
+
+/// [`until`], polling every `poll` (for a probe whose own work, such as a scrape's connection
+/// task, must have ended before the next one looks).
+pub async fn until_polling_every(
+    poll: Duration,
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) {
     let deadline = Instant::now() + limit;
     while !done() {
         assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
     }
 }
 
