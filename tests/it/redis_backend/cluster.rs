@@ -34,9 +34,14 @@ async fn cluster_node_killed_and_restarted() {
     let killed = Instant::now();
     cluster.nodes[1].kill();
     let (mut ok, mut unavailable, mut slowest) = (0, 0, Duration::ZERO);
+    // Each call with the deadline a caller gives it: an answer past it is no answer.
+    let deadline = Duration::from_millis(2_500);
     for user in &users {
         let t = Instant::now();
-        match s.try_call(req1("cut", &[("user", user)])).await {
+        let answer = tokio::time::timeout(deadline, s.try_call(req1("cut", &[("user", user)])))
+            .await
+            .unwrap_or_else(|_| panic!("no answer within the caller's {deadline:?} deadline"));
+        match answer {
             Ok(_) => ok += 1,
             Err(e) => {
                 assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
@@ -68,10 +73,6 @@ async fn cluster_node_killed_and_restarted() {
          {slowest:?}; every key counting again {:?} after the kill",
         users.len(),
         killed.elapsed()
-    );
-    assert!(
-        slowest < Duration::from_millis(2_500),
-        "timely: {slowest:?}"
     );
 }
 
