@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use turnstile::clock::ManualClock;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
@@ -86,17 +86,19 @@ impl Memcached {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn memcached");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if child.try_wait().ok().flatten().is_some() {
-                return false;
+        // Listening (true), or exited because the port was taken (false).
+        let what = format!("memcached to start on {}", self.port);
+        let started = crate::wait::blocking_some(Duration::from_secs(10), &what, || {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                Some(true)
+            } else {
+                child.try_wait().ok().flatten().map(|_| false)
             }
-            assert!(
-                Instant::now() < deadline,
-                "memcached did not start on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        });
+        if !started {
+            // It has exited: reaped now.
+            let _ = child.wait();
+            return false;
         }
         self.child = Some(child);
         true

@@ -151,22 +151,19 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
 
     let killed = Instant::now();
     set.master.kill();
-    let deadline = killed + Duration::from_secs(30);
     let mut unavailable = 0;
-    let recovered = loop {
-        match call(p.grpc, "bob") {
-            Ok(answer) => break answer.into_inner(),
+    let recovered = crate::wait::blocking_some(
+        Duration::from_secs(30),
+        "a new master over TLS",
+        || match call(p.grpc, "bob") {
+            Ok(answer) => Some(answer.into_inner()),
             Err(status) => {
                 assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
                 unavailable += 1;
+                None
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new master over TLS within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        },
+    );
     eprintln!(
         "sentinel over TLS: counting again on the new master {:?} after the kill, {unavailable} \
          UNAVAILABLE answers in between",

@@ -17,6 +17,18 @@ pub fn blocking(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Blocks until `probe()` finds something, and returns it; fails after `limit` with `what`.
+pub fn blocking_some<T>(limit: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = probe() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
+        std::thread::sleep(POLL);
+    }
+}
+
 /// Waits until `done()` holds; fails after `limit` with `what`.
 pub async fn until(limit: Duration, what: &str, done: impl FnMut() -> bool) {
     until_polling_every(POLL, limit, what, done).await;
@@ -39,7 +51,20 @@ pub async fn until_polling_every(
 
 /// Waits until the async `probe()` finds something, and returns it; fails after `limit` with
 /// `what`.
-pub async fn until_some<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+pub async fn until_some<T, F, Fut>(limit: Duration, what: &str, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    until_some_said(limit, || what.to_owned(), probe).await
+}
+
+/// [`until_some`], saying what was awaited with `what()` when it fails (the state seen then).
+pub async fn until_some_said<T, F, Fut>(
+    limit: Duration,
+    what: impl Fn() -> String,
+    mut probe: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -49,7 +74,7 @@ where
         if let Some(found) = probe().await {
             return found;
         }
-        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
+        assert!(Instant::now() < deadline, "{} (waited {limit:?})", what());
         tokio::time::sleep(POLL).await;
     }
 }

@@ -196,9 +196,10 @@ impl RedisProcess {
             dir,
             args: tls,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let pong = Command::new(binary("redis-cli")?)
+        let cli = binary("redis-cli")?;
+        let what = format!("redis-server with TLS to answer on {port}");
+        crate::wait::blocking(Duration::from_secs(10), &what, || {
+            Command::new(&cli)
                 .args(["--tls", "-p", &port.to_string(), "--cert"])
                 .arg(client.0)
                 .arg("--key")
@@ -207,16 +208,9 @@ impl RedisProcess {
                 .arg(ca)
                 .arg("PING")
                 .output()
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG");
-            if pong {
-                return Some(process);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server with TLS did not answer on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
+        });
+        Some(process)
     }
 
     /// A standalone server.

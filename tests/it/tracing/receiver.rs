@@ -191,21 +191,18 @@ impl Receiver {
 
     /// Waits (polling, up to 20 s) until `done` holds for the spans received.
     pub async fn until(&self, what: &str, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
+        let received = || {
+            let names: Vec<_> = self
+                .spans()
+                .iter()
+                .map(|g| (g.service.clone(), g.name().to_owned()))
+                .collect();
+            format!("{what}; received: {names:?}")
+        };
+        crate::wait::until_some_said(Duration::from_secs(20), received, || async {
             let spans = self.spans();
-            if done(&spans) {
-                return spans;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "waited 20 s for {what}; received: {:?}",
-                spans
-                    .iter()
-                    .map(|g| (&g.service, g.name()))
-                    .collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            done(&spans).then_some(spans)
+        })
+        .await
     }
 }
