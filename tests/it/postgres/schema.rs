@@ -119,14 +119,15 @@ fn migrate_without_postgres_configured_says_so() {
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` with `BACKEND_TYPE=postgres`, the reference's
 /// scenario as on Redis: once `key3` (10 an hour) would go over, only it is incremented, so
-/// `key2` (20 a minute) in the same requests stays at 10 hits.
+/// `key2` (20 an hour: the reference's scenario has 20 a minute, which a minute boundary during
+/// the test would reset) in the same requests stays at 10 hits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
     use crate::support::{desc, req};
     let Some(pg) = Postgres::start() else { return };
     let schema = unique("stop").replace('-', "_");
     let url = pg.url();
-    let rules = "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
+    let rules = "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
     let p = Process::start(
         &rules_root(rules),
         &[

@@ -163,7 +163,9 @@ async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
         return;
     };
     let root = rules_root(
-        "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: minute, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n",
+        // key2 per hour (the reference's scenario has a minute, which a minute boundary during
+        // the test would reset).
+        "domain: another\ndescriptors:\n  - key: key2\n    rate_limit: { unit: hour, requests_per_unit: 20 }\n  - key: key3\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n",
     );
     let url = redis.addr();
     let p = Process::start(
