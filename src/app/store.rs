@@ -288,14 +288,13 @@ fn memcached_tls(
     tls: &MemcachedTls,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
     let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    crate::tls::client_config(
-        "MEMCACHE_TLS",
-        tls.ca.as_deref(),
-        client,
-        tls.skip_hostname_verification,
-    )
-    .map(Arc::new)
-    .map_err(|e| StorageError::unavailable(format!("MEMCACHE_TLS: {e}")).caused_by(e))
+    let verify = match tls.skip_hostname_verification {
+        true => crate::storage::tls::Verify::Chain,
+        false => crate::storage::tls::Verify::Full,
+    };
+    crate::storage::tls::client_config(verify, tls.ca.as_deref(), client)
+        .map(Arc::new)
+        .map_err(|e| StorageError::unavailable(format!("MEMCACHE_TLS: {e}")))
 }
 
 /// Reads the TLS files named by the settings (at start: a missing file stops start-up).

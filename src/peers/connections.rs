@@ -106,8 +106,10 @@ impl ConnState {
         let mut current = self.activity.load(Ordering::Acquire);
         loop {
             let next = match current & OPEN_MASK {
+                // Every end has its start: none open cannot happen, and changes nothing.
+                0 => return,
                 1 => *now.get_or_insert_with(|| self.now_ms()) << OPEN_BITS,
-                _ => current.saturating_sub(1),
+                _ => current - 1,
             };
             match self.activity.compare_exchange_weak(
                 current,

@@ -21,6 +21,7 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 mod remote;
+pub mod tls;
 pub mod token_bucket;
 
 pub use breaker::{Breaker, Guarded};

@@ -3,7 +3,7 @@
 //! client CA (`GRPC_CLIENT_TLS_CACERT`) every client must present a certificate that chains to
 //! it (and, with `GRPC_CLIENT_TLS_SAN`, carry that DNS name). ALPN offers `h2`, as gRPC clients
 //! require. Also the PEM certificates and trust roots that Turnstile's own TLS clients (xDS,
-//! OTLP export) build on, and the client configuration of a store's TLS (`client_config`).
+//! OTLP export) build on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::ring::{default_provider, sign::any_supported_type};
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 
 use crate::settings::TlsSettings;
@@ -152,50 +152,6 @@ impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.load_full())
     }
-}
-
-/// A TLS client configuration for a store's connections: trust `ca` (the system's roots when
-/// `None`), present `client` (certificate and key files) when given, and with
-/// `skip_hostname_verification` verify the server's chain but not its name. No ALPN. `what`
-/// names the setting in errors (`MEMCACHE_TLS`).
-pub fn client_config(
-    what: &str,
-    ca: Option<&Path>,
-    client: Option<(&Path, &Path)>,
-    skip_hostname_verification: bool,
-) -> Result<ClientConfig, TlsError> {
-    let roots = roots(ca)?;
-    if roots.is_empty() {
-        return Err(TlsError(format!(
-            "{what}: no CA to verify the server with (the system has no CA roots): set its CACERT"
-        )));
-    }
-    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError(e.to_string()))?;
-    let builder = if skip_hostname_verification {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verify::ChainOnly::new(roots)))
-    } else {
-        builder.with_root_certificates(roots)
-    };
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = pem_certificates(cert)?;
-            let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| TlsError(format!("reading {}: {e}", key.display())))?;
-            builder
-                .with_client_auth_cert(chain, key_der)
-                .map_err(|e| TlsError(format!("{}: {e}", cert.display())))?
-        }
-    };
-    // No session resumption: a store's connections are long-lived, and memcached requiring
-    // client certificates fails every resumed handshake (OpenSSL without a session id context
-    // answers with an internal-error alert).
-    config.resumption = tokio_rustls::rustls::client::Resumption::disabled();
-    Ok(config)
 }
 
 /// The rustls server configuration and its reloading certificate.
