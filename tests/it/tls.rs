@@ -56,8 +56,9 @@ pub(crate) fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
     leaf_with(dir, ca_name, leaf, ext);
 }
 
-/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca`, with the X.509 extensions `ext`.
-pub(crate) fn leaf_with(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
+/// A leaf's key `<leaf>.key`, its signing request `<leaf>.csr` (CN `leaf`) and its X.509
+/// extensions `<leaf>.ext`.
+fn key_and_request(dir: &Path, leaf: &str, ext: &str) {
     std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
     openssl(
         dir,
@@ -76,6 +77,11 @@ pub(crate) fn leaf_with(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
             &format!("/CN={leaf}"),
         ],
     );
+}
+
+/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca`, with the X.509 extensions `ext`.
+pub(crate) fn leaf_with(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
+    key_and_request(dir, leaf, ext);
     openssl(
         dir,
         &[
@@ -225,35 +231,13 @@ fn a_client_certificate_must_carry_grpc_client_tls_san() {
 /// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca` that expired on 2020-01-02 (the
 /// `openssl ca` command sets past dates; `x509 -req` cannot).
 pub(crate) fn expired_leaf(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
-    std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
+    key_and_request(dir, leaf, ext);
     let conf = "[ca]\ndefault_ca=d\n[d]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\n\
                 default_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n";
     std::fs::write(dir.join("expired-ca.cnf"), conf).expect("ca config");
     std::fs::write(dir.join("index.txt"), "").expect("index");
     std::fs::write(dir.join("serial"), "01\n").expect("serial");
-    let (key, csr, pem) = (
-        format!("{leaf}.key"),
-        format!("{leaf}.csr"),
-        format!("{leaf}.pem"),
-    );
-    let subject = format!("/CN={leaf}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &subject,
-        ],
-    );
+    let (csr, pem) = (format!("{leaf}.csr"), format!("{leaf}.pem"));
     let (ca_pem, ca_key) = (format!("{ca_name}-ca.pem"), format!("{ca_name}-ca.key"));
     let ext_file = format!("{leaf}.ext");
     openssl(
