@@ -136,6 +136,19 @@ descriptors:
       burst: 4294967295
 ";
 
+/// `turnstile check-config DIR` with `env`: its exit code and its error output.
+fn check_config(env: &[(&str, String)], dir: &std::path::Path) -> (Option<i32>, String) {
+    let out = command(env)
+        .arg("check-config")
+        .arg(dir)
+        .output()
+        .expect("check-config");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn a_token_bucket_redis_cannot_count_is_refused_at_load_for_redis_only() {
     let files = [("wide.yaml".to_owned(), WIDE_BUCKET.to_owned())];
@@ -161,20 +174,11 @@ fn a_token_bucket_redis_cannot_count_is_refused_at_load_for_redis_only() {
     // start on such rules (exit 78, the configuration's code).
     let root = rules_root(WIDE_BUCKET);
     let dir = root.join("ratelimit/config");
-    let out = command(&[("BACKEND_TYPE", "redis".into())])
-        .arg("check-config")
-        .arg(&dir)
-        .output()
-        .expect("check-config");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = check_config(&[("BACKEND_TYPE", "redis".into())], &dir);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("BACKEND_TYPE=redis"), "{stderr}");
-    let out = command(&[])
-        .arg("check-config")
-        .arg(&dir)
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(0), "the memory backend counts it");
+    let (code, stderr) = check_config(&[], &dir);
+    assert_eq!(code, Some(0), "the memory backend counts it: {stderr}");
     let mut env = loopback_env(&root);
     env.extend([
         ("BACKEND_TYPE", "redis".to_owned()),
@@ -209,13 +213,8 @@ fn rules_classic_memcached_cannot_count_are_refused_at_load_and_by_check_config(
         ("BACKEND_TYPE", "memcache".to_owned()),
         ("MEMCACHE_CLASSIC_PROTOCOL", "true".to_owned()),
     ];
-    let out = command(&classic)
-        .arg("check-config")
-        .arg(&dir)
-        .output()
-        .expect("check-config");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = check_config(&classic, &dir);
+    assert_eq!(code, Some(1), "{stderr}");
     for named in [
         "descriptors[1].rate_limit.algorithm:",
         "descriptors[2].rate_limit.algorithm:",
@@ -229,12 +228,8 @@ fn rules_classic_memcached_cannot_count_are_refused_at_load_and_by_check_config(
     );
     // Meta commands (the default) count all three.
     let meta = [("BACKEND_TYPE", "memcache".to_owned())];
-    let out = command(&meta)
-        .arg("check-config")
-        .arg(&dir)
-        .output()
-        .expect("check-config");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (code, stderr) = check_config(&meta, &dir);
+    assert_eq!(code, Some(0), "{stderr}");
     // The service refuses to start on them (exit 78), before it dials memcached.
     let mut env = loopback_env(&root);
     env.extend(classic);

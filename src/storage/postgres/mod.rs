@@ -159,12 +159,7 @@ impl PostgresStore {
 
     /// A connection with the schema in the state `POSTGRES_MIGRATE` asks for.
     async fn connection(&self) -> Result<Object, StorageError> {
-        let mut client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| self.unconnected(e))?;
+        let mut client = self.pooled().await?;
         if !self.inner.schema.initialized() {
             let inner = &self.inner;
             inner
@@ -193,6 +188,11 @@ impl PostgresStore {
             Ok(result) => result,
             Err(_) => Err(self.late()),
         }
+    }
+
+    /// A connection from the pool, as it is (the schema not checked).
+    async fn pooled(&self) -> Result<Object, StorageError> {
+        self.inner.pool.get().await.map_err(|e| self.unconnected(e))
     }
 
     /// No connection could be had from the pool: the deadline passed, or what PostgreSQL (or
@@ -256,12 +256,7 @@ impl PostgresStore {
 
     /// The schema's state (`turnstile migrate --check`).
     pub async fn schema_state(&self) -> Result<SchemaState, StorageError> {
-        let client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| self.unconnected(e))?;
+        let client = self.pooled().await?;
         schema::state(&client, &self.inner.quoted)
             .await
             .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))
@@ -269,12 +264,7 @@ impl PostgresStore {
 
     /// Brings the schema up to date (`turnstile migrate`); the versions applied.
     pub async fn migrate(&self) -> Result<Vec<i32>, StorageError> {
-        let mut client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| self.unconnected(e))?;
+        let mut client = self.pooled().await?;
         schema::migrate(&mut client, &self.inner.options.schema, &self.inner.quoted)
             .await
             .map_err(|e| StorageError::unavailable(format!("{}: {e}", self.place())).caused_by(e))
