@@ -70,6 +70,13 @@ impl Change {
             Change::Release(n) => Change::Release(n.min(MAX_DELTA)),
         }
     }
+
+    /// How many the operation adds or takes away.
+    pub fn amount(self) -> u64 {
+        match self {
+            Change::Add(n) | Change::Sub(n) | Change::Lease(n) | Change::Release(n) => n,
+        }
+    }
 }
 
 /// One counter operation of a batch.

@@ -1,9 +1,10 @@
 //! The Redis (and Valkey) counter store (`BACKEND_TYPE=redis`): one server, a cluster, or a
-//! master behind Sentinel. Every operation is a script call that does it atomically on the
-//! server and returns what the decision needs (`scripts`): on one server (and behind Sentinel)
-//! a request's counters travel in one call, one round trip; on a cluster each key goes to its
-//! slot's node, all at once over multiplexed connections. Bucket steps travel the same way (one
-//! call for all of a request's steps on one server, one per key on a cluster).
+//! master behind Sentinel. A request's fixed-window hits are plain commands pipelined in one
+//! write (`counters`); refunds, leases and token-bucket steps are script calls that do them
+//! atomically on the server (`scripts`). On one server (and behind Sentinel) a request's
+//! counters travel in one write, one round trip, and concurrent requests share the connection
+//! (redis-rs's multiplexed connection writes whatever is queued together); on a cluster a
+//! request's keys are grouped by slot, each group one write to its node, all groups at once.
 //! Each server, or each cluster node, has a circuit breaker (`breakers`). Failures are typed and
 //! name Redis; a connection fault or a READONLY answer (a demoted
 //! master) drops the connection at once so the next call reconnects (and, behind Sentinel,
@@ -14,8 +15,11 @@
 
 mod breakers;
 mod connect;
+mod counters;
 mod guarded;
 mod options;
+mod pipe;
+mod resp;
 mod scripts;
 
 use std::future::Future;
@@ -24,9 +28,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisError};
 
-use super::{
-    BucketAnswer, BucketStep, COUNT_CEILING, Change, CounterOp, CounterStore, StorageError, Take,
-};
+use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, StorageError, Take};
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use crate::storage::remote;
@@ -38,6 +40,13 @@ use scripts::Scripts;
 /// A token bucket's `capacity × period (ms)` must stay below this here: the script's numbers
 /// are Lua doubles, exact below 2^53. Rules beyond it are refused when they load.
 pub const BUCKET_MAX_SCALE: u128 = 1 << 53;
+
+/// What one call sends: a script invocation, or plain commands pipelined in one write.
+#[derive(Clone, Copy)]
+enum Request<'a> {
+    Script(&'a redis::ScriptInvocation<'a>),
+    Commands(&'a redis::Pipeline),
+}
 
 /// The Redis counter store.
 #[derive(Debug, Clone)]
@@ -97,18 +106,21 @@ impl Inner {
         (expires_at + jitter + 1).saturating_sub(now).max(1)
     }
 
-    /// Runs one script invocation under the deadline; faults reset the connection.
-    async fn call<T: FromRedisValue>(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, StorageError> {
+    /// Runs one request under the deadline; faults reset the connection.
+    async fn call<T: FromRedisValue>(&self, request: Request<'_>) -> Result<T, StorageError> {
         let mut conn = self.connector.get().await.map_err(|e| self.error(&e))?;
         // A cluster connection follows node faults and topology changes itself; the others
         // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
         // the sentinels name now).
         let own_recovery = matches!(conn, Conn::Cluster(_));
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await;
+        let work = async {
+            match request {
+                Request::Script(invocation) => invocation.invoke_async(&mut conn).await,
+                Request::Commands(commands) => commands.query_async(&mut conn).await,
+            }
+        };
+        let result = tokio::time::timeout(self.timeout, work).await;
         match result {
             Ok(Ok(value)) => Ok(value),
             // redis-rs's own response timeout (the same deadline) may fire first.
@@ -153,38 +165,6 @@ impl Inner {
         error.caused_by(e.clone())
     }
 
-    /// The counts after `hits`, in one script call.
-    async fn counters(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
-        let mut invocation = self.scripts.counters.prepare_invoke();
-        for hit in hits {
-            let (op, n) = match hit.change.bounded() {
-                Change::Add(n) => ("add", n),
-                Change::Sub(n) => ("sub", n),
-                Change::Lease(n) => ("lease", n),
-                Change::Release(n) => ("release", n),
-            };
-            invocation
-                .key(hit.key.as_bytes())
-                .arg(op)
-                .arg(n)
-                .arg(self.ttl(&hit.key, hit.expires_at, now));
-        }
-        invocation.arg(COUNT_CEILING);
-        let counts: Vec<i64> = self.call(&invocation).await?;
-        if counts.len() != hits.len() {
-            return Err(StorageError::protocol(format!(
-                "{}: {} answers to {} counters",
-                self.name,
-                counts.len(),
-                hits.len()
-            )));
-        }
-        Ok(counts
-            .into_iter()
-            .map(|c| u64::try_from(c).unwrap_or(0))
-            .collect())
-    }
-
     /// Bucket steps in one script call, in order (their keys must share a slot on a cluster).
     async fn steps(&self, steps: &[&BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         let mut invocation = self.scripts.bucket.prepare_invoke();
@@ -213,7 +193,7 @@ impl Inner {
                 .arg(n)
                 .arg(refund);
         }
-        let flat: Vec<i64> = self.call(&invocation).await?;
+        let flat: Vec<i64> = self.call(Request::Script(&invocation)).await?;
         if flat.len() != 3 * steps.len() {
             return Err(StorageError::protocol(format!(
                 "{}: {} values for {} bucket steps",
@@ -280,7 +260,7 @@ impl RedisStore {
     async fn hit_all(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now();
         let all: Vec<&CounterOp> = hits.iter().collect();
-        if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
+        if !self.inner.connector.is_cluster() {
             let breaker = self.admit(b"")?;
             let outcome = self.inner.counters(&all, now).await;
             return self.after(breaker, outcome);
@@ -301,7 +281,7 @@ impl RedisStore {
 
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
         let all: Vec<&BucketStep> = steps.iter().collect();
-        if !matches!(self.inner.connector.target(), RedisTarget::Cluster(_)) {
+        if !self.inner.connector.is_cluster() {
             let breaker = self.admit(b"")?;
             let outcome = self.inner.steps(&all).await;
             return self.after(breaker, outcome);

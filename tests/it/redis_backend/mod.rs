@@ -15,6 +15,7 @@ use crate::redis_support::{RedisProcess, cli, count_keys, redis_store};
 use crate::support::{Options, req1, start_with, unique};
 
 mod cluster;
+mod pipe;
 mod sentinel;
 
 pub(crate) const RULES: &str = "domain: cut\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";

@@ -213,6 +213,11 @@ impl RedisProcess {
         Some(process)
     }
 
+    /// A standalone server started with `args` as well.
+    pub fn start_with(args: &[&str]) -> Option<RedisProcess> {
+        Self::spawn(args)
+    }
+
     /// A standalone server.
     pub fn start() -> Option<RedisProcess> {
         Self::spawn(&[])
@@ -305,9 +310,18 @@ pub fn cli(port: u16, args: &[&str]) -> Option<String> {
 
 /// A store over `target` on `clock`.
 pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
+    redis_store_as(target, None, clock)
+}
+
+/// A store over `target` on `clock`, authenticating with `auth`.
+pub fn redis_store_as(
+    target: RedisTarget,
+    auth: Option<turnstile::storage::redis::RedisAuth>,
+    clock: &ManualClock,
+) -> RedisStore {
     let options = RedisOptions {
         target,
-        auth: None,
+        auth,
         timeout: Duration::from_secs(2),
         jitter_max_seconds: 0,
         tls: None,

@@ -1,0 +1,262 @@
+//! A pipelined connection of our own to one Redis server (TCP or a unix socket, without TLS),
+//! shared by every caller, for the hot path: a request's fixed-window commands (`counters`).
+//! A writer task takes every queued request and writes them in one go; a reader task reads
+//! the replies in order (Redis answers in order) and hands each request its counts. Scripts,
+//! probes, TLS, clusters and Sentinel stay on redis-rs.
+//!
+//! Why our own: on redis-rs's multiplexed connection, a request's commands, their encoding,
+//! its `Value` replies and its driver task cost about a third of Turnstile's CPU at five
+//! descriptors (perf, BENCHMARKS.md "Redis"); here a request is one buffer and one channel,
+//! and its replies are read straight into counts, as the memcached path does.
+//!
+//! Both queues are bounded: a full request queue is Turnstile's overload, reported at once.
+//!
+//! Must not touch: what the commands are (`counters`), breakers, what an error means to a
+//! caller.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::resp::{Reply, command, read_reply};
+use super::{RedisAuth, RedisTarget};
+
+/// Requests that may wait for the writer.
+const REQUEST_QUEUE: usize = 4_096;
+/// Written requests whose replies the reader has not read yet.
+const PENDING_QUEUE: usize = 16_384;
+
+/// Why a request got no counts.
+#[derive(Debug)]
+pub(super) enum PipeError {
+    /// The request queue is full: Turnstile's overload.
+    Overloaded,
+    /// The connection ended (why).
+    Closed(String),
+    /// Redis answered a command with an error (what it said).
+    Said(String),
+}
+
+/// One request: its commands, the replies to pass over (`skip`, the `SET … NX`), then the
+/// replies that are its counts.
+struct Request {
+    bytes: Vec<u8>,
+    skip: usize,
+    counts: usize,
+    answer: oneshot::Sender<Result<Vec<Reply>, PipeError>>,
+}
+
+/// A request written, awaiting its replies.
+struct Pending {
+    skip: usize,
+    counts: usize,
+    answer: oneshot::Sender<Result<Vec<Reply>, PipeError>>,
+}
+
+/// A shared, pipelined connection. Dropping the last handle closes it.
+#[derive(Debug)]
+pub(super) struct Pipe {
+    requests: mpsc::Sender<Request>,
+    /// Cleared when the reader stops, so the next caller reconnects.
+    alive: Arc<AtomicBool>,
+}
+
+impl Pipe {
+    /// Connects to a single server (`target` must be `Tcp` or `Unix`), authenticates with
+    /// `auth`, and starts the writer and reader.
+    pub(super) async fn connect(
+        target: &RedisTarget,
+        auth: Option<&RedisAuth>,
+    ) -> io::Result<Pipe> {
+        match target {
+            RedisTarget::Tcp(address) => {
+                let stream = tokio::net::TcpStream::connect(address.as_str()).await?;
+                stream.set_nodelay(true)?;
+                let (read, write) = stream.into_split();
+                Self::start(read, write, auth).await
+            }
+            RedisTarget::Unix(path) => {
+                let (read, write) = tokio::net::UnixStream::connect(path).await?.into_split();
+                Self::start(read, write, auth).await
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a pipe goes to one server",
+            )),
+        }
+    }
+
+    async fn start<R, W>(read: R, mut write: W, auth: Option<&RedisAuth>) -> io::Result<Pipe>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut read = BufReader::with_capacity(64 * 1024, read);
+        if let Some(auth) = auth {
+            let mut out = Vec::new();
+            match &auth.user {
+                Some(user) => command(
+                    &mut out,
+                    &[b"AUTH", user.as_bytes(), auth.password.as_bytes()],
+                ),
+                None => command(&mut out, &[b"AUTH", auth.password.as_bytes()]),
+            }
+            write.write_all(&out).await?;
+            if let Reply::Error(said) = read_reply(&mut read, &mut Vec::new()).await? {
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, said));
+            }
+        }
+        let (requests, queue) = mpsc::channel::<Request>(REQUEST_QUEUE);
+        let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
+        tokio::spawn(writer(write, queue, pending_tx));
+        let alive = Arc::new(AtomicBool::new(true));
+        let reading = Alive(Arc::clone(&alive));
+        tokio::spawn(async move {
+            let _reading = reading;
+            if let Some(why) = reader(read, pending_rx).await {
+                tracing::warn!(error = %why, "a Redis connection ended");
+            }
+        });
+        Ok(Pipe { requests, alive })
+    }
+
+    /// Whether the connection has stopped.
+    pub(super) fn is_closed(&self) -> bool {
+        self.requests.is_closed() || !self.alive.load(Ordering::Acquire)
+    }
+
+    /// Sends `bytes` (commands) and waits for their replies: `skip` passed over (an error
+    /// among them is the request's error), then `counts` returned.
+    pub(super) async fn send(
+        &self,
+        bytes: Vec<u8>,
+        skip: usize,
+        counts: usize,
+    ) -> Result<Vec<Reply>, PipeError> {
+        let (answer, answered) = oneshot::channel();
+        let request = Request {
+            bytes,
+            skip,
+            counts,
+            answer,
+        };
+        self.requests.try_send(request).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => PipeError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => closed(),
+        })?;
+        answered.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+fn closed() -> PipeError {
+    PipeError::Closed("the connection to Redis closed".into())
+}
+
+async fn writer<W: AsyncWrite + Unpin>(
+    mut write: W,
+    mut queue: mpsc::Receiver<Request>,
+    pending: mpsc::Sender<Pending>,
+) {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    while let Some(first) = queue.recv().await {
+        buf.clear();
+        let mut next = Some(first);
+        // Everything already queued goes out in the same write. A caller that gave up before
+        // its commands left (its deadline passed in the queue) is skipped: they never count.
+        while let Some(request) = next {
+            if !request.answer.is_closed() {
+                buf.extend_from_slice(&request.bytes);
+                let awaited = Pending {
+                    skip: request.skip,
+                    counts: request.counts,
+                    answer: request.answer,
+                };
+                if pending.send(awaited).await.is_err() {
+                    return;
+                }
+            }
+            next = match buf.len() < 256 * 1024 {
+                true => queue.try_recv().ok(),
+                false => None,
+            };
+        }
+        if !buf.is_empty() && write.write_all(&buf).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Marks the connection dead when the reader stops, however it stops.
+struct Alive(Arc<AtomicBool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Reads replies until no caller is left (`None`) or the connection ends (why). The request
+/// being read and every one still awaited then fail with that reason.
+async fn reader<R: AsyncBufRead + Unpin>(
+    mut read: R,
+    mut pending: mpsc::Receiver<Pending>,
+) -> Option<io::Error> {
+    let mut line = Vec::new();
+    loop {
+        // Wait for the next request, but notice a connection Redis closed while idle, so the
+        // next caller reconnects instead of failing. Replies only ever follow their request's
+        // entry (the writer queues it before writing), so pending entries come first.
+        let awaited = tokio::select! {
+            biased;
+            next = pending.recv() => match next {
+                Some(next) => next,
+                None => return None,
+            },
+            filled = read.fill_buf() => return Some(match filled {
+                Ok([]) => io::Error::new(io::ErrorKind::UnexpectedEof, "Redis closed the connection"),
+                Ok(_) => io::Error::new(io::ErrorKind::InvalidData, "Redis sent bytes that answer no command"),
+                Err(e) => e,
+            }),
+        };
+        match replies(&mut read, &mut line, awaited.skip, awaited.counts).await {
+            Ok(outcome) => drop(awaited.answer.send(outcome)),
+            Err(why) => {
+                drop(awaited.answer.send(Err(PipeError::Closed(why.to_string()))));
+                pending.close();
+                while let Ok(awaited) = pending.try_recv() {
+                    drop(awaited.answer.send(Err(PipeError::Closed(why.to_string()))));
+                }
+                return Some(why);
+            }
+        }
+    }
+}
+
+/// One request's replies: every one is read (the next request's follow), the first error
+/// among them is its outcome.
+async fn replies<R: AsyncBufRead + Unpin>(
+    read: &mut R,
+    line: &mut Vec<u8>,
+    skip: usize,
+    counts: usize,
+) -> io::Result<Result<Vec<Reply>, PipeError>> {
+    let mut said = None;
+    let mut out = Vec::with_capacity(counts);
+    for at in 0..skip + counts {
+        let reply = read_reply(read, line).await?;
+        match reply {
+            Reply::Error(text) => {
+                said.get_or_insert(text);
+            }
+            reply if at >= skip => out.push(reply),
+            _ => {}
+        }
+    }
+    Ok(match said {
+        Some(text) => Err(PipeError::Said(text)),
+        None => Ok(out),
+    })
+}
