@@ -8,7 +8,8 @@
 # default runtime (LIFO slot on: the floor issue 20 was first measured against), column D.
 # Prints one line per run, the median requests/s per binary and shape, and the median of each
 # round's ratios (B / floor, B / A: runs of the same round, in alternating order).
-# REDIS=1 adds one redis-server (1 and 5 descriptors).
+# REDIS=1 adds one redis-server (1 and 5 descriptors); ONLY=<shape> (memory, memcached,
+# memcached-x3, redis) runs that shape alone.
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as
@@ -72,6 +73,11 @@ shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
 if [ "${REDIS:-0}" = 1 ]; then
   shapes+=("redis|1|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431"
     "redis|5|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431")
+fi
+if [ -n "${ONLY:-}" ]; then
+  kept=()
+  for shape in "${shapes[@]}"; do [[ $shape == "$ONLY|"* ]] && kept+=("$shape"); done
+  shapes=("${kept[@]}")
 fi
 for round in $(seq "$rounds"); do
   # Even rounds run the binaries in the reverse order, so drift within a round favours none.

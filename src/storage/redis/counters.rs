@@ -1,7 +1,9 @@
 //! A request's counter operations on Redis, done exactly in the fewest Redis microseconds.
-//! Adds and reads (every fixed-window hit) are plain commands pipelined in one write: per add
-//! `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`. Refunds, leases and releases
-//! go through the counters script (`scripts`), all of a request's operations in one call.
+//! Adds and reads (every fixed- and sliding-window hit) are plain commands pipelined in one
+//! write: per add `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`; to one server
+//! without TLS over our own connection (`pipe`), with TLS or behind Sentinel over redis-rs's.
+//! Refunds, leases and releases, and every operation on a cluster, go through the counters
+//! script (`scripts`), all of a request's operations in one call.
 //!
 //! Why commands: inside Redis an `EVALSHA` of the script costs about 4 µs for one key and
 //! 13 µs for five, while `SET NX` and `INCRBY` cost a fraction of a microsecond each
@@ -45,7 +47,9 @@ impl Inner {
     /// `SET … NX` first, then each hit's `INCRBY` or `GET` in order (a read after an add of
     /// the same key reads what the add made, a read before it the zero the `SET` made).
     async fn piped(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
-        let mut bytes = Vec::with_capacity(112 * hits.len());
+        // Each hit's two commands: its key twice and under 96 bytes of framing and numbers.
+        let size = hits.iter().map(|hit| 2 * hit.key.len() + 96).sum();
+        let mut bytes = Vec::with_capacity(size);
         let mut number = itoa::Buffer::new();
         let mut skip = 0;
         for hit in hits
