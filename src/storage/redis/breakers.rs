@@ -99,6 +99,14 @@ impl Breakers {
         }
     }
 
+    /// The node serving `key` on a cluster whose slot map is known.
+    pub(super) fn node_of(&self, key: &[u8]) -> Option<String> {
+        match self {
+            Breakers::Server(_) => None,
+            Breakers::Cluster(nodes) => nodes.node_of(key),
+        }
+    }
+
     /// Every breaker's readings.
     pub(super) fn gauges(&self) -> Vec<Gauge> {
         match self {

@@ -80,6 +80,8 @@ pub(super) struct Connector {
     why: Mutex<String>,
     /// The pipelined connection of the hot path (one server without TLS; `pipe`).
     pipe: arc_swap::ArcSwapOption<Pipe>,
+    /// A cluster's pipelined connections, by node (`host:port`; without TLS).
+    nodes: Mutex<std::collections::HashMap<String, Arc<Pipe>>>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -184,7 +186,39 @@ impl Connector {
             backoff: Backoff::default(),
             why: Mutex::new(String::new()),
             pipe: arc_swap::ArcSwapOption::empty(),
+            nodes: Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// Whether a cluster's fixed-window hits go over our own connections to its nodes: no TLS.
+    pub(super) fn pipes_to_nodes(&self) -> bool {
+        self.is_cluster() && self.options.tls.is_none()
+    }
+
+    /// The live pipelined connection to cluster node `node` (`host:port`), connecting first
+    /// when there is none. Its breaker keeps calls away from a node that does not answer.
+    pub(super) async fn node_pipe(&self, node: &str) -> std::io::Result<Arc<Pipe>> {
+        if let Some(pipe) = lock(&self.nodes).get(node).filter(|pipe| !pipe.is_closed()) {
+            return Ok(Arc::clone(pipe));
+        }
+        let o = &self.options;
+        let target = RedisTarget::Tcp(node.to_owned());
+        let connect = Pipe::connect(&target, o.auth.as_ref());
+        let pipe = match tokio::time::timeout(o.timeout, connect).await {
+            Ok(connected) => Arc::new(connected?),
+            Err(_) => {
+                let why = format!("connecting to redis node {node} timed out");
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why));
+            }
+        };
+        // Two callers may connect at once; the later one's connection is kept.
+        lock(&self.nodes).insert(node.to_owned(), Arc::clone(&pipe));
+        Ok(pipe)
+    }
+
+    /// Forgets the connection to cluster node `node` after a fault.
+    pub(super) fn reset_node(&self, node: &str) {
+        lock(&self.nodes).remove(node);
     }
 
     /// Whether this is a cluster.

@@ -17,7 +17,7 @@
 
 use redis::Value;
 
-use super::pipe::PipeError;
+use super::pipe::{Pipe, PipeError};
 use super::resp::{self, Reply};
 use super::{Inner, Request};
 use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
@@ -43,15 +43,42 @@ impl Inner {
         }
     }
 
-    /// Adds and reads over our own pipelined connection (`pipe`), one write: every add's
-    /// `SET … NX` first, then each hit's `INCRBY` or `GET` in order (a read after an add of
-    /// the same key reads what the add made, a read before it the zero the `SET` made).
+    /// Adds and reads over our own pipelined connection (`pipe`), one write.
     async fn piped(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
+        let (bytes, sets) = self.resp_commands(hits, now);
+        let pipe =
+            self.connector.pipe().await.map_err(|e| {
+                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
+            })?;
+        let replies = self.exchange(&pipe, bytes, sets + hits.len(), None).await?;
+        if let Some(said) = replies.iter().find_map(Reply::said) {
+            if said.starts_with("READONLY") {
+                self.connector.reset();
+            }
+            return Err(StorageError::protocol(format!("{}: {said}", self.name)));
+        }
+        let mut counts = Vec::with_capacity(hits.len());
+        let mut over = Vec::new();
+        for (hit, reply) in hits.iter().zip(replies.into_iter().skip(sets)) {
+            let count = reply.count().ok_or_else(|| self.unexpected(hits.len()))?;
+            if count > COUNT_CEILING {
+                over.push(hit);
+            }
+            counts.push(count.min(COUNT_CEILING));
+        }
+        self.saturate(&over).await?;
+        Ok(counts)
+    }
+
+    /// A request's commands in RESP, and how many of them come first as `SET … NX`: every
+    /// add's `SET key 0 NX EX ttl`, then each hit's `INCRBY` or `GET` in order (so a read after
+    /// an add of the same key reads what the add made, one before it the zero the `SET` made).
+    pub(super) fn resp_commands(&self, hits: &[&CounterOp], now: u64) -> (Vec<u8>, usize) {
         // Each hit's two commands: its key twice and under 96 bytes of framing and numbers.
         let size = hits.iter().map(|hit| 2 * hit.key.len() + 96).sum();
         let mut bytes = Vec::with_capacity(size);
         let mut number = itoa::Buffer::new();
-        let mut skip = 0;
+        let mut sets = 0;
         for hit in hits
             .iter()
             .filter(|hit| hit.change.bounded() != Change::Add(0))
@@ -62,7 +89,7 @@ impl Inner {
                 &mut bytes,
                 &[b"SET", hit.key.as_bytes(), b"0", b"NX", b"EX", ttl],
             );
-            skip += 1;
+            sets += 1;
         }
         for hit in hits {
             let key = hit.key.as_bytes();
@@ -74,114 +101,69 @@ impl Inner {
                 }
             }
         }
-        let pipe =
-            self.connector.pipe().await.map_err(|e| {
-                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
-            })?;
+        (bytes, sets)
+    }
+
+    /// Sends `bytes` on `pipe` (to the server, or to cluster `node`) and waits for its
+    /// `replies` under the deadline. Not answered: Turnstile's overload, Redis gone (the
+    /// connection is dropped and the next call reconnects), or late.
+    pub(super) async fn exchange(
+        &self,
+        pipe: &Pipe,
+        bytes: Vec<u8>,
+        replies: usize,
+        node: Option<&str>,
+    ) -> Result<Vec<Reply>, StorageError> {
         let started = std::time::Instant::now();
-        let sent = pipe.send(bytes, skip, hits.len());
-        let replies = match tokio::time::timeout(self.timeout, sent).await {
-            Ok(Ok(replies)) => replies,
-            Ok(Err(e)) => return Err(self.failed(e)),
-            Err(_) => return Err(self.late(started)),
-        };
-        let mut counts = Vec::with_capacity(hits.len());
-        let mut over = Vec::new();
-        for (hit, reply) in hits.iter().zip(replies) {
-            let count = match reply {
-                Reply::Int(count) => u64::try_from(count).unwrap_or(0),
-                Reply::Nil => 0,
-                Reply::Text(bytes) => read(Some(Value::BulkString(bytes)))
-                    .ok_or_else(|| self.unexpected(hits.len()))?,
-                Reply::Error(_) => return Err(self.unexpected(hits.len())),
-            };
-            if count > COUNT_CEILING {
-                over.push(hit);
-            }
-            counts.push(count.min(COUNT_CEILING));
-        }
-        self.saturate(&over).await?;
-        Ok(counts)
-    }
-
-    /// What a request the pipe did not answer means: Turnstile's overload, Redis gone (the
-    /// connection is dropped, the next call reconnects), or what Redis said.
-    fn failed(&self, error: PipeError) -> StorageError {
-        match error {
-            PipeError::Overloaded => StorageError::overloaded(format!(
+        match tokio::time::timeout(self.timeout, pipe.send(bytes, replies)).await {
+            Ok(Ok(replies)) => Ok(replies),
+            Ok(Err(PipeError::Overloaded)) => Err(StorageError::overloaded(format!(
                 "too many requests already wait for the connection to {}",
-                self.name
-            )),
-            PipeError::Closed(why) => {
-                self.connector.reset();
-                StorageError::unavailable(format!("{}: {why}", self.name))
-            }
-            PipeError::Said(said) => {
-                if said.starts_with("READONLY") {
-                    self.connector.reset();
+                node.unwrap_or(&self.name)
+            ))),
+            Ok(Err(PipeError::Closed(why))) => {
+                match node {
+                    Some(node) => self.connector.reset_node(node),
+                    None => self.connector.reset(),
                 }
-                StorageError::protocol(format!("{}: {said}", self.name))
+                let name = node.map_or_else(|| self.name.clone(), |n| format!("redis node {n}"));
+                Err(StorageError::unavailable(format!("{name}: {why}")))
             }
+            Err(_) => Err(self.late(started)),
         }
     }
 
-    /// Puts counters that passed the ceiling back to it, keeping their TTL.
-    async fn saturate(&self, over: &[&&CounterOp]) -> Result<(), StorageError> {
-        if over.is_empty() {
-            return Ok(());
-        }
-        let mut commands = redis::Pipeline::with_capacity(over.len());
+    /// Puts counters that passed the ceiling back to it, keeping their TTL (one key a call:
+    /// on a cluster their slots differ).
+    pub(super) async fn saturate(&self, over: &[&&CounterOp]) -> Result<(), StorageError> {
         for hit in over {
+            let mut command = redis::Pipeline::with_capacity(1);
             let key = hit.key.as_bytes();
-            commands
+            command
                 .cmd("SET")
                 .arg(key)
                 .arg(COUNT_CEILING)
                 .arg("XX")
                 .arg("KEEPTTL");
+            let _: Vec<Value> = self.call(Request::Commands(&command)).await?;
         }
-        let _: Vec<Value> = self.call(Request::Commands(&commands)).await?;
         Ok(())
     }
 
     /// Adds and reads as pipelined commands, one write; a count that passed the ceiling is put
     /// back to it (a second write, only then).
     async fn adds(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
-        let mut commands = redis::Pipeline::with_capacity(2 * hits.len());
-        for hit in hits {
-            let key = hit.key.as_bytes();
-            match hit.change.bounded() {
-                Change::Add(0) => {
-                    commands.cmd("GET").arg(key);
-                }
-                change => {
-                    let ttl = self.ttl(&hit.key, hit.expires_at, now);
-                    commands
-                        .cmd("SET")
-                        .arg(key)
-                        .arg(0)
-                        .arg("NX")
-                        .arg("EX")
-                        .arg(ttl);
-                    commands.cmd("INCRBY").arg(key).arg(change.amount());
-                }
-            }
-        }
+        let (commands, count) = plain_commands(self, hits, now);
         let answers: Vec<Value> = self.call(Request::Commands(&commands)).await?;
+        debug_assert_eq!(answers.len(), count);
         let mut answers = answers.into_iter();
         let mut counts = Vec::with_capacity(hits.len());
         let mut over = Vec::new();
         for hit in hits {
-            let count = match hit.change.bounded() {
-                Change::Add(0) => read(answers.next()),
-                _ => answers.nth(1).and_then(|v| match v {
-                    Value::Int(count) => Some(u64::try_from(count).unwrap_or(0)),
-                    _ => None,
-                }),
-            };
-            let Some(count) = count else {
-                return Err(self.unexpected(hits.len()));
-            };
+            if hit.change.bounded() != Change::Add(0) {
+                answers.next(); // the SET … NX
+            }
+            let count = count_of(answers.next()).ok_or_else(|| self.unexpected(hits.len()))?;
             if count > COUNT_CEILING {
                 over.push(hit);
             }
@@ -192,7 +174,11 @@ impl Inner {
     }
 
     /// Any operations through the counters script, in one call.
-    async fn scripted(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
+    pub(super) async fn scripted(
+        &self,
+        hits: &[&CounterOp],
+        now: u64,
+    ) -> Result<Vec<u64>, StorageError> {
         let mut invocation = self.scripts.counters.prepare_invoke();
         for hit in hits {
             let op = match hit.change.bounded() {
@@ -218,7 +204,7 @@ impl Inner {
             .collect())
     }
 
-    fn unexpected(&self, hits: usize) -> StorageError {
+    pub(super) fn unexpected(&self, hits: usize) -> StorageError {
         StorageError::protocol(format!(
             "{}: the answers to {hits} counters are not counts",
             self.name
@@ -226,18 +212,51 @@ impl Inner {
     }
 }
 
-/// A read's count: none for a missing counter, the ceiling for a value that is not a count
-/// (as the script reads it); `None` for an answer that is not a `GET`'s.
-fn read(answer: Option<Value>) -> Option<u64> {
+/// Each hit's commands as a redis-rs pipeline, in order (`SET … NX` then `INCRBY` per add,
+/// `GET` per read), and how many commands that is.
+pub(super) fn plain_commands(
+    inner: &Inner,
+    hits: &[&CounterOp],
+    now: u64,
+) -> (redis::Pipeline, usize) {
+    let mut commands = redis::Pipeline::with_capacity(2 * hits.len());
+    let mut count = 0;
+    for hit in hits {
+        let key = hit.key.as_bytes();
+        match hit.change.bounded() {
+            Change::Add(0) => {
+                commands.cmd("GET").arg(key);
+                count += 1;
+            }
+            change => {
+                let ttl = inner.ttl(&hit.key, hit.expires_at, now);
+                commands
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(0)
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl);
+                commands.cmd("INCRBY").arg(key).arg(change.amount());
+                count += 2;
+            }
+        }
+    }
+    (commands, count)
+}
+
+/// The count an `INCRBY` or `GET` answered: a missing counter is 0, a value that is not a
+/// count reads as the ceiling (as the script reads it), a negative one as 0; `None` for an
+/// answer that is neither command's.
+pub(super) fn count_of(answer: Option<Value>) -> Option<u64> {
     match answer? {
+        Value::Int(count) => Some(u64::try_from(count).unwrap_or(0)),
         Value::Nil => Some(0),
         Value::BulkString(bytes) => Some(
             std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(|text| text.parse::<i64>().ok())
-                .map_or(COUNT_CEILING, |count| {
-                    u64::try_from(count).unwrap_or(0).min(COUNT_CEILING)
-                }),
+                .map_or(COUNT_CEILING, |count| u64::try_from(count).unwrap_or(0)),
         ),
         _ => None,
     }

@@ -43,7 +43,14 @@ impl RedisStore {
         if let Some(breaker) = &breaker {
             breaker.record(&outcome);
         }
-        if self.inner.breakers.should_ask_slots(outcome.is_err()) {
+        self.ask_slots_if_due(outcome.is_err());
+        outcome
+    }
+
+    /// Asks a cluster for its slot map when it is due (`failed`: a call just failed or was
+    /// redirected, so it may be out of date).
+    pub(super) fn ask_slots_if_due(&self, failed: bool) {
+        if self.inner.breakers.should_ask_slots(failed) {
             let store = self.clone();
             self.spawn(async move {
                 match store.inner.connector.get().await {
@@ -52,7 +59,6 @@ impl RedisStore {
                 }
             });
         }
-        outcome
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {

@@ -14,6 +14,7 @@
 //! `storage::token_bucket`, which the contract suite checks), key layout.
 
 mod breakers;
+mod cluster;
 mod connect;
 mod counters;
 mod guarded;
@@ -42,7 +43,7 @@ use scripts::Scripts;
 pub const BUCKET_MAX_SCALE: u128 = 1 << 53;
 
 /// What one call sends: a script invocation, or plain commands pipelined in one write.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Request<'a> {
     Script(&'a redis::ScriptInvocation<'a>),
     Commands(&'a redis::Pipeline),
@@ -265,18 +266,7 @@ impl RedisStore {
             let outcome = self.inner.counters(&all, now).await;
             return self.after(breaker, outcome);
         }
-        // A cluster: each key on its slot's node (a script's keys must share a slot), at once;
-        // the multiplexed connections pipeline them per node.
-        let counts = remote::in_key_order(
-            &all,
-            |h| h.key.as_str(),
-            |hit| async move {
-                let breaker = self.admit(hit.key.as_bytes())?;
-                let outcome = self.inner.counters(std::slice::from_ref(hit), now).await;
-                self.after(breaker, outcome)
-            },
-        );
-        Ok(counts.await?.into_iter().flatten().collect())
+        self.cluster_hits(&all, now).await
     }
 
     async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {

@@ -29,30 +29,25 @@ const REQUEST_QUEUE: usize = 4_096;
 /// Written requests whose replies the reader has not read yet.
 const PENDING_QUEUE: usize = 16_384;
 
-/// Why a request got no counts.
+/// Why a request got no replies.
 #[derive(Debug)]
 pub(super) enum PipeError {
     /// The request queue is full: Turnstile's overload.
     Overloaded,
     /// The connection ended (why).
     Closed(String),
-    /// Redis answered a command with an error (what it said).
-    Said(String),
 }
 
-/// One request: its commands, the replies to pass over (`skip`, the `SET … NX`), then the
-/// replies that are its counts.
+/// One request: its commands and how many replies they get.
 struct Request {
     bytes: Vec<u8>,
-    skip: usize,
-    counts: usize,
+    replies: usize,
     answer: oneshot::Sender<Result<Vec<Reply>, PipeError>>,
 }
 
 /// A request written, awaiting its replies.
 struct Pending {
-    skip: usize,
-    counts: usize,
+    replies: usize,
     answer: oneshot::Sender<Result<Vec<Reply>, PipeError>>,
 }
 
@@ -128,19 +123,17 @@ impl Pipe {
         self.requests.is_closed() || !self.alive.load(Ordering::Acquire)
     }
 
-    /// Sends `bytes` (commands) and waits for their replies: `skip` passed over (an error
-    /// among them is the request's error), then `counts` returned.
+    /// Sends `bytes` (commands) and waits for their `replies` (errors Redis answered among
+    /// them: what each command got).
     pub(super) async fn send(
         &self,
         bytes: Vec<u8>,
-        skip: usize,
-        counts: usize,
+        replies: usize,
     ) -> Result<Vec<Reply>, PipeError> {
         let (answer, answered) = oneshot::channel();
         let request = Request {
             bytes,
-            skip,
-            counts,
+            replies,
             answer,
         };
         self.requests.try_send(request).map_err(|e| match e {
@@ -170,8 +163,7 @@ async fn writer<W: AsyncWrite + Unpin>(
             if !request.answer.is_closed() {
                 buf.extend_from_slice(&request.bytes);
                 let awaited = Pending {
-                    skip: request.skip,
-                    counts: request.counts,
+                    replies: request.replies,
                     answer: request.answer,
                 };
                 if pending.send(awaited).await.is_err() {
@@ -221,8 +213,8 @@ async fn reader<R: AsyncBufRead + Unpin>(
                 Err(e) => e,
             }),
         };
-        match replies(&mut read, &mut line, awaited.skip, awaited.counts).await {
-            Ok(outcome) => drop(awaited.answer.send(outcome)),
+        match replies(&mut read, &mut line, awaited.replies).await {
+            Ok(replies) => drop(awaited.answer.send(Ok(replies))),
             Err(why) => {
                 drop(awaited.answer.send(Err(PipeError::Closed(why.to_string()))));
                 pending.close();
@@ -235,28 +227,15 @@ async fn reader<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// One request's replies: every one is read (the next request's follow), the first error
-/// among them is its outcome.
+/// One request's `count` replies.
 async fn replies<R: AsyncBufRead + Unpin>(
     read: &mut R,
     line: &mut Vec<u8>,
-    skip: usize,
-    counts: usize,
-) -> io::Result<Result<Vec<Reply>, PipeError>> {
-    let mut said = None;
-    let mut out = Vec::with_capacity(counts);
-    for at in 0..skip + counts {
-        let reply = read_reply(read, line).await?;
-        match reply {
-            Reply::Error(text) => {
-                said.get_or_insert(text);
-            }
-            reply if at >= skip => out.push(reply),
-            _ => {}
-        }
+    count: usize,
+) -> io::Result<Vec<Reply>> {
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(read_reply(read, line).await?);
     }
-    Ok(match said {
-        Some(text) => Err(PipeError::Said(text)),
-        None => Ok(out),
-    })
+    Ok(out)
 }

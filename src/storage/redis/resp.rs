@@ -8,6 +8,8 @@ use std::io;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
+use crate::storage::COUNT_CEILING;
+
 /// One reply, as far as this connection's commands need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Reply {
@@ -19,6 +21,33 @@ pub(super) enum Reply {
     Text(Vec<u8>),
     /// `-ERR …`: what Redis said.
     Error(String),
+}
+
+impl Reply {
+    /// What Redis said, when this is an error.
+    pub(super) fn said(&self) -> Option<&str> {
+        match self {
+            Reply::Error(said) => Some(said),
+            _ => None,
+        }
+    }
+
+    /// The count an `INCRBY` or `GET` answered: a missing counter is 0, a value that is not a
+    /// count reads as the ceiling (as the script reads it), a negative one as 0; `None` for
+    /// an error.
+    pub(super) fn count(&self) -> Option<u64> {
+        match self {
+            Reply::Int(count) => Some(u64::try_from(*count).unwrap_or(0)),
+            Reply::Nil => Some(0),
+            Reply::Text(bytes) => Some(
+                std::str::from_utf8(bytes)
+                    .ok()
+                    .and_then(|text| text.parse::<i64>().ok())
+                    .map_or(COUNT_CEILING, |count| u64::try_from(count).unwrap_or(0)),
+            ),
+            Reply::Error(_) => None,
+        }
+    }
 }
 
 /// Appends a command (an array of bulk strings) to `out`.
