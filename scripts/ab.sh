@@ -8,8 +8,8 @@
 # default runtime (LIFO slot on: the floor issue 20 was first measured against), column D.
 # Prints one line per run, the median requests/s per binary and shape, and the median of each
 # round's ratios (B / floor, B / A: runs of the same round, in alternating order).
-# REDIS=1 adds one redis-server (1 and 5 descriptors); ONLY=<shape> (memory, memcached,
-# memcached-x3, redis) runs that shape alone.
+# REDIS=1 adds one redis-server (1 and 5 descriptors) and a 3-master cluster (5 descriptors);
+# ONLY="<shape> …" (memory, memcached, memcached-x3, redis, redis-cluster) runs those alone.
 # MEASURE=cpu measures instead the server's CPU per call at a fixed 40,000 calls/s (h2load
 # --rps, 4 x 10,000; CPU from /proc/PID/stat), given as calls per CPU-second: a measure that
 # does not depend on the client's core (on this shared machine it scatters about as much as
@@ -31,6 +31,14 @@ if [ "${REDIS:-0}" = 1 ]; then
   mkdir -p "$work/redis"
   taskset -c 1 redis-server --port 21431 --bind 127.0.0.1 --save "" --appendonly no --dir "$work/redis" >/dev/null & mcs+=($!)
   wait_port 21431
+  for port in 21451 21452 21453; do
+    mkdir -p "$work/redis$port"
+    taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/redis$port" \
+      --cluster-enabled yes --cluster-config-file nodes.conf >/dev/null & mcs+=($!)
+    wait_port "$port"
+  done
+  redis-cli -p 21451 --cluster create 127.0.0.1:21451 127.0.0.1:21452 127.0.0.1:21453 --cluster-replicas 0 --cluster-yes >/dev/null
+  until redis-cli -p 21451 cluster info | grep -q cluster_state:ok; do sleep 0.1; done
 fi
 for port in 21421 21422 21423; do wait_port "$port"; done
 for d in 1 5; do "$tools/turnstile-loadgen" --dump-body "$work/req$d.bin" --descriptors "$d" --domain bench; done
@@ -72,11 +80,12 @@ shapes=("memory|1|BACKEND_TYPE=memory" "memory|5|BACKEND_TYPE=memory"
   "memcached-x3|5|BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=127.0.0.1:21421,127.0.0.1:21422,127.0.0.1:21423")
 if [ "${REDIS:-0}" = 1 ]; then
   shapes+=("redis|1|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431"
-    "redis|5|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431")
+    "redis|5|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:21431"
+    "redis-cluster|5|BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp REDIS_TYPE=cluster REDIS_URL=127.0.0.1:21451,127.0.0.1:21452,127.0.0.1:21453")
 fi
 if [ -n "${ONLY:-}" ]; then
   kept=()
-  for shape in "${shapes[@]}"; do [[ $shape == "$ONLY|"* ]] && kept+=("$shape"); done
+  for shape in "${shapes[@]}"; do [[ " $ONLY " == *" ${shape%%|*} "* ]] && kept+=("$shape"); done
   shapes=("${kept[@]}")
 fi
 for round in $(seq "$rounds"); do

@@ -1,9 +1,9 @@
 //! A request's counter operations on Redis, done exactly in the fewest Redis microseconds.
 //! Adds and reads (every fixed- and sliding-window hit) are plain commands pipelined in one
 //! write: per add `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`; to one server
-//! without TLS over our own connection (`pipe`), with TLS or behind Sentinel over redis-rs's.
-//! Refunds, leases and releases, and every operation on a cluster, go through the counters
-//! script (`scripts`), all of a request's operations in one call.
+//! without TLS over our own connection (`pipe`), with TLS or behind Sentinel over redis-rs's
+//! (a cluster's are grouped by node in `cluster`). Refunds, leases and releases go through the
+//! counters script (`scripts`), all of a request's operations in one call.
 //!
 //! Why commands: inside Redis an `EVALSHA` of the script costs about 4 µs for one key and
 //! 13 µs for five, while `SET NX` and `INCRBY` cost a fraction of a microsecond each
@@ -13,7 +13,7 @@
 //! is there. Keys and values are the reference's (its `INCRBY`'d decimal), so during a cut-over
 //! both count into one counter.
 //!
-//! Must not touch: connections, breakers, routing across a cluster, key layout.
+//! Must not touch: connections, breakers, a cluster's routing, key layout.
 
 use redis::Value;
 
@@ -23,11 +23,9 @@ use super::{Inner, Request};
 use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 
 impl Inner {
-    /// The counts after `hits`, in order: plain commands when every hit is an add or a read
-    /// (over our own pipe to one server, over redis-rs's connection with TLS or behind
-    /// Sentinel), one script call otherwise. A cluster keeps the script: redis-rs's cluster
-    /// client does not follow an `ASK` redirection for a pipeline, so during a slot migration
-    /// the commands would fail where the script is redirected (`cluster_slot_migration` test).
+    /// The counts after `hits` on one server (or the master behind Sentinel), in order: plain
+    /// commands when every hit is an add or a read (over our own pipe without TLS, over
+    /// redis-rs's connection with it or behind Sentinel), one script call otherwise.
     pub(super) async fn counters(
         &self,
         hits: &[&CounterOp],
@@ -38,8 +36,8 @@ impl Inner {
             .all(|hit| matches!(hit.change.bounded(), Change::Add(_)));
         match plain {
             true if self.connector.pipes() => self.piped(hits, now).await,
-            true if !self.connector.is_cluster() => self.adds(hits, now).await,
-            _ => self.scripted(hits, now).await,
+            true => self.adds(hits, now).await,
+            false => self.scripted(hits, now).await,
         }
     }
 
