@@ -16,7 +16,7 @@
 //!   └──────────────┬──────────────────────────┘
 //!                  ▼
 //!   limiter::Operations: the one port to the stores (nothing else calls a store; a test
-//!   │                checks it). Plan<CounterOp, BucketStep> → queued with a Destination → a
+//!   │                checks it). Plan<CounterOp, TokenStep> → queued with a Destination → a
 //!   │                typed slot (CountSlot, StepSlot) that reads the answer after one apply
 //!   │ routing        Destination: main, per-second (REDIS_PERSECOND: SECOND limits), durable
 //!   │                (POSTGRES_FROM_UNIT: long windows → PostgreSQL); one call per store
@@ -52,7 +52,7 @@
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `bucket` for `BucketStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `clock` |
+//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `bucket` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |

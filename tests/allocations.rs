@@ -2,9 +2,7 @@
 //! a test binary of its own, not part of `tests/it`): the common case — one to five
 //! fixed-window descriptors on the memory store, the request already converted — decided and
 //! turned into its protobuf response. The bounds are today's counts (7 and 12: six per call and
-//! about one per descriptor, its counter key, which the store call takes owned, written straight
-//! into its own allocation; they were 10 and 29 before keys were written in one allocation, 8
-//! and 17 before each descriptor's part stopped being a string of its own), so that the hot path
+//! one per descriptor, its counter key, which the store call takes owned), so that the hot path
 //! can only get leaner: lower them when a change removes allocations.
 //!
 //! The same decision over one real memcached (the pipelined transport, the service's default)
@@ -12,18 +10,12 @@
 //! reader tasks included (they run on the test's one thread): 11 and 15, four more than in
 //! memory whatever the number of descriptors, since a request's commands travel as one gathered
 //! call (its boxed future, its shared state, its lines, its shares and its counts); and five
-//! descriptors over three servers, 17: the owners of the hits, not a batch per server. They
-//! were 13 and 17 while the lines' buffer was sized at 64 bytes a command and grew (a line is
-//! about 80), 14 and 19 with a batch per server (its lines, sent flag, reply channel, replies
-//! and counts), 15 and 20 while a batch's commands were collected into a list before its lines
-//! were written.
+//! descriptors over three servers, 17: the owners of the hits, not a batch per server.
 //!
 //! Reading the request from its message's bytes and validating it, as the server does, is
 //! counted on its own: 2 allocations for one descriptor (the list of descriptors and its list
 //! of entries) and 7 for five (a list of entries each, and the list of descriptors allocated
-//! and grown once); the texts borrow the message. prost's generated decoder alone made 12 and 49
-//! (two allocations per domain, key and value: a `Bytes` copied, then a `Vec<u8>`), and the
-//! conversion it needed built every list again: 14 and 55 in all.
+//! and grown once); the texts borrow the message.
 
 use std::alloc::System;
 use std::sync::Arc;

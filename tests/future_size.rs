@@ -1,12 +1,10 @@
 //! The size of a decision's future on the service's store type (`Instrumented<Store>`, the
 //! enum over every backend). A request's future is built on the stack and moved into its
-//! caller's at every `.await` layer, so its size is paid in `memmove` on every call: at
-//! 5,864 bytes (sized for PostgreSQL's transaction state and a join of counters and buckets
-//! that most requests do not need) it was 6 % of the server's time. PostgreSQL's futures are
-//! now boxed and a lane awaits its one kind of operation without a join: 1,280 bytes; 1,064
-//! since memcached's call to one server is boxed whole (deadline and transport together, its
-//! transport no longer boxed on its own). The bound keeps it there; lower it when a change
-//! shrinks it.
+//! caller's at every `.await` layer, so its size is paid in `memmove` on every call. What keeps
+//! it small: PostgreSQL's futures are boxed (its transaction state is large), a lane awaits its
+//! one kind of operation without a join, and memcached's call to one server is boxed whole.
+//! The bound is today's size; lower it when a change shrinks it (BENCHMARKS.md has what each
+//! step measured).
 
 use std::sync::Arc;
 

@@ -21,7 +21,7 @@ use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
 use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
 use crate::storage::{
-    BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, Guarded, StorageError,
+    CounterOp, CounterStore, Gauge, Guarded, StorageError, TokenAnswer, TokenStep,
 };
 
 /// How often the memory store drops expired counters.
@@ -88,12 +88,12 @@ impl CounterStore for Store {
         }
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         match self {
-            Store::Memory(s) => s.bucket(steps).await,
-            Store::Memcached(s) => s.bucket(steps).await,
-            Store::Redis(s) => s.bucket(steps).await,
-            Store::Postgres(s) => Box::pin(s.bucket(steps)).await,
+            Store::Memory(s) => s.take_tokens(steps).await,
+            Store::Memcached(s) => s.take_tokens(steps).await,
+            Store::Redis(s) => s.take_tokens(steps).await,
+            Store::Postgres(s) => Box::pin(s.take_tokens(steps)).await,
         }
     }
 

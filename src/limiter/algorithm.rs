@@ -12,9 +12,9 @@ use super::key::{Keys, Tail};
 use super::ops::{CountSlot, Destination, Operations, StepSlot};
 use super::window::Window;
 use crate::rules::{Algorithm, PerUnit};
-use crate::storage::{BucketAnswer, BucketStep, Change, CounterOp, Take};
+use crate::storage::{Change, CounterOp, Take, TokenAnswer, TokenStep};
 
-/// What a descriptor asks of the store: its operations (`Plan<CounterOp, BucketStep>`, as
+/// What a descriptor asks of the store: its operations (`Plan<CounterOp, TokenStep>`, as
 /// planned) or where their answers are ([`Queued`], once they are in the request's
 /// [`Operations`]).
 #[derive(Debug, Clone, Copy)]
@@ -30,13 +30,13 @@ pub(crate) enum Plan<C, B> {
     /// One lease counter.
     Lease { counter: C },
     /// One bucket step on a bucket of `capacity` tokens.
-    Bucket { step: B, capacity: u128 },
+    TokenBucket { step: B, capacity: u128 },
 }
 
 /// A plan whose operations are in the request's [`Operations`].
 pub(crate) type Queued = Plan<CountSlot, StepSlot>;
 
-impl Plan<CounterOp, BucketStep> {
+impl Plan<CounterOp, TokenStep> {
     /// Puts the operations into `ops`, bound for `to`.
     pub(crate) fn queue(self, ops: &mut Operations, to: Destination) -> Queued {
         match self {
@@ -56,7 +56,7 @@ impl Plan<CounterOp, BucketStep> {
             Plan::Lease { counter } => Plan::Lease {
                 counter: ops.add(to, counter),
             },
-            Plan::Bucket { step, capacity } => Plan::Bucket {
+            Plan::TokenBucket { step, capacity } => Plan::TokenBucket {
                 step: ops.add_step(to, step),
                 capacity,
             },
@@ -92,12 +92,12 @@ pub(crate) struct PlanInput<'a> {
 fn previous_window_op(take: Take) -> Change {
     match take {
         Take::Refund(n) if n >= crate::storage::MAX_DELTA => Change::Sub(n),
-        _ => Change::Add(0),
+        _ => Change::READ,
     }
 }
 
 /// The descriptor's store operations, and how to read their answers.
-pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
+pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, TokenStep> {
     let period = p.rate.period.seconds();
     match p.rate.algorithm {
         Algorithm::FixedWindow => window_plan(p, period, false),
@@ -118,9 +118,9 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
             match (rate, interval) {
                 (Some(rate), Some(interval)) => {
                     let capacity = rate.saturating_add(u128::from(burst));
-                    Plan::Bucket {
-                        step: BucketStep {
-                            key: p.keys.last_key(Tail::Bucket {
+                    Plan::TokenBucket {
+                        step: TokenStep {
+                            key: p.keys.last_key(Tail::TokenBucket {
                                 period,
                                 rate: rate.get(),
                             }),
@@ -142,7 +142,7 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, BucketStep> {
 }
 
 /// A fixed window's counter, or a sliding window's current counter and previous one.
-fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<CounterOp, BucketStep> {
+fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<CounterOp, TokenStep> {
     let window = Window::of(period, p.now_ms / 1000);
     let tail = Tail::Window {
         period,
@@ -224,7 +224,9 @@ pub(crate) fn decide(
                 used: count,
             }
         }
-        Plan::Bucket { step, capacity } => bucket(rate, capacity, ops.answer(step), take, now_ms),
+        Plan::TokenBucket { step, capacity } => {
+            token_bucket(rate, capacity, ops.answer(step), take, now_ms)
+        }
     }
 }
 
@@ -281,7 +283,13 @@ fn sliding_wait(limit: u128, cur: u128, prev: u128, period: u128, elapsed: u128)
 }
 
 /// GCRA's answer in tokens and times: `capacity − (tat − now) / interval` tokens now.
-fn bucket(rate: PerUnit, capacity: u128, answer: BucketAnswer, take: Take, now_ms: u64) -> Outcome {
+fn token_bucket(
+    rate: PerUnit,
+    capacity: u128,
+    answer: TokenAnswer,
+    take: Take,
+    now_ms: u64,
+) -> Outcome {
     let r = u128::from(rate.requests_per_unit.max(1));
     let interval = u128::from(rate.period.seconds()) * 1000;
     let debt = answer.tat.saturating_sub(u128::from(now_ms) * r);

@@ -60,7 +60,7 @@ impl Batch {
                     let read = (!cached_over).then(|| {
                         let op = self.ops.op(counter);
                         let read = CounterOp {
-                            change: Change::Add(0),
+                            change: Change::READ,
                             ..op.clone()
                         };
                         reads.add(counter.destination(), read)
@@ -89,7 +89,7 @@ impl Batch {
         }
         for (&(counter, ..), over) in fixed.iter().zip(over) {
             if !over {
-                self.ops.op_mut(counter).change = Change::Add(0);
+                self.ops.op_mut(counter).change = Change::READ;
             }
         }
         Ok(())

@@ -21,7 +21,7 @@ pub(crate) enum Tail {
     /// A concurrency count (`|60~c`).
     Lease { period: u64 },
     /// A token bucket's state (`|60~tb5`).
-    Bucket { period: u64, rate: u128 },
+    TokenBucket { period: u64, rate: u128 },
 }
 
 /// Which bytes window counters are kept under.
@@ -149,10 +149,10 @@ impl Keys {
                 .number(period.into())
                 .separator(Separator::Kind)
                 .tag(Tag::Lease),
-            Tail::Bucket { period, rate } => w
+            Tail::TokenBucket { period, rate } => w
                 .number(period.into())
                 .separator(Separator::Kind)
-                .tag(Tag::Bucket)
+                .tag(Tag::TokenBucket)
                 .number(rate),
         }
     }

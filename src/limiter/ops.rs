@@ -8,9 +8,7 @@
 
 use futures_util::future::{join3, try_join};
 
-use crate::storage::{
-    BucketAnswer, BucketStep, Change, CounterOp, CounterStore, StorageError, Take,
-};
+use crate::storage::{Change, CounterOp, CounterStore, StorageError, Take, TokenAnswer, TokenStep};
 
 /// The store an operation goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -67,9 +65,9 @@ pub struct StepSlot {
 #[derive(Debug, Default)]
 struct Lane {
     hits: Vec<CounterOp>,
-    steps: Vec<BucketStep>,
+    steps: Vec<TokenStep>,
     counts: Vec<u64>,
-    answers: Vec<BucketAnswer>,
+    answers: Vec<TokenAnswer>,
 }
 
 /// A set of store operations, each with its destination, and after [`Limiter::apply`](super::Limiter::apply)
@@ -125,7 +123,7 @@ impl Operations {
     }
 
     /// Adds a bucket step bound for `to`; its answer is read with [`Operations::answer`].
-    pub fn add_step(&mut self, to: Destination, step: BucketStep) -> StepSlot {
+    pub fn add_step(&mut self, to: Destination, step: TokenStep) -> StepSlot {
         let steps = &mut self.lanes[to.lane()].steps;
         steps.push(step);
         StepSlot {
@@ -158,7 +156,7 @@ impl Operations {
     }
 
     /// The answer to the bucket step at `slot` (see [`Operations::count`]).
-    pub fn answer(&self, slot: StepSlot) -> BucketAnswer {
+    pub fn answer(&self, slot: StepSlot) -> TokenAnswer {
         self.lanes[slot.to.lane()].answers[slot.at]
     }
 
@@ -223,10 +221,10 @@ impl Operations {
                 ..op.clone()
             })
             .collect();
-        let steps: Vec<BucketStep> = lane
+        let steps: Vec<TokenStep> = lane
             .steps
             .iter()
-            .map(|step| BucketStep {
+            .map(|step| TokenStep {
                 take: match step.take {
                     Take::Take(n) => Take::Take(n.saturating_mul(scale)),
                     Take::Refund(n) => Take::Refund(n.saturating_mul(scale)),
@@ -266,13 +264,15 @@ fn scaled_change(change: Change, scale: u64) -> Change {
 async fn answer<S: CounterStore>(
     store: &S,
     hits: &[CounterOp],
-    steps: &[BucketStep],
-) -> Result<(Vec<u64>, Vec<BucketAnswer>), StorageError> {
+    steps: &[TokenStep],
+) -> Result<(Vec<u64>, Vec<TokenAnswer>), StorageError> {
     let (counts, answers) = match (hits.is_empty(), steps.is_empty()) {
         (true, true) => (Vec::new(), Vec::new()),
         (false, true) => (store.apply_ops(hits).await?, Vec::new()),
-        (true, false) => (Vec::new(), store.bucket(steps).await?),
-        (false, false) => Box::pin(try_join(store.apply_ops(hits), store.bucket(steps))).await?,
+        (true, false) => (Vec::new(), store.take_tokens(steps).await?),
+        (false, false) => {
+            Box::pin(try_join(store.apply_ops(hits), store.take_tokens(steps))).await?
+        }
     };
     if counts.len() != hits.len() || answers.len() != steps.len() {
         return Err(StorageError::protocol(format!(

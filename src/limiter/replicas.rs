@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(r.marked(at, [1, 3, 2]), 3);
         assert_eq!(r.count().map(NonZeroU64::get), Some(3));
         let again = r.marking("p_", at + 1).expect("ops");
-        assert_eq!(again[0].change, Change::Add(0), "marked once a period");
+        assert_eq!(again[0].change, Change::READ, "marked once a period");
         let next = r.marking("p_", at + MARK_PERIOD).expect("ops");
         assert_eq!(next[0].change, Change::Add(1));
         assert_eq!(r.marked(at + MARK_PERIOD, [1, 0, 0]), 1);

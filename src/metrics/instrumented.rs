@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Metrics;
-use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
+use crate::storage::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
 use crate::traces::{Traced, Tracer};
 
 /// How a store's calls are named in traces.
@@ -83,10 +83,10 @@ impl<S: CounterStore> CounterStore for Instrumented<S> {
         result
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         let started = Instant::now();
         let span = self.span(steps.len());
-        let result = self.inner.bucket(steps).await;
+        let result = self.inner.take_tokens(steps).await;
         self.done(started, span, &result);
         result
     }

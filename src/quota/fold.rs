@@ -24,18 +24,16 @@ pub(super) use tracked::Tracked;
 /// window. The part before goes to the previous window's demand (it still weighs in shares); its
 /// allowed requests are not added to a window that has ended, where no decision reads them.
 ///
-/// Two things the stream knows make the split better than even (`Known`): the time covered is
+/// Two things the stream knows make the split better than even (`Coverage`): the time covered is
 /// measured from the stream's previous report when there was one (Envoy truncates
 /// `time_elapsed` to whole seconds: its 5-s reports say 4 s half the time, which put a fifth of
 /// the report on the wrong side of the start), and the assignment pushed when the window ended
-/// bounds what can have been allowed since: split evenly, a real Envoy's admissions under a
-/// fast bucket in the last seconds of a window were charged to the new one, which then gave it
-/// less (51 of a limit of 56 in a window). The assignment held before the start bounds what was
-/// allowed there too, but that bound alone (counting one data plane's admissions after a
-/// `DenyAll` in the new window, while another's fast bucket before it is still split evenly)
-/// left the small Envoy of the simulation a request short of its share.
+/// bounds what can have been allowed since: split evenly, admissions under a fast bucket in
+/// the last seconds of a window would be charged to the new one, which would then give less
+/// than the limit. The assignment held before the start bounds what was allowed there too;
+/// both bounds are needed for every data plane to get its share.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Split {
+pub(super) struct WindowParts {
     /// Allowed requests in the current window.
     pub(super) allowed: u64,
     /// Allowed + denied in the current window.
@@ -46,7 +44,7 @@ pub(super) struct Split {
 
 /// What the stream knows of the time a report covers, beyond the report.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Known {
+pub(super) struct Coverage {
     /// When its previous report of the bucket came (ms since the epoch).
     pub(super) previous_report_ms: Option<u64>,
     /// The assignment the data plane has held since the window's start (pushed when the
@@ -54,9 +52,14 @@ pub(super) struct Known {
     pub(super) since_start: Option<Assignment>,
 }
 
-impl Split {
+impl WindowParts {
     /// `usage` split at the start (ms) of the window `now_ms` is in.
-    pub(super) fn at(usage: &Usage, window_start_ms: u64, now_ms: u64, known: Known) -> Split {
+    pub(super) fn at(
+        usage: &Usage,
+        window_start_ms: u64,
+        now_ms: u64,
+        known: Coverage,
+    ) -> WindowParts {
         let total = usage.allowed.saturating_add(usage.denied);
         let inside = now_ms.saturating_sub(window_start_ms);
         // Envoy's whole seconds: the time since the previous report, when it is what was
@@ -70,7 +73,7 @@ impl Split {
             _ => usage.elapsed_ms,
         };
         if covered <= inside {
-            return Split {
+            return WindowParts {
                 allowed: usage.allowed,
                 demand: total,
                 earlier_demand: 0,
@@ -85,7 +88,7 @@ impl Split {
             .since_start
             .and_then(|a| a.admits_at_most(inside))
             .unwrap_or(usage.allowed);
-        Split {
+        WindowParts {
             allowed: part(usage.allowed).min(at_most),
             demand,
             earlier_demand: total - demand,
@@ -99,17 +102,17 @@ impl Split {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Placed {
     pub(super) window: Window,
-    pub(super) split: Split,
+    pub(super) split: WindowParts,
 }
 
 impl Placed {
     /// `usage` of a limit of `period` seconds, reported at `now_ms`, with what the stream
     /// `known` of the time it covers.
-    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64, known: Known) -> Placed {
+    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64, known: Coverage) -> Placed {
         let window = Window::of(period, now_ms / 1_000);
         Placed {
             window,
-            split: Split::at(usage, window.start * 1_000, now_ms, known),
+            split: WindowParts::at(usage, window.start * 1_000, now_ms, known),
         }
     }
 }
@@ -117,7 +120,7 @@ impl Placed {
 /// What a counted bucket's assignment is computed from: its window and split, and the global
 /// counts of that window (allowed so far, every stream's demand now and in the window before).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Counts {
+pub(super) struct GlobalCounts {
     pub(super) placed: Placed,
     pub(super) used: u64,
     pub(super) demand_now: u64,
@@ -135,8 +138,8 @@ pub(super) struct BucketSlots {
 
 impl BucketSlots {
     /// The counts after the report, from the applied operations.
-    pub(super) fn counts(self, placed: Placed, ops: &Operations) -> Counts {
-        Counts {
+    pub(super) fn counts(self, placed: Placed, ops: &Operations) -> GlobalCounts {
+        GlobalCounts {
             placed,
             used: ops.count(self.used),
             demand_now: ops.count(self.demand_now),
@@ -200,7 +203,7 @@ pub(super) fn assign(
     settings: &RlqsSettings,
     tracked: &mut Tracked,
     resolution: Resolution<'_>,
-    counts: Option<Counts>,
+    counts: Option<GlobalCounts>,
     shadow: bool,
     now_ms: u64,
 ) -> (Assignment, Option<GlobalUsage>) {
@@ -212,7 +215,7 @@ pub(super) fn assign(
             enforce,
             ..
         },
-        Some(Counts {
+        Some(GlobalCounts {
             placed: Placed { window, split },
             used,
             demand_now,

@@ -14,14 +14,14 @@
 mod bucket_id;
 mod describe;
 mod fold;
-mod held;
+mod id_bytes;
 pub mod share;
 mod stream;
 mod usage;
 
 pub use bucket_id::{BucketId, MAX_BUCKET_PAIRS, Resolution, resolve};
 pub use describe::describe;
-pub use held::HeldBytes;
+pub use id_bytes::BucketIdBytes;
 pub use stream::{Decided, QuotaError, QuotaStream};
 pub use usage::{GlobalUsage, Usage};
 

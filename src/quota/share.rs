@@ -11,9 +11,8 @@
 //! stream's own times the ratio of theirs to its last seen, up to one report's worth above the
 //! count: the stream that reports first does not see itself as more of the demand than it
 //! is (in a bucket's first window, nearly all of it); others it has not seen before count as
-//! busy as itself until they have reported. What
-//! the stream has not yet used of its part (at most
-//! `remaining`) is paced over the time left as a token bucket. Summed over the streams these
+//! busy as itself until they have reported. What the stream has not yet used of its part (at
+//! most `remaining`) is paced over the time left as a token bucket. Summed over the streams these
 //! entitlements are `remaining` (the shares sum to one), so pacing them spends the window's
 //! budget; and a stream that got less than its part so far (another one's bucket started full,
 //! its own reports came late) is made up for in the rest of the window instead of losing it.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::fold::{Placed, Tracked, assign, merged, plan};
 use super::usage::{GlobalUsage, Usage};
-use super::{Assignment, BucketId, HeldBytes, Resolution, resolve};
+use super::{Assignment, BucketId, BucketIdBytes, Resolution, resolve};
 use crate::limiter::{Limiter, Operations, Window};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
@@ -77,7 +77,7 @@ pub struct QuotaStream {
     domain: Option<String>,
     buckets: HashMap<BucketId, Tracked>,
     /// The bound shared by every stream, and what this one has taken of it.
-    held: Arc<HeldBytes>,
+    held: Arc<BucketIdBytes>,
     held_here: usize,
 }
 
@@ -85,12 +85,12 @@ impl QuotaStream {
     /// A new stream, before its first report, with a bound of its own
     /// (`settings.max_bucket_bytes`).
     pub fn new(settings: RlqsSettings) -> Self {
-        let held = Arc::new(HeldBytes::new(settings.max_bucket_bytes));
+        let held = Arc::new(BucketIdBytes::new(settings.max_bucket_bytes));
         Self::sharing(settings, held)
     }
 
     /// A new stream whose bucket ids count against `held`, shared with every other stream.
-    pub fn sharing(settings: RlqsSettings, held: Arc<HeldBytes>) -> Self {
+    pub fn sharing(settings: RlqsSettings, held: Arc<BucketIdBytes>) -> Self {
         Self {
             settings,
             domain: None,

@@ -25,7 +25,7 @@ use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_se
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use crate::quota::{Decided, HeldBytes, QuotaError, QuotaStream};
+use crate::quota::{BucketIdBytes, Decided, QuotaError, QuotaStream};
 use crate::rls::ServiceState;
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
@@ -49,7 +49,7 @@ pub struct RlqsHandler<S> {
     settings: RlqsSettings,
     opened: AtomicU64,
     /// The bytes of bucket ids all streams hold (`RLQS_MAX_BUCKET_BYTES`).
-    held: Arc<HeldBytes>,
+    held: Arc<BucketIdBytes>,
 }
 
 impl<S> RlqsHandler<S> {
@@ -59,7 +59,7 @@ impl<S> RlqsHandler<S> {
             state,
             settings,
             opened: AtomicU64::new(0),
-            held: Arc::new(HeldBytes::new(settings.max_bucket_bytes)),
+            held: Arc::new(BucketIdBytes::new(settings.max_bucket_bytes)),
         }
     }
 }

@@ -1,9 +1,8 @@
 //! Which service a gRPC request goes to: the service name in its path (`/{service}/{method}`),
 //! compared with each service's name, `UNIMPLEMENTED` for any other. This is what tonic's
 //! `Routes` does through an axum router, which captures the method as a URL parameter and boxes
-//! the request's and the response's bodies on every call: dispatching here instead, the server
-//! makes ten allocations fewer a call (49 -> 39) and serves 7-10 % more calls per core (perf and
-//! h2load, 2026-12-02; BENCHMARKS.md). `ShouldRateLimit` goes straight to the rate-limit
+//! the request's and the response's bodies on every call; dispatching here costs neither
+//! (BENCHMARKS.md, "The gRPC path"). `ShouldRateLimit` goes straight to the rate-limit
 //! service's own future; the other services (RLQS streams, health, reflection) are boxed once.
 //!
 //! Must not touch: what any service answers, the layers in front (`server::mod` adds them).

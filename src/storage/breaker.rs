@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::remote::{Backoff, lock};
-use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, ErrorKind, Gauge, StorageError};
+use super::{CounterOp, CounterStore, ErrorKind, Gauge, StorageError, TokenAnswer, TokenStep};
 
 /// The window over which the failure ratio is taken, in milliseconds.
 const RATIO_WINDOW_MS: u64 = 1_000;
@@ -263,9 +263,9 @@ impl<S: CounterStore + Clone> CounterStore for Guarded<S> {
         outcome
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         self.admit()?;
-        let outcome = self.store.bucket(steps).await;
+        let outcome = self.store.take_tokens(steps).await;
         self.breaker.record(&outcome);
         outcome
     }

@@ -166,7 +166,7 @@ impl KeyWriter {
         self.text.push_str(match tag {
             Tag::Demand => "d",
             Tag::Lease => "c",
-            Tag::Bucket => "tb",
+            Tag::TokenBucket => "tb",
         });
         self
     }
@@ -229,7 +229,7 @@ pub enum Tag {
     /// A concurrency lease count.
     Lease,
     /// A token bucket.
-    Bucket,
+    TokenBucket,
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use xxhash_rust::xxh3::xxh3_128;
 use super::expiry::DueIndex;
 use super::remote::lock;
 use super::{
-    BucketAnswer, BucketStep, COUNT_CEILING, Change, CounterOp, CounterStore, Gauge, StorageError,
+    COUNT_CEILING, Change, CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep,
 };
 use crate::clock::Clock;
 
@@ -169,7 +169,7 @@ impl MemoryStore {
         Ok(())
     }
 
-    fn step(&self, step: &BucketStep, now: u64) -> Result<BucketAnswer, StorageError> {
+    fn step(&self, step: &TokenStep, now: u64) -> Result<TokenAnswer, StorageError> {
         let hash = xxh3_128(step.key.as_bytes());
         let mut shard = self.shard(hash);
         let stored = shard
@@ -204,7 +204,7 @@ impl CounterStore for MemoryStore {
         hits.iter().map(|hit| self.apply(hit, now)).collect()
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         let now = self.clock.now();
         steps.iter().map(|step| self.step(step, now)).collect()
     }

@@ -29,7 +29,7 @@ pub use error::{ErrorKind, StorageError};
 pub use key::{
     CounterKey, KeyError, KeyWriter, MAX_KEY_LEN, MAX_REFERENCE_KEY_LEN, Separator, Tag,
 };
-pub use token_bucket::{BucketAnswer, BucketStep, Take};
+pub use token_bucket::{Take, TokenAnswer, TokenStep};
 
 use std::future::Future;
 
@@ -61,6 +61,10 @@ pub const MAX_DELTA: u64 = 1 << 40;
 pub const COUNT_CEILING: u64 = 1 << 52;
 
 impl Change {
+    /// A read: the count as it is, nothing created or touched (an add of nothing, which every
+    /// store answers so; matched as a pattern too).
+    pub const READ: Change = Change::Add(0);
+
     /// The operation as every store applies it: its amount at most [`MAX_DELTA`].
     pub fn bounded(self) -> Change {
         match self {
@@ -137,13 +141,13 @@ pub trait CounterStore: Send + Sync + 'static {
         hits: &[CounterOp],
     ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send;
 
-    /// Applies every token-bucket step atomically (each as [`BucketStep::apply`] says) and
+    /// Applies every token-bucket step atomically (each as [`TokenStep::apply`] says) and
     /// returns each answer, in order. Either all answers come back or an error does; a store
     /// that gives up (contention) says so with an error, never with an answer it did not take.
-    fn bucket(
+    fn take_tokens(
         &self,
-        steps: &[BucketStep],
-    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send;
+        steps: &[TokenStep],
+    ) -> impl Future<Output = Result<Vec<TokenAnswer>, StorageError>> + Send;
 
     /// Whether the store can currently serve (for readiness), and if not, why (the error
     /// names the server and what it said). Must not block for long.
@@ -169,11 +173,11 @@ impl<T: CounterStore> CounterStore for std::sync::Arc<T> {
         (**self).apply_ops(hits)
     }
 
-    fn bucket(
+    fn take_tokens(
         &self,
-        steps: &[BucketStep],
-    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send {
-        (**self).bucket(steps)
+        steps: &[TokenStep],
+    ) -> impl Future<Output = Result<Vec<TokenAnswer>, StorageError>> + Send {
+        (**self).take_tokens(steps)
     }
 
     fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send {

@@ -23,7 +23,7 @@ pub enum Take {
 
 /// One GCRA step on the bucket at `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BucketStep {
+pub struct TokenStep {
     /// The bucket's key.
     pub key: super::CounterKey,
     /// Now, in ticks.
@@ -40,7 +40,7 @@ pub struct BucketStep {
 
 /// The answer to one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BucketAnswer {
+pub struct TokenAnswer {
     /// The tokens were taken (a look: one token is there; a refund: always).
     pub admitted: bool,
     /// The TAT after the step, never before `now`: the bucket is full at this tick, and holds
@@ -48,10 +48,10 @@ pub struct BucketAnswer {
     pub tat: u128,
 }
 
-impl BucketStep {
+impl TokenStep {
     /// Applies the step to the stored TAT (`None` for a missing state, which is a full bucket).
     /// Returns the answer and the TAT to store, if the state changes.
-    pub fn apply(&self, stored: Option<u128>) -> (BucketAnswer, Option<u128>) {
+    pub fn apply(&self, stored: Option<u128>) -> (TokenAnswer, Option<u128>) {
         let tat = stored.map_or(self.now, |t| t.max(self.now));
         match self.take {
             Take::Take(n) => {
@@ -63,7 +63,7 @@ impl BucketStep {
                 let after = tat.saturating_add(u128::from(n).saturating_mul(interval));
                 if fits && n > 0 {
                     (
-                        BucketAnswer {
+                        TokenAnswer {
                             admitted: true,
                             tat: after,
                         },
@@ -71,7 +71,7 @@ impl BucketStep {
                     )
                 } else {
                     (
-                        BucketAnswer {
+                        TokenAnswer {
                             admitted: fits,
                             tat,
                         },
@@ -84,7 +84,7 @@ impl BucketStep {
                 let after = tat.saturating_sub(back).max(self.now);
                 let changed = stored.is_some_and(|s| s != after);
                 (
-                    BucketAnswer {
+                    TokenAnswer {
                         admitted: true,
                         tat: after,
                     },
@@ -106,10 +106,10 @@ impl BucketStep {
 
 #[cfg(test)]
 mod tests {
-    use super::{BucketStep, NonZeroU128, Take};
+    use super::{NonZeroU128, Take, TokenStep};
 
-    fn step(now: u128, take: Take) -> BucketStep {
-        BucketStep {
+    fn step(now: u128, take: Take) -> TokenStep {
+        TokenStep {
             key: crate::storage::CounterKey::checked("k").expect("key"),
             now,
             interval: NonZeroU128::new(10).expect("nonzero"),

@@ -162,7 +162,7 @@ fn only_the_limiter_reaches_the_stores() {
         }
         let text = std::fs::read_to_string(&file).expect("read");
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        for call in [".apply_ops(", ".bucket("] {
+        for call in [".apply_ops(", ".take_tokens("] {
             if code.contains(call) {
                 violations.push(format!("{} calls a store's `{call}`", relative.display()));
             }

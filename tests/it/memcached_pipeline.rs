@@ -60,7 +60,7 @@ async fn burst(calls: usize) -> Vec<String> {
         let key = CounterKey::checked(format!("{prefix}_{i}")).expect("key");
         let read = CounterOp {
             key,
-            change: Change::Add(0),
+            change: Change::READ,
             expires_at: clock.now() + 60,
         };
         counted += store.apply_ops(&[read]).await.expect("read")[0];

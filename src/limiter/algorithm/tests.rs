@@ -1,7 +1,7 @@
 //! Unit tests of `algorithm`.
-use super::{Take, Window, bucket, sliding};
+use super::{Take, Window, sliding, token_bucket};
 use crate::rules::{Algorithm, PerUnit, Period, Unit};
-use crate::storage::BucketAnswer;
+use crate::storage::TokenAnswer;
 use proptest::prelude::*;
 
 proptest! {
@@ -20,8 +20,8 @@ proptest! {
             algorithm: Algorithm::TokenBucket { burst },
         };
         let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
-        let answer = BucketAnswer { admitted, tat: 1_000 * u128::from(rate.requests_per_unit) + debt };
-        let out = bucket(rate, capacity, answer, Take::Take(n), 1_000);
+        let answer = TokenAnswer { admitted, tat: 1_000 * u128::from(rate.requests_per_unit) + debt };
+        let out = token_bucket(rate, capacity, answer, Take::Take(n), 1_000);
         prop_assert_eq!(out.over, out.used > u64::from(rate.requests_per_unit));
     }
 }

@@ -12,10 +12,10 @@ fn usage(allowed: u64, denied: u64, elapsed_ms: u64) -> Usage {
 
 #[test]
 fn a_report_inside_its_window_counts_whole() {
-    let split = Split::at(&usage(8, 2, 5_000), 60_000, 70_000, Known::default());
+    let split = WindowParts::at(&usage(8, 2, 5_000), 60_000, 70_000, Coverage::default());
     assert_eq!(
         split,
-        Split {
+        WindowParts {
             allowed: 8,
             demand: 10,
             earlier_demand: 0
@@ -23,7 +23,7 @@ fn a_report_inside_its_window_counts_whole() {
     );
     // Unknown elapsed time: all of it in the report's window.
     assert_eq!(
-        Split::at(&usage(8, 2, 0), 60_000, 60_000, Known::default()).demand,
+        WindowParts::at(&usage(8, 2, 0), 60_000, 60_000, Coverage::default()).demand,
         10
     );
 }
@@ -31,17 +31,17 @@ fn a_report_inside_its_window_counts_whole() {
 #[test]
 fn a_report_straddling_a_window_start_counts_its_part_after_it() {
     // 5 s covered, 2 s of them in the new window: 2/5 of 10 allowed, of 20 demand.
-    let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000, Known::default());
+    let split = WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, Coverage::default());
     assert_eq!(
         split,
-        Split {
+        WindowParts {
             allowed: 4,
             demand: 8,
             earlier_demand: 12
         }
     );
     // Reported right at the start: all of it before.
-    let at_start = Split::at(&usage(10, 10, 5_000), 60_000, 60_000, Known::default());
+    let at_start = WindowParts::at(&usage(10, 10, 5_000), 60_000, 60_000, Coverage::default());
     assert_eq!((at_start.allowed, at_start.earlier_demand), (0, 20));
 }
 
@@ -49,18 +49,18 @@ fn a_report_straddling_a_window_start_counts_its_part_after_it() {
 fn the_time_covered_is_measured_from_the_previous_report_when_envoy_truncated_it() {
     // Envoy says 4 s for a report 4.9 s after its previous one: 2 s of 4.9 are in the new
     // window, not 2 of 4 (10 allowed of 20: 4, not 5; demand 8, not 10).
-    let known = Known {
+    let known = Coverage {
         previous_report_ms: Some(57_100),
-        ..Known::default()
+        ..Coverage::default()
     };
-    let split = Split::at(&usage(10, 10, 4_000), 60_000, 62_000, known);
+    let split = WindowParts::at(&usage(10, 10, 4_000), 60_000, 62_000, known);
     assert_eq!((split.allowed, split.demand), (4, 8));
     // A previous report further back than the truncation explains: the data plane's own word.
-    let long_ago = Known {
+    let long_ago = Coverage {
         previous_report_ms: Some(50_000),
-        ..Known::default()
+        ..Coverage::default()
     };
-    let split = Split::at(&usage(10, 10, 4_000), 60_000, 62_000, long_ago);
+    let split = WindowParts::at(&usage(10, 10, 4_000), 60_000, 62_000, long_ago);
     assert_eq!((split.allowed, split.demand), (5, 10));
 }
 
@@ -68,7 +68,7 @@ fn the_time_covered_is_measured_from_the_previous_report_when_envoy_truncated_it
 fn extreme_times_and_rates_saturate_instead_of_overflowing() {
     // A client may say its report covers u64::MAX ms; an assignment may refill u32::MAX a
     // second for a year.
-    let known = Known {
+    let known = Coverage {
         previous_report_ms: Some(0),
         since_start: Some(Assignment::TokenBucket {
             max_tokens: u32::MAX,
@@ -77,7 +77,7 @@ fn extreme_times_and_rates_saturate_instead_of_overflowing() {
             ttl_seconds: u64::MAX,
         }),
     };
-    let split = Split::at(&usage(10, 10, u64::MAX), 60_000, 62_000, known);
+    let split = WindowParts::at(&usage(10, 10, u64::MAX), 60_000, 62_000, known);
     assert_eq!(
         (split.allowed, split.demand, split.earlier_demand),
         (0, 0, 20)
@@ -91,36 +91,36 @@ fn extreme_times_and_rates_saturate_instead_of_overflowing() {
 fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed() {
     // 5 s covered, 2 s of them in the new window; 10 allowed, 10 denied. The bucket pushed
     // when the window ended holds 1 token and refills 30 a minute: at most 2 in 2 s.
-    let slow = Known {
+    let slow = Coverage {
         since_start: Some(Assignment::TokenBucket {
             max_tokens: 1,
             tokens_per_fill: 30,
             fill_interval_seconds: 60,
             ttl_seconds: 10,
         }),
-        ..Known::default()
+        ..Coverage::default()
     };
-    let split = Split::at(&usage(10, 10, 5_000), 60_000, 62_000, slow);
+    let split = WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, slow);
     assert_eq!(
         (split.allowed, split.demand, split.earlier_demand),
         (2, 8, 12)
     );
     // Denied since the start: nothing allowed in the new window.
-    let denied = Known {
+    let denied = Coverage {
         since_start: Some(Assignment::DenyAll { ttl_seconds: 5 }),
-        ..Known::default()
+        ..Coverage::default()
     };
     assert_eq!(
-        Split::at(&usage(10, 10, 5_000), 60_000, 62_000, denied).allowed,
+        WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, denied).allowed,
         0
     );
     // Allow-all says nothing: the even share.
-    let open = Known {
+    let open = Coverage {
         since_start: Some(Assignment::AllowAll { ttl_seconds: 5 }),
-        ..Known::default()
+        ..Coverage::default()
     };
     assert_eq!(
-        Split::at(&usage(10, 10, 5_000), 60_000, 62_000, open).allowed,
+        WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, open).allowed,
         4
     );
 }
@@ -128,7 +128,7 @@ fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed()
 #[test]
 fn demand_rolls_into_the_previous_window_only_when_windows_follow() {
     let mut t = Tracked::default();
-    let s = |demand, earlier_demand| Split {
+    let s = |demand, earlier_demand| WindowParts {
         allowed: 0,
         demand,
         earlier_demand,
@@ -148,7 +148,7 @@ fn a_new_window_starts_unused_with_the_demand_last_read() {
     t.add_demand(
         60,
         60,
-        Split::at(&usage(3, 1, 0), 60_000, 70_000, Known::default()),
+        WindowParts::at(&usage(3, 1, 0), 60_000, 70_000, Coverage::default()),
     );
     t.seen_all = 50;
     let before = |period, now| t.carried_over(Window::of(period, now)).demand_before;
@@ -160,12 +160,12 @@ fn a_new_window_starts_unused_with_the_demand_last_read() {
     assert_eq!(before(30, 120), 0);
 }
 
-/// Counts of the 60 s window at 60 s: the store's `demand_now`, `demand_before` and `used`.
-fn counted(demand_now: u64, demand_before: u64, used: u64) -> Counts {
-    Counts {
+/// GlobalCounts of the 60 s window at 60 s: the store's `demand_now`, `demand_before` and `used`.
+fn counted(demand_now: u64, demand_before: u64, used: u64) -> GlobalCounts {
+    GlobalCounts {
         placed: Placed {
             window: Window::of(60, 60),
-            split: Split::default(),
+            split: WindowParts::default(),
         },
         used,
         demand_now,
@@ -175,17 +175,21 @@ fn counted(demand_now: u64, demand_before: u64, used: u64) -> Counts {
 
 /// `report`, heard at `at_ms`, counted as the stream's first in the 60 s window from 60 s,
 /// with the store's `counts` of that window.
-fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: Counts) {
+fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: GlobalCounts) {
     t.heard(report, at_ms);
-    t.add_demand(60, 60, Split::at(report, 60_000, at_ms, Known::default()));
+    t.add_demand(
+        60,
+        60,
+        WindowParts::at(report, 60_000, at_ms, Coverage::default()),
+    );
     t.note_unseen(&counts);
 }
 
 /// `report`, heard at `at_ms` in the 60 s window from `start` s, counted as the stream's next
 /// report, with the store's `counts` after it.
-fn count_next(t: &mut Tracked, report: &Usage, at_ms: u64, start: u64, counts: Counts) {
+fn count_next(t: &mut Tracked, report: &Usage, at_ms: u64, start: u64, counts: GlobalCounts) {
     t.heard(report, at_ms);
-    let split = Split::at(report, start * 1_000, at_ms, Known::default());
+    let split = WindowParts::at(report, start * 1_000, at_ms, Coverage::default());
     t.add_demand(60, start, split);
     t.add_unseen(&counts, split.demand + split.earlier_demand);
 }

@@ -4,7 +4,7 @@
 //!
 //! Must not touch: the store, protobuf types (`fold` computes the assignment from this).
 
-use super::{Counts, Known, Placed, Split};
+use super::{Coverage, GlobalCounts, Placed, WindowParts};
 use crate::limiter::Window;
 use crate::quota::Assignment;
 use crate::quota::share::FILL_INTERVAL_SECONDS;
@@ -43,9 +43,8 @@ pub(in crate::quota) struct Tracked {
 /// and the next). How much of what the store held beyond the stream's own at its first report
 /// was this data plane's is its part of the demand between that report and the next (its own
 /// over every stream's), never more than that first report's pace over the time before it:
-/// at the pace alone, a data plane whose bucket was a second old when its replica died was
-/// taken for the maker of nearly all the window's demand (real Envoys: 88 % of a window's
-/// share for the one with 20 % of the demand, 15 % over the limit in that window).
+/// at the pace alone, a data plane whose bucket was a second old when its replica died would
+/// be taken for the maker of nearly all the window's demand, and given nearly all its share.
 #[derive(Debug, Clone, Copy)]
 struct Unseen {
     /// When the first report's time began (ms since the epoch).
@@ -79,7 +78,7 @@ impl Unseen {
 
 impl Tracked {
     /// Adds `split`'s demand to the window of `period` starting at `start` and the one before.
-    pub(super) fn add_demand(&mut self, period: u64, start: u64, split: Split) {
+    pub(super) fn add_demand(&mut self, period: u64, start: u64, split: WindowParts) {
         if (self.period, self.window_start) != (period, start) {
             let follows = self.period == period && start == self.window_start + period;
             self.demand = (0, if follows { self.demand.0 } else { 0 });
@@ -95,7 +94,7 @@ impl Tracked {
 
     /// At the stream's first counted report of a bucket from elsewhere: notes what the store's
     /// `counts` hold beyond the stream's own (its unseen part is estimated at the next report).
-    pub(super) fn note_unseen(&mut self, counts: &Counts) {
+    pub(super) fn note_unseen(&mut self, counts: &GlobalCounts) {
         let Some(unseen) = self.unseen.as_mut() else {
             return;
         };
@@ -114,7 +113,7 @@ impl Tracked {
     /// adds the unseen demand and admissions in proportion to the stream's part of every
     /// stream's demand since the first, each at most the first report's pace over the time
     /// before it. Only while the first report's window is this one or the one before.
-    pub(super) fn add_unseen(&mut self, counts: &Counts, own: u64) {
+    pub(super) fn add_unseen(&mut self, counts: &GlobalCounts, own: u64) {
         let Some(unseen) = self.unseen else { return };
         let Some(first) = unseen.first else { return };
         self.unseen = None;
@@ -175,8 +174,8 @@ impl Tracked {
 
     /// What the stream knows of the time its next report covers: when the previous came, and
     /// after a window-end refresh, the assignment held since the window's start.
-    pub(in crate::quota) fn known(&self) -> Known {
-        Known {
+    pub(in crate::quota) fn known(&self) -> Coverage {
+        Coverage {
             previous_report_ms: self.reported_ms,
             since_start: self.refreshed.then_some(self.held).flatten(),
         }
@@ -204,13 +203,13 @@ impl Tracked {
     /// The counts of `window` as they stand at its start, from what this stream last read:
     /// nothing used or demanded yet, and the window before it as last seen when it is the
     /// tracked one.
-    pub(in crate::quota) fn carried_over(&self, window: Window) -> Counts {
+    pub(in crate::quota) fn carried_over(&self, window: Window) -> GlobalCounts {
         let follows =
             self.period == window.period && window.start == self.window_start + window.period;
-        Counts {
+        GlobalCounts {
             placed: Placed {
                 window,
-                split: Split::default(),
+                split: WindowParts::default(),
             },
             used: 0,
             demand_now: 0,

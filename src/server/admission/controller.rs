@@ -7,11 +7,11 @@ use super::BASELINE_SPAN;
 use crate::settings::AdaptiveConcurrency;
 
 /// How many spans the baseline's memory is cut into (the oldest is forgotten whole).
-const BUCKETS: usize = 10;
+const SPANS: usize = 10;
 
 /// What one window measured of the admitted calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::server) struct Window {
+pub(in crate::server) struct Measured {
     /// Calls that finished in the window.
     pub calls: u64,
     /// Their mean latency, admission to answer.
@@ -34,7 +34,7 @@ pub(in crate::server) struct Controller {
     slow_start: bool,
     bounds: AdaptiveConcurrency,
     /// The fastest call of each recent span: (when the span began, its fastest call).
-    fastest: [Option<(Instant, Duration)>; BUCKETS],
+    fastest: [Option<(Instant, Duration)>; SPANS],
 }
 
 impl Controller {
@@ -44,7 +44,7 @@ impl Controller {
             limit: bounds.min,
             slow_start: true,
             bounds,
-            fastest: [None; BUCKETS],
+            fastest: [None; SPANS],
         }
     }
 
@@ -69,7 +69,7 @@ impl Controller {
     }
 
     /// The limit after `window`, which ended at `now`.
-    pub(in crate::server) fn update(&mut self, window: &Window, now: Instant) -> u32 {
+    pub(in crate::server) fn update(&mut self, window: &Measured, now: Instant) -> u32 {
         if let Some(fastest) = window.fastest {
             self.remember(fastest, now);
         }
@@ -98,9 +98,9 @@ impl Controller {
     }
 
     /// Keeps `fastest` in the span that holds `now`, starting a new span (over the oldest)
-    /// every `BASELINE_SPAN / BUCKETS`.
+    /// every `BASELINE_SPAN / SPANS`.
     fn remember(&mut self, fastest: Duration, now: Instant) {
-        let span = BASELINE_SPAN / u32::try_from(BUCKETS).unwrap_or(u32::MAX);
+        let span = BASELINE_SPAN / u32::try_from(SPANS).unwrap_or(u32::MAX);
         let newest = self
             .fastest
             .iter_mut()

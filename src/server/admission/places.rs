@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::WINDOW;
-use super::controller::{Controller, Window};
+use super::controller::{Controller, Measured};
 use crate::metrics::AdmissionReadings;
 use crate::peers::{Fair, Peer, PeerId, Peers, ShedReason, Stream};
 use crate::settings::AdaptiveConcurrency;
@@ -275,7 +275,7 @@ impl Shared {
         let fastest = self.fastest_us.swap(u64::MAX, Ordering::Relaxed);
         let in_flight = u32::try_from(self.readings.in_flight()).unwrap_or(u32::MAX);
         let peak = self.peak.swap(in_flight, Ordering::Relaxed);
-        let window = Window {
+        let window = Measured {
             calls,
             mean: Duration::from_micros(sum.checked_div(calls).unwrap_or(0)),
             fastest: (fastest != u64::MAX).then(|| Duration::from_micros(fastest)),

@@ -1,9 +1,9 @@
 //! A counter batch on pipelined servers, as one gathered call: each server asked is admitted
-//! first (a server in backoff fails the call before anything is sent), every server's share is
+//! first (a server in backoff fails the call before anything is sent), every server's part is
 //! queued on its connection, and one deadline covers them all; then each server is judged on
-//! its own share, as a call of its own would judge it (the guard's rules).
+//! its own part, as a call of its own would judge it (the guard's rules).
 //!
-//! Must not touch: how shares are written and answered (the pipeline's, the `gather` module's),
+//! Must not touch: how parts are written and answered (the pipeline's, the `gather` module's),
 //! which server owns a key (the ring's).
 
 use std::sync::Arc;
@@ -24,20 +24,20 @@ impl Inner {
         hits: &[CounterOp],
         now: u64,
     ) -> Result<Vec<u64>, StorageError> {
-        let gather = self.shares(topology, hits, now)?;
+        let gather = self.parts(topology, hits, now)?;
         let _abandon = Abandon(&gather);
         // One clock read serves the deadline and the lateness measure.
         let started = tokio::time::Instant::now();
         let queued_and_answered = async {
-            let mut share = 0;
-            while let Some(ticket) = gather.ticket(share) {
+            let mut part = 0;
+            while let Some(ticket) = gather.ticket(part) {
                 match topology.servers[ticket.server()].transport.pipelined() {
                     Some(transport) => transport.send(ticket).await,
                     None => ticket.fail(TransportError::Protocol(
                         "a pooled server in a pipelined store".into(),
                     )),
                 }
-                share += 1;
+                part += 1;
             }
             std::future::poll_fn(|cx| gather.poll_answered(cx)).await;
         };
@@ -46,8 +46,8 @@ impl Inner {
         self.judged(topology, gather.finish(), late, started)
     }
 
-    /// The call's shares, one per server its hits name, each server admitted.
-    fn shares(
+    /// The call's parts, one per server its hits name, each server admitted.
+    fn parts(
         &self,
         topology: &Topology,
         hits: &[CounterOp],
@@ -58,7 +58,7 @@ impl Inner {
         if let [only] = topology.servers.as_slice() {
             only.admitted()?;
             let mut builder = Builder::new(bytes, 1);
-            builder.share(0, |lines| {
+            builder.part(0, |lines| {
                 write(lines, Commands::new(self, hits, None, now))
             });
             return Ok(builder.build(hits.len(), Vec::new()));
@@ -68,14 +68,14 @@ impl Inner {
         for server in servers_of(&owners) {
             topology.servers[server].admitted()?;
             let commands = Commands::new(self, hits, Some((&owners, server)), now);
-            builder.share(server, |lines| write(lines, commands));
+            builder.part(server, |lines| write(lines, commands));
         }
-        builder.shares_of(&mut owners);
+        builder.parts_of(&mut owners);
         Ok(builder.build(hits.len(), owners))
     }
 
-    /// The counts, once every server's share is judged: the first share's error in the call's
-    /// order, if any. `late`: the deadline passed, and a share without an answer is late.
+    /// The counts, once every server's part is judged: the first part's error in the call's
+    /// order, if any. `late`: the deadline passed, and a part without an answer is late.
     fn judged(
         &self,
         topology: &Topology,
@@ -84,12 +84,12 @@ impl Inner {
         started: tokio::time::Instant,
     ) -> Result<Vec<u64>, StorageError> {
         let mut first = None;
-        for share in gathered.shares {
-            let server = &topology.servers[share.server];
-            let verdict = match share.outcome {
+        for part in gathered.parts {
+            let server = &topology.servers[part.server];
+            let verdict = match part.outcome {
                 Some(outcome) => server.judge(outcome),
-                None if late => Err(server.too_late(&self.deadline, share.sent_at, started)),
-                // Not waited for: another share failed first.
+                None if late => Err(server.too_late(&self.deadline, part.sent_at, started)),
+                // Not waited for: another part failed first.
                 None => Ok(()),
             };
             if let Err(e) = verdict {

@@ -138,7 +138,7 @@ mod tests {
                 Change::Sub(u64::MAX),
                 Change::Lease(u64::MAX),
                 Change::Release(u64::MAX),
-                Change::Add(0),
+                Change::READ,
             ] {
                 let mut out = Vec::new();
                 push_counter(

@@ -37,7 +37,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::future::try_join_all;
 
-use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
+use super::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
 use crate::clock::Clock;
 use discovery::Resolver;
 use dispatch::ServerTransport;
@@ -108,7 +108,7 @@ struct Topology {
 struct Inner {
     topology: ArcSwap<Topology>,
     /// Token-bucket steps waiting per key while one update of that key is out.
-    buckets: token_bucket::Coalescer,
+    buckets: token_bucket::StepQueue,
     transport: MemcachedTransport,
     pool_size: u32,
     pipelined_connections: NonZeroUsize,
@@ -133,7 +133,7 @@ impl MemcachedStore {
         let store = Self {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
-                buckets: token_bucket::Coalescer::default(),
+                buckets: token_bucket::StepQueue::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
                 pipelined_connections: options.pipelined_connections,
@@ -293,8 +293,8 @@ impl CounterStore for MemcachedStore {
         self.saturating_hits(hits).await
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
-        try_join_all(steps.iter().map(|step| self.bucket_step(step.clone()))).await
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
+        try_join_all(steps.iter().map(|step| self.token_step(step.clone()))).await
     }
 
     fn gauges(&self) -> Vec<Gauge> {

@@ -2,7 +2,7 @@
 //! (the [`Pipelined`](super::pipelined::Pipelined) transport holds a few per server). A writer
 //! task takes every queued command and writes them in one go; a reader task parses the answers
 //! in order (memcached answers in order, and error lines carry no opaque, so order is the only
-//! reliable match) and hands them over: a call's share of counter commands (a
+//! reliable match) and hands them over: a call's part of counter commands (a
 //! [`Ticket`]) gets its counts written into the call's slots, other commands' callers get their
 //! replies through a oneshot. This
 //! replaces one round trip per connection checkout with one write per batch, and measured well
@@ -33,22 +33,22 @@ const PENDING_QUEUE: usize = 16_384;
 enum Outgoing {
     /// Command lines of its own, answered as replies (bucket states, probes).
     Lines(Command),
-    /// A call's share of counter commands, answered in place.
-    Share(Ticket),
+    /// A call's part of counter commands, answered in place.
+    Part(Ticket),
 }
 
 /// Written commands whose answers are awaited, in order.
 enum Pending {
     /// A caller waiting for `count` replies.
     Replies(usize, oneshot::Sender<Vec<Reply>>),
-    /// A call's share waiting for its counts.
-    Share(Ticket),
+    /// A call's part waiting for its counts.
+    Part(Ticket),
 }
 
 /// When a batch's commands were written, recorded once they are.
 enum Mark {
     Sent(Sent),
-    Share(Written),
+    Part(Written),
 }
 
 /// One caller's command lines, answered together.
@@ -140,11 +140,11 @@ impl Pipeline {
         answer.await.map_err(|_| closed())
     }
 
-    /// Queues a call's share of counter commands; its outcome comes through the ticket. A full
+    /// Queues a call's part of counter commands; its outcome comes through the ticket. A full
     /// queue is Turnstile's overload; a closed connection drops the ticket, which reports it.
     pub(super) fn send(&self, ticket: Ticket) {
-        if let Err(mpsc::error::TrySendError::Full(Outgoing::Share(ticket))) =
-            self.commands.try_send(Outgoing::Share(ticket))
+        if let Err(mpsc::error::TrySendError::Full(Outgoing::Part(ticket))) =
+            self.commands.try_send(Outgoing::Part(ticket))
         {
             ticket.fail(overloaded());
         }
@@ -168,13 +168,9 @@ async fn writer<W: AsyncWrite + Unpin>(
     while let Some(first) = queue.recv().await {
         // Written at once, with whatever else queued while this task waited its turn (the
         // runtime has no LIFO slot: a woken writer runs after the tasks already ready, so
-        // under load one write still carries many calls). The writer used to yield twice
-        // first, for bigger writes (one `sendto` per 45 calls instead of per 28 at saturation
-        // on one descriptor); it held every server's share back two scheduler passes, and with
-        // three servers a call waited for the slowest of three: the server's core then sat
-        // idle while memcached worked and the other way round (0.05 context switches a call,
-        // 91 % busy). Without the yields, five descriptors over three servers went from
-        // 64,000-69,000 calls/s to 74,000-81,000, with less CPU a call (BENCHMARKS.md).
+        // under load one write still carries many calls). Not yielding first for bigger
+        // writes: that holds every server's part back, and a call waits for the slowest of
+        // its servers (BENCHMARKS.md, "memcached").
         buf.clear();
         let mut next = Some(first);
         // Everything already queued goes out in the same write.
@@ -187,10 +183,10 @@ async fn writer<W: AsyncWrite + Unpin>(
                     written.extend(command.sent.map(Mark::Sent));
                     Some(Pending::Replies(command.count, command.reply))
                 }
-                Outgoing::Share(ticket) if !ticket.abandoned() => {
+                Outgoing::Part(ticket) if !ticket.abandoned() => {
                     buf.extend_from_slice(ticket.lines());
-                    written.push(Mark::Share(ticket.written()));
-                    Some(Pending::Share(ticket))
+                    written.push(Mark::Part(ticket.written()));
+                    Some(Pending::Part(ticket))
                 }
                 _ => None,
             };
@@ -215,7 +211,7 @@ async fn writer<W: AsyncWrite + Unpin>(
         for mark in written.drain(..) {
             match mark {
                 Mark::Sent(sent) => sent.mark(at),
-                Mark::Share(share) => share.mark(at),
+                Mark::Part(part) => part.mark(at),
             }
         }
     }
@@ -264,7 +260,7 @@ async fn reader<R: AsyncBufRead + Unpin>(
                     drop(caller.send(replies));
                 })
             }
-            Pending::Share(ticket) => match buffers.counts(&mut read, ticket.count()).await {
+            Pending::Part(ticket) => match buffers.counts(&mut read, ticket.count()).await {
                 Ok((counts, failure)) => {
                     ticket.answer(counts, failure);
                     Ok(())
@@ -280,7 +276,7 @@ async fn reader<R: AsyncBufRead + Unpin>(
             // lines sees its reply channel closed); the writer stops at its next entry.
             pending.close();
             while let Ok(awaited) = pending.try_recv() {
-                if let Pending::Share(ticket) = awaited {
+                if let Pending::Part(ticket) = awaited {
                     ticket.fail(TransportError::Io(copy(&why)));
                 }
             }

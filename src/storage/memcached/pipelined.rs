@@ -80,8 +80,8 @@ impl Pipelined {
         Ok(pipe)
     }
 
-    /// Queues a call's share of counter commands for this server; its outcome comes through
-    /// the ticket, whether the share is answered or cannot be sent.
+    /// Queues a call's part of counter commands for this server; its outcome comes through
+    /// the ticket, whether the part is answered or cannot be sent.
     pub(super) async fn send(&self, ticket: Ticket) {
         match self.connection().await {
             Ok(pipe) => pipe.send(ticket),

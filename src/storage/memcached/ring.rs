@@ -77,8 +77,8 @@ mod tests {
                 moved += 1;
             }
         }
-        let share = moved as f64 / total as f64;
-        assert!((0.18..0.32).contains(&share), "moved {share}");
+        let part = moved as f64 / total as f64;
+        assert!((0.18..0.32).contains(&part), "moved {part}");
         for count in per_server {
             assert!(count > total / 6 && count < total / 3, "{per_server:?}");
         }

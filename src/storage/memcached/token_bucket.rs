@@ -1,5 +1,5 @@
 //! Token buckets on memcached. A bucket's state (its TAT) is one item updated by
-//! compare-and-swap: `mg <key> b v c`, the GCRA step computed here ([`BucketStep::apply`]), then
+//! compare-and-swap: `mg <key> b v c`, the GCRA step computed here ([`TokenStep::apply`]), then
 //! `ms <key> ... C<cas>` (or `ME` to create it). Steps on the same key inside this process are
 //! coalesced: while one update of a key is out, later steps queue, and the next update applies
 //! all of them to one read and writes once, so a hot key costs one CAS per batch instead of a
@@ -15,26 +15,26 @@ use tokio::sync::oneshot;
 
 use super::transport::{Sent, Transport};
 use super::{Inner, MemcachedStore};
-use crate::storage::{BucketAnswer, BucketStep, CounterKey, StorageError};
+use crate::storage::{CounterKey, StorageError, TokenAnswer, TokenStep};
 
 /// Compare-and-swap rounds one batch may take before it gives up with an error.
 pub(super) const MAX_ATTEMPTS: usize = 8;
 
-type Reply = oneshot::Sender<Result<BucketAnswer, StorageError>>;
+type Reply = oneshot::Sender<Result<TokenAnswer, StorageError>>;
 
 /// Steps waiting per bucket key while an update of that key is out.
 #[derive(Debug, Default)]
-pub(super) struct Coalescer {
-    waiting: Mutex<HashMap<CounterKey, Vec<(BucketStep, Reply)>>>,
+pub(super) struct StepQueue {
+    waiting: Mutex<HashMap<CounterKey, Vec<(TokenStep, Reply)>>>,
 }
 
-impl Coalescer {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Vec<(BucketStep, Reply)>>> {
+impl StepQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Vec<(TokenStep, Reply)>>> {
         crate::storage::remote::lock(&self.waiting)
     }
 
     /// Queues a step; `true` when no update of its key is out, so the caller must start one.
-    fn enqueue(&self, step: BucketStep, reply: Reply) -> bool {
+    fn enqueue(&self, step: TokenStep, reply: Reply) -> bool {
         let mut waiting = self.lock();
         match waiting.get_mut(&step.key) {
             Some(queue) => {
@@ -49,7 +49,7 @@ impl Coalescer {
     }
 
     /// Every step queued for `key`; when none is left the key is forgotten (the update ends).
-    fn take(&self, key: &CounterKey) -> Vec<(BucketStep, Reply)> {
+    fn take(&self, key: &CounterKey) -> Vec<(TokenStep, Reply)> {
         let mut waiting = self.lock();
         match waiting.get_mut(key) {
             Some(queue) if !queue.is_empty() => std::mem::take(queue),
@@ -63,7 +63,7 @@ impl Coalescer {
 
 impl MemcachedStore {
     /// One step, coalesced with the other steps on its key in this process.
-    pub(super) async fn bucket_step(&self, step: BucketStep) -> Result<BucketAnswer, StorageError> {
+    pub(super) async fn token_step(&self, step: TokenStep) -> Result<TokenAnswer, StorageError> {
         let (reply, answer) = oneshot::channel();
         let key = step.key.clone();
         if self.inner.buckets.enqueue(step, reply) {
@@ -86,7 +86,7 @@ impl Inner {
             if batch.is_empty() {
                 return;
             }
-            let steps: Vec<&BucketStep> = batch.iter().map(|(step, _)| step).collect();
+            let steps: Vec<&TokenStep> = batch.iter().map(|(step, _)| step).collect();
             match self.update_bucket(&key, &steps).await {
                 Ok(answers) => {
                     for ((_, reply), answer) in batch.into_iter().zip(answers) {
@@ -106,8 +106,8 @@ impl Inner {
     async fn update_bucket(
         &self,
         key: &str,
-        steps: &[&BucketStep],
-    ) -> Result<Vec<BucketAnswer>, StorageError> {
+        steps: &[&TokenStep],
+    ) -> Result<Vec<TokenAnswer>, StorageError> {
         let server = self.server_for(key)?;
         for _ in 0..MAX_ATTEMPTS {
             let sent = Sent::default();
@@ -115,7 +115,7 @@ impl Inner {
             let state = server.guarded(&self.deadline, &sent, read).await?;
             let mut tat = state.map(|(value, _)| value);
             let mut changed = None;
-            let answers: Vec<BucketAnswer> = steps
+            let answers: Vec<TokenAnswer> = steps
                 .iter()
                 .map(|step| {
                     let (answer, write) = step.apply(tat);

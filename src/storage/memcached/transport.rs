@@ -5,7 +5,7 @@
 //! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
 //! classic `incr`/`add` family for memcached < 1.6). The trait carries what every transport
 //! does alike (bucket states, probes, connections); counter batches, the hot path, go each
-//! transport's own way: a pipelined call's shares are gathered in place across its servers
+//! transport's own way: a pipelined call's parts are gathered in place across its servers
 //! (the `gather` module), a pooled call runs one command per connection (`Pooled::apply`). The
 //! trait is dispatched statically (the `dispatch` module's `ServerTransport`): a
 //! `dyn Transport` would box every call's future.
@@ -98,7 +98,7 @@ impl Sent {
 pub(super) struct Connections {
     /// Connections open to the server.
     pub(super) open: u64,
-    /// Open and not carrying a command now (pooled transports; pipelined ones share
+    /// Open and not carrying a command now (pooled transports; pipelined ones part
     /// connections and report 0).
     pub(super) idle: u64,
 }

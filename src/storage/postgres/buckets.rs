@@ -4,17 +4,17 @@
 //! Must not touch: connections, the schema's definition.
 
 use super::{PostgresStore, signed};
-use crate::storage::{BucketAnswer, BucketStep, StorageError, Take};
+use crate::storage::{StorageError, Take, TokenAnswer, TokenStep};
 
 pub(super) async fn step(
     store: &PostgresStore,
-    steps: &[BucketStep],
-) -> Result<Vec<BucketAnswer>, StorageError> {
+    steps: &[TokenStep],
+) -> Result<Vec<TokenAnswer>, StorageError> {
     if steps.is_empty() {
         return Ok(Vec::new());
     }
     let keys: Vec<&str> = steps.iter().map(|s| s.key.as_str()).collect();
-    let text = |f: fn(&BucketStep) -> u128| -> Vec<String> {
+    let text = |f: fn(&TokenStep) -> u128| -> Vec<String> {
         steps.iter().map(|s| f(s).to_string()).collect()
     };
     let (nows, intervals, capacities) = (
@@ -67,7 +67,7 @@ pub(super) async fn step(
             let tat = tat
                 .parse::<u128>()
                 .map_err(|e| protocol(format!("bucket state {tat:?}: {e}")))?;
-            Ok(BucketAnswer { admitted, tat })
+            Ok(TokenAnswer { admitted, tat })
         })
         .collect()
 }

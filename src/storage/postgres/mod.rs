@@ -33,7 +33,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 
 use crate::clock::Clock;
-use crate::storage::{BucketAnswer, BucketStep, CounterOp, CounterStore, Gauge, StorageError};
+use crate::storage::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
 
 pub use schema::{MigrateMode, SchemaError, SchemaState};
 
@@ -280,7 +280,7 @@ impl CounterStore for PostgresStore {
         counters::hit(self, hits).await
     }
 
-    async fn bucket(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         buckets::step(self, steps).await
     }
 

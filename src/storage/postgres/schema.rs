@@ -80,7 +80,7 @@ BEGIN
 END
 $fn$;
 
--- One GCRA step per key (as storage::bucket::BucketStep::apply): ticks are exact numerics.
+-- One GCRA step per key (as storage::bucket::TokenStep::apply): ticks are exact numerics.
 CREATE FUNCTION {s}.bucket(keys text[], nows numeric[], intervals numeric[], capacities numeric[],
                            amounts bigint[], refunds boolean[], ticks_per_ms numeric[],
                            now_s bigint, OUT admitted boolean[], OUT tats text[])

@@ -79,7 +79,7 @@ impl Inner {
         let mut sets = 0;
         for hit in hits
             .iter()
-            .filter(|hit| hit.change.bounded() != Change::Add(0))
+            .filter(|hit| hit.change.bounded() != Change::READ)
         {
             let ttl = self.ttl(&hit.key, hit.expires_at, now);
             let ttl = resp::number(&mut number, ttl);
@@ -92,7 +92,7 @@ impl Inner {
         for hit in hits {
             let key = hit.key.as_bytes();
             match hit.change.bounded() {
-                Change::Add(0) => resp::command(&mut bytes, &[b"GET", key]),
+                Change::READ => resp::command(&mut bytes, &[b"GET", key]),
                 change => {
                     let amount = resp::number(&mut number, change.amount());
                     resp::command(&mut bytes, &[b"INCRBY", key, amount]);
@@ -158,7 +158,7 @@ impl Inner {
         let mut counts = Vec::with_capacity(hits.len());
         let mut over = Vec::new();
         for hit in hits {
-            if hit.change.bounded() != Change::Add(0) {
+            if hit.change.bounded() != Change::READ {
                 answers.next(); // the SET … NX
             }
             let count = count_of(answers.next()).ok_or_else(|| self.unexpected(hits.len()))?;
@@ -222,7 +222,7 @@ pub(super) fn plain_commands(
     for hit in hits {
         let key = hit.key.as_bytes();
         match hit.change.bounded() {
-            Change::Add(0) => {
+            Change::READ => {
                 commands.cmd("GET").arg(key);
                 count += 1;
             }

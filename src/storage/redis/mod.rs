@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisError};
 
-use super::{BucketAnswer, BucketStep, CounterOp, CounterStore, StorageError, Take};
+use super::{CounterOp, CounterStore, StorageError, Take, TokenAnswer, TokenStep};
 use crate::clock::Clock;
 use crate::storage::lateness::saturated_runtime;
 use crate::storage::remote;
@@ -167,7 +167,7 @@ impl Inner {
     }
 
     /// Bucket steps in one script call, in order (their keys must share a slot on a cluster).
-    async fn steps(&self, steps: &[&BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
+    async fn steps(&self, steps: &[&TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
         let mut invocation = self.scripts.bucket.prepare_invoke();
         for step in steps {
             if step.capacity.get().saturating_mul(step.interval.get()) >= BUCKET_MAX_SCALE {
@@ -212,7 +212,7 @@ impl Inner {
                     u128::try_from(v[1]).unwrap_or(0),
                     u128::try_from(v[2]).unwrap_or(0),
                 );
-                BucketAnswer {
+                TokenAnswer {
                     admitted: v[0] == 1,
                     tat: q * rate + r,
                 }
@@ -235,11 +235,11 @@ impl CounterStore for RedisStore {
         Box::pin(self.hit_all(hits))
     }
 
-    fn bucket(
+    fn take_tokens(
         &self,
-        steps: &[BucketStep],
-    ) -> impl Future<Output = Result<Vec<BucketAnswer>, StorageError>> + Send {
-        Box::pin(self.bucket_all(steps))
+        steps: &[TokenStep],
+    ) -> impl Future<Output = Result<Vec<TokenAnswer>, StorageError>> + Send {
+        Box::pin(self.token_steps_all(steps))
     }
 
     fn ready(&self) -> impl Future<Output = Result<(), StorageError>> + Send {
@@ -269,8 +269,8 @@ impl RedisStore {
         self.cluster_hits(&all, now).await
     }
 
-    async fn bucket_all(&self, steps: &[BucketStep]) -> Result<Vec<BucketAnswer>, StorageError> {
-        let all: Vec<&BucketStep> = steps.iter().collect();
+    async fn token_steps_all(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
+        let all: Vec<&TokenStep> = steps.iter().collect();
         if !self.inner.connector.is_cluster() {
             let breaker = self.admit(b"")?;
             let outcome = self.inner.steps(&all).await;

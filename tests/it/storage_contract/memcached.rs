@@ -67,7 +67,7 @@ async fn memcached(transport: MemcachedTransport) {
     // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
     crate::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
         let read = store
-            .apply_ops(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::READ, end)])
             .await
             .expect("read");
         if read != vec![0] {
@@ -95,7 +95,7 @@ async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
     );
     let now = u128::from(clock.now_millis());
     let err = store
-        .bucket(&[step(&key, now, Take::Take(1))])
+        .take_tokens(&[step(&key, now, Take::Take(1))])
         .await
         .expect_err("bucket");
     assert!(

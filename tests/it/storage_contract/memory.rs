@@ -42,7 +42,7 @@ async fn memory_store_expiry_and_sweeping() {
     assert_eq!(store.len(), live - 1);
     assert_eq!(
         store
-            .apply_ops(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::READ, end)])
             .await
             .expect("read"),
         vec![0]

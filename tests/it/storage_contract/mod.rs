@@ -36,7 +36,7 @@ mod redis;
 use std::num::NonZeroU128;
 use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::{
-    BucketStep, Change, CounterKey, CounterOp, CounterStore, MAX_KEY_LEN, Take,
+    Change, CounterKey, CounterOp, CounterStore, MAX_KEY_LEN, Take, TokenStep,
 };
 
 use crate::support::unique;
@@ -103,7 +103,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let (a, b) = (unique("a"), unique("b"));
     assert_eq!(
         store
-            .apply_ops(&[hit(&a, Change::Add(0), end)])
+            .apply_ops(&[hit(&a, Change::READ, end)])
             .await
             .expect("read"),
         vec![0],
@@ -119,7 +119,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     );
     assert_eq!(
         store
-            .apply_ops(&[hit(&a, Change::Add(0), end)])
+            .apply_ops(&[hit(&a, Change::READ, end)])
             .await
             .expect("read"),
         vec![0],
@@ -220,9 +220,9 @@ pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
     assert_eq!(counts, vec![2, 2, 1, 0], "in order, never below zero");
 }
 
-pub(super) fn step(key: &str, now: u128, take: Take) -> BucketStep {
+pub(super) fn step(key: &str, now: u128, take: Take) -> TokenStep {
     // One token per second, three at most; ticks are milliseconds.
-    BucketStep {
+    TokenStep {
         key: CounterKey::checked(key).expect("key"),
         now,
         interval: NonZeroU128::new(1_000).expect("nonzero"),
@@ -237,7 +237,7 @@ pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clo
     let store = &stores[0];
     let now = u128::from(clock.now_millis());
     let key = unique("bucket");
-    let steps: Vec<BucketStep> = [
+    let steps: Vec<TokenStep> = [
         Take::Take(1),
         Take::Take(2),
         Take::Take(1),
@@ -247,7 +247,7 @@ pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clo
     .into_iter()
     .map(|take| step(&key, now, take))
     .collect();
-    let answers = store.bucket(&steps).await.expect("steps");
+    let answers = store.take_tokens(&steps).await.expect("steps");
     let admitted: Vec<bool> = answers.iter().map(|a| a.admitted).collect();
     assert_eq!(
         admitted,
@@ -261,7 +261,7 @@ pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clo
     );
     assert_eq!(answers[3].tat, now + 2_000);
     let later = store
-        .bucket(&[
+        .take_tokens(&[
             step(&key, now + 1_000, Take::Take(3)),
             step(&key, now + 1_000, Take::Take(2)),
         ])
@@ -281,7 +281,9 @@ pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clo
         let store = stores[i % stores.len()].clone();
         let mut step = step(&key, now, Take::Take(1));
         step.capacity = NonZeroU128::new(20).expect("nonzero");
-        tasks.push(tokio::spawn(async move { store.bucket(&[step]).await }));
+        tasks.push(tokio::spawn(
+            async move { store.take_tokens(&[step]).await },
+        ));
     }
     let mut tats = Vec::new();
     for task in tasks {

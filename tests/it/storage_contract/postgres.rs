@@ -47,7 +47,7 @@ async fn postgres_rows_reused_in_place() {
     clock.advance(3);
     assert_eq!(
         store
-            .apply_ops(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::READ, end)])
             .await
             .expect("read"),
         vec![0],

@@ -92,7 +92,7 @@ async fn redis_sentinel_failover() {
     set.master.kill();
     let count = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
         store
-            .apply_ops(&[hit(&key, Change::Add(0), end)])
+            .apply_ops(&[hit(&key, Change::READ, end)])
             .await
             .ok()
             .map(|counts| counts[0])

@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use super::{Controller, Window};
+use super::{Controller, Measured};
 use crate::settings::AdaptiveConcurrency;
 
 const MS: Duration = Duration::from_millis(1);
@@ -16,8 +16,8 @@ fn bounds() -> AdaptiveConcurrency {
     }
 }
 
-fn window(mean: Duration, fastest: Duration, peak: u32) -> Window {
-    Window {
+fn window(mean: Duration, fastest: Duration, peak: u32) -> Measured {
+    Measured {
         calls: 1_000,
         mean,
         fastest: Some(fastest),
@@ -34,13 +34,13 @@ fn the_limit_starts_at_its_minimum_and_an_idle_window_changes_nothing() {
         Some(16),
         "slow start: a window is a round of calls"
     );
-    let idle = Window {
+    let idle = Measured {
         calls: 0,
         ..window(MS, MS, 0)
     };
     assert_eq!(c.update(&idle, Instant::now()), 16);
     // Calls finished, but no latency measured (none reported) and none known yet: no change.
-    let unmeasured = Window {
+    let unmeasured = Measured {
         fastest: None,
         ..window(30 * MS, MS, 16)
     };

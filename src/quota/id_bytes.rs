@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A shared bound on bytes held.
 #[derive(Debug)]
-pub struct HeldBytes {
+pub struct BucketIdBytes {
     used: AtomicUsize,
     max: usize,
 }
 
-impl HeldBytes {
+impl BucketIdBytes {
     /// A bound of `max` bytes, none held yet.
     pub fn new(max: usize) -> Self {
         Self {
@@ -55,11 +55,11 @@ impl HeldBytes {
 
 #[cfg(test)]
 mod tests {
-    use super::HeldBytes;
+    use super::BucketIdBytes;
 
     #[test]
     fn takes_up_to_the_bound_and_gives_back() {
-        let held = HeldBytes::new(10);
+        let held = BucketIdBytes::new(10);
         assert!(held.try_take(6));
         assert!(!held.try_take(5), "6 + 5 passes 10");
         assert!(held.try_take(4));
