@@ -22,6 +22,9 @@ mod wire;
 use wire::{Netns, delaying_relay};
 
 const DEADLINE: Duration = Duration::from_millis(200);
+/// How long a caller waits for an answer (as Envoy's own timeout would) before giving up:
+/// the store's deadline and scheduling slack for a machine busy with other tests.
+const CALLER_DEADLINE: Duration = Duration::from_millis(350);
 
 #[derive(Debug, Default)]
 struct Phase {
@@ -31,6 +34,9 @@ struct Phase {
     /// Refused as Turnstile's own overload (its runtime was late), not the store's fault.
     overloaded: u64,
     other: u64,
+    /// Calls the caller gave up on: no answer within its own deadline.
+    unanswered: u64,
+    /// Printed with the phase, never a pass criterion.
     slowest: Duration,
     /// How late a 5 ms timer on the callers' runtime fired at worst, during the phase and the
     /// half second before it (the store's own measure of its runtime looks that far back).
@@ -49,11 +55,10 @@ impl Phase {
             self.overloaded == 0 || self.runtime_late >= DEADLINE / 10,
             "{name}: overload named while the runtime kept up: {self:?}"
         );
-        // Every answer, whatever the fault, within the deadline plus scheduling slack.
-        assert!(
-            self.slowest <= DEADLINE + Duration::from_millis(150),
-            "{name}: an answer took {:?}",
-            self.slowest
+        // Every call answered, whatever the fault, before its caller gives up.
+        assert_eq!(
+            self.unanswered, 0,
+            "{name}: calls went unanswered: {self:?}"
         );
         match name {
             "healthy" | "50 ms latency" => {
@@ -76,11 +81,11 @@ fn lateness_probe() -> Arc<std::sync::Mutex<Vec<(Instant, Duration)>>> {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = Arc::clone(&seen);
     tokio::spawn(async move {
-        let tick = Duration::from_millis(5);
+        let mut ticks = tokio::time::interval(Duration::from_millis(5));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while Arc::strong_count(&record) > 1 {
-            let started = Instant::now();
-            tokio::time::sleep(tick).await;
-            let late = started.elapsed().saturating_sub(tick);
+            let due = ticks.tick().await;
+            let late = due.elapsed();
             if late > Duration::from_millis(1) {
                 record.lock().expect("probe").push((Instant::now(), late));
             }
@@ -110,8 +115,12 @@ async fn load(
                     expires_at: now + 60,
                 };
                 let started = Instant::now();
-                let result = store.apply_ops(&[hit]).await;
+                let answer = tokio::time::timeout(CALLER_DEADLINE, store.apply_ops(&[hit])).await;
                 phase.slowest = phase.slowest.max(started.elapsed());
+                let Ok(result) = answer else {
+                    phase.unanswered += 1;
+                    continue;
+                };
                 match result {
                     Ok(_) => phase.ok += 1,
                     Err(e) if e.kind() == ErrorKind::Timeout => {
@@ -145,6 +154,7 @@ async fn load(
         total.unavailable += p.unavailable;
         total.overloaded += p.overloaded;
         total.other += p.other;
+        total.unanswered += p.unanswered;
         total.slowest = total.slowest.max(p.slowest);
     }
     let seen = probe.lock().expect("probe");
