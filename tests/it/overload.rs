@@ -38,7 +38,7 @@ async fn a_stalled_turnstile_does_not_mark_a_healthy_memcached_down() {
     assert_eq!(store.apply_ops(&[hit(&key, now)]).await, Ok(vec![1]));
 
     // The stall: the only runtime thread is blocked for 50 ms right after the call queues.
-    tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
+    stall_the_runtime(Duration::from_millis(50));
     // Whether the stall came before the commands were written or while the answer waited
     // unread, the call is Turnstile's overload (RESOURCE_EXHAUSTED at the edge), never the
     // store's lateness: the deadline's timer fired 40 ms late.
@@ -154,7 +154,7 @@ pub(crate) async fn slow_relay(port: u16, delay: Duration) -> u16 {
             tokio::spawn(async move {
                 let mut buf = vec![0; 64 * 1024];
                 while let Ok(n) = sr.read(&mut buf).await {
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep(delay).await; // the relay's latency, the fault itself
                     if n == 0 || cw.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
@@ -193,9 +193,15 @@ async fn a_stalled_turnstile_does_not_blame_redis() {
         first = store.apply_ops(&[hit(&key, now)]).await;
     }
     first.expect("Redis answers an unloaded call");
-    tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
+    stall_the_runtime(Duration::from_millis(50));
     match store.apply_ops(&[hit(&key, now)]).await {
         Err(e) if e.kind() == ErrorKind::Overloaded => assert!(e.what().contains("late"), "{e}"),
         other => panic!("a 50 ms stall against a 10 ms deadline is overload, not {other:?}"),
     }
+}
+
+/// Blocks one of the runtime's threads for `how_long` (a task that does not yield): the stall a
+/// busy process gives a call waiting on it.
+fn stall_the_runtime(how_long: Duration) {
+    tokio::spawn(async move { std::thread::sleep(how_long) }); // the stall itself
 }

@@ -10,11 +10,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Blocks until `done()` holds; fails after `limit` with `what`.
 pub fn blocking(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
-        std::thread::sleep(POLL);
-    }
+    blocking_some(limit, what, || done().then_some(()));
 }
 
 /// Blocks until `probe()` finds something, and returns it; fails after `limit` with `what`.
@@ -42,11 +38,8 @@ pub async fn until_polling_every(
     what: &str,
     mut done: impl FnMut() -> bool,
 ) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} (waited {limit:?})");
-        tokio::time::sleep(poll).await;
-    }
+    let probe = || std::future::ready(done().then_some(()));
+    polling(poll, limit, || what.to_owned(), probe).await;
 }
 
 /// Waits until the async `probe()` finds something, and returns it; fails after `limit` with
@@ -60,7 +53,17 @@ where
 }
 
 /// [`until_some`], saying what was awaited with `what()` when it fails (the state seen then).
-pub async fn until_some_said<T, F, Fut>(
+pub async fn until_some_said<T, F, Fut>(limit: Duration, what: impl Fn() -> String, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    polling(POLL, limit, what, probe).await
+}
+
+/// Polls the async `probe()` every `poll` until it finds something; fails after `limit`.
+async fn polling<T, F, Fut>(
+    poll: Duration,
     limit: Duration,
     what: impl Fn() -> String,
     mut probe: F,
@@ -75,6 +78,6 @@ where
             return found;
         }
         assert!(Instant::now() < deadline, "{} (waited {limit:?})", what());
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
     }
 }

@@ -96,7 +96,7 @@ async fn idle_task_count(p: &Process) -> u64 {
     for _ in 0..5 {
         let now = metric(&p.metrics(), "turnstile_runtime_alive_tasks");
         idle_tasks = idle_tasks.min(now.expect("the runtime's task gauge is exposed"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // pacing of the scrapes
     }
     idle_tasks
 }

@@ -40,7 +40,7 @@ async fn keep_calling(
             Err(e) => {
                 assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
                 log.push((started.elapsed().as_millis(), false, latency));
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await; // pacing: a caller's retry
             }
         }
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use turnstile::clock::ManualClock;
 use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
@@ -112,20 +112,18 @@ impl RedisProcess {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("spawn redis-server");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mut up = false;
-            while Instant::now() < deadline {
+            // Up when it answers as ours (not another test's server that took the port
+            // first); not up when it exited (the port was taken), and then another port.
+            let mine = format!("process_id:{}", child.id());
+            let what = format!("redis-server to answer on {port}");
+            let up = crate::wait::blocking_some(Duration::from_secs(10), &what, || {
                 if child.try_wait().ok().flatten().is_some() {
-                    break;
+                    return Some(false);
                 }
-                // Ours, not another test's server that took the port first.
-                let mine = format!("process_id:{}", child.id());
-                if cli(port, &["INFO", "server"]).is_some_and(|info| info.contains(&mine)) {
-                    up = true;
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+                cli(port, &["INFO", "server"])
+                    .is_some_and(|info| info.contains(&mine))
+                    .then_some(true)
+            });
             if up {
                 return Some(RedisProcess {
                     port,

@@ -126,7 +126,7 @@ fn drive(port: u16, every: Duration, until: Arc<AtomicU64>, log: Log) -> JoinHan
             log.lock().expect("log").push((now_s(), status));
             next += every;
             if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
+                std::thread::sleep(wait); // pacing of the requests
             }
         }
     })

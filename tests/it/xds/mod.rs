@@ -267,7 +267,7 @@ async fn the_control_plane_dying_for_ten_seconds_never_stops_the_answers() {
             "answered while down"
         );
         answered += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await; // pacing of the calls
     }
     eprintln!("{answered} calls answered while the control plane was down for 10 s");
 
