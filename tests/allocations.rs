@@ -37,17 +37,11 @@ use turnstile::storage::memory::MemoryStore;
 // The real memcached process (and the wait helper it uses), shared with `tests/it`; this binary
 // uses only a little of it.
 #[allow(dead_code, unreachable_pub)]
-#[path = "it/memcached_support.rs"]
-mod memcached_support;
-#[allow(dead_code, unreachable_pub)]
 #[path = "it/ports.rs"]
 mod ports;
 #[allow(dead_code, unused_imports, unreachable_pub)]
-#[path = "it/support.rs"]
+#[path = "it/support/mod.rs"]
 mod support;
-#[allow(dead_code, unreachable_pub)]
-#[path = "it/wait.rs"]
-mod wait;
 
 /// The system allocator, counting (stats_alloc: no allocator code of our own).
 #[global_allocator]

@@ -9,7 +9,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::KeyLayout;
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
+use crate::support::redis_server::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
 use crate::support::{Memcached, Options, TestServer, memcached_store, start_memory, start_with};
 
 /// Which store a scenario runs on.
@@ -98,7 +98,7 @@ impl Backend {
                 })
             }
             Backend::Postgres => {
-                let pg = crate::postgres_support::Postgres::start()?;
+                let pg = crate::support::postgres_server::Postgres::start()?;
                 let clock = ManualClock::new(crate::support::T0);
                 let shared: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clock.clone());
                 let (store, _schema) = pg.store(&shared);

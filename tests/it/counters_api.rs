@@ -8,9 +8,9 @@ use std::io::{Read, Write};
 
 use serde_json::Value;
 
-use crate::postgres_support::Postgres;
 use crate::process::{Process, metric, rules_root};
-use crate::redis_support::RedisProcess;
+use crate::support::postgres_server::Postgres;
+use crate::support::redis_server::RedisProcess;
 use crate::support::{Memcached, req1, unique};
 
 const RULES: &str = "\

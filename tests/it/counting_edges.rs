@@ -14,7 +14,7 @@ use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::redis::{BUCKET_MAX_SCALE, RedisTarget};
 
 use crate::process::{command, loopback_env, rules_root};
-use crate::redis_support::{RedisProcess, redis_store};
+use crate::support::redis_server::{RedisProcess, redis_store};
 use crate::support::{
     Memcached, Options, TestServer, desc, memcached_store, missing, req, start_with, unique,
 };

@@ -127,7 +127,7 @@ pub(crate) fn start_envoy(
 }
 
 pub(crate) fn wait_for(what: &str, probe: impl FnMut() -> bool) {
-    crate::wait::blocking(Duration::from_secs(30), what, probe);
+    crate::support::wait::blocking(Duration::from_secs(30), what, probe);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use turnstile::pb::ratelimit::config::ratelimit::v3::{
 use crate::deploy::envoy;
 use crate::envoy_e2e::{Envoy, request, wait_for};
 use crate::process::{Process, http_get, metric, temp_dir};
-use crate::redis_support::{RedisProcess, cli};
+use crate::support::redis_server::{RedisProcess, cli};
 use crate::support::{free_port, openssl_installed};
 use crate::tls::{ca, leaf_with};
 use crate::xds::server::{AdsServer, Shared};

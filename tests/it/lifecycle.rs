@@ -295,7 +295,7 @@ async fn starting_without_a_valid_config_then_fixing_it() {
     );
 
     std::fs::write(p.dir.join("rules.yaml"), RULES).expect("fix the rules");
-    crate::wait::until(
+    crate::support::wait::until(
         Duration::from_secs(15),
         "the fixed configuration loaded",
         || http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200),

@@ -110,7 +110,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    crate::wait::until_some(Duration::from_secs(10), what, || {
+    crate::support::wait::until_some(Duration::from_secs(10), what, || {
         let probe = probe();
         async move { probe.await.then_some(()) }
     })

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::memcached_support::Memcached;
 use crate::process::{Process, RULES, rules_root, temp_dir};
+use crate::support::memcached::Memcached;
 use crate::support::{openssl_installed, req1};
 use crate::tls::{ca, leaf, leaf_with};
 

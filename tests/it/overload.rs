@@ -170,7 +170,7 @@ pub(crate) async fn slow_relay(port: u16, delay: Duration) -> u16 {
 #[tokio::test(flavor = "current_thread")]
 async fn a_stalled_turnstile_does_not_blame_redis() {
     use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
-    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+    let Some(redis) = crate::support::redis_server::RedisProcess::start() else {
         return crate::support::missing("redis-server");
     };
     let clock = ManualClock::new(SystemClock.now());

@@ -2,7 +2,7 @@
 //! environment map (listeners on port 0, so no port races): HTTP `/healthcheck`, `/json`,
 //! `/rlconfig`, `/metrics` and the Prometheus port, hot reload (good file, broken file,
 //! Kubernetes `..data` symlink swap) and the statsd sink. The few tests that need the real
-//! binary (exit codes, signals, logs, `check-config`) use [`command`]. The harness is in `process_support.rs`.
+//! binary (exit codes, signals, logs, `check-config`) use [`command`]. The harness is in `support/process.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use turnstile::clock::ManualClock;
 
 use crate::support::{req1, unique};
 
-pub use crate::process_support::{
+pub use crate::support::process::{
     Process, RULES, command, http, http_get, loopback_env, metric, rules_root, settings, temp_dir,
 };
 
@@ -117,7 +117,7 @@ async fn http_endpoints_and_metrics() {
 async fn eventually_limit(p: &Process, domain: &str, want: Option<u32>) {
     let client = p.client().await;
     let what = format!("limit {want:?} applied");
-    crate::wait::until_some(Duration::from_secs(15), &what, || {
+    crate::support::wait::until_some(Duration::from_secs(15), &what, || {
         let mut client = client.clone();
         async move {
             let resp = client
@@ -153,7 +153,7 @@ async fn hot_reload_good_broken_and_symlink_swap() {
         "domain: ops\ndescriptors:\n  - key: user\n    rate_limit: { unit: minit }\n",
     )
     .expect("write");
-    crate::wait::until(Duration::from_secs(15), "the broken reload counted", || {
+    crate::support::wait::until(Duration::from_secs(15), "the broken reload counted", || {
         metric(&p.metrics(), "ratelimit_service_config_load_error") == Some(1)
     })
     .await;

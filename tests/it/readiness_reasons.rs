@@ -2,7 +2,7 @@
 //! not only that readiness changed.
 
 use crate::lifecycle::Binary;
-use crate::redis_support::{RedisProcess, cli};
+use crate::support::redis_server::{RedisProcess, cli};
 use crate::support::{free_port, missing};
 
 #[test]

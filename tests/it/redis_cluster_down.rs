@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
 
-use crate::redis_support::{RedisCluster, cli};
+use crate::support::redis_server::{RedisCluster, cli};
 use crate::support::{Options, missing, req1, start_with, unique, until};
 
 const RULES: &str = "\

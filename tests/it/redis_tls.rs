@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::process::{Process, http_get, rules_root, temp_dir};
-use crate::redis_support::{RedisProcess, RedisSentinel, SENTINEL_MASTER, TlsFiles, cli};
+use crate::support::redis_server::{RedisProcess, RedisSentinel, SENTINEL_MASTER, TlsFiles, cli};
 use crate::support::req1;
 use crate::tls::{ca, leaf};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
@@ -152,7 +152,7 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
     let killed = Instant::now();
     set.master.kill();
     let mut unavailable = 0;
-    let recovered = crate::wait::blocking_some(
+    let recovered = crate::support::wait::blocking_some(
         Duration::from_secs(30),
         "a new master over TLS",
         || match call(p.grpc, "bob") {

@@ -269,7 +269,7 @@ fn a_cluster_list_with_an_empty_entry_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_and_greatest_accepted_values_serve_on_redis() {
-    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+    let Some(redis) = crate::support::redis_server::RedisProcess::start() else {
         return missing("redis-server");
     };
     let env = [

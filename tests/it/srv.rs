@@ -120,7 +120,7 @@ async fn discovery_refresh_and_failed_lookups() {
         w.sort();
         w
     };
-    crate::wait::until(
+    crate::support::wait::until(
         Duration::from_secs(5),
         "the refresh picked up the new server",
         || store.servers() == want,
@@ -130,7 +130,7 @@ async fn discovery_refresh_and_failed_lookups() {
     // twice more, then the servers must be unchanged.
     *records.lock().expect("records") = None;
     let asked = questions.load(Ordering::SeqCst);
-    crate::wait::until(Duration::from_secs(5), "the refresh still asking", || {
+    crate::support::wait::until(Duration::from_secs(5), "the refresh still asking", || {
         questions.load(Ordering::SeqCst) >= asked + 2
     })
     .await;

@@ -156,7 +156,7 @@ fn tls_mtls_and_certificate_reload() {
     std::fs::copy(dir.join("server2.pem"), dir.join("new.pem")).expect("copy");
     std::fs::rename(dir.join("new.key"), &key).expect("rename");
     std::fs::rename(dir.join("new.pem"), &cert).expect("rename");
-    crate::wait::blocking(
+    crate::support::wait::blocking(
         Duration::from_secs(10),
         "the renewed certificate served",
         || check(&p, &[&dir.join("two-ca.pem")]).as_deref() == Some("ok"),

@@ -69,7 +69,7 @@ async fn connections_without_a_preface_are_closed_and_connections_are_counted() 
     // Every connection's tasks end with it: the runtime is back to the tasks it had idle.
     drop(silent);
     // Polled every 100 ms, so that scrapes do not keep their own tasks alive.
-    crate::wait::until_polling_every(
+    crate::support::wait::until_polling_every(
         Duration::from_millis(100),
         Duration::from_secs(10),
         &format!("connection tasks end ({idle_tasks} alive when idle)"),

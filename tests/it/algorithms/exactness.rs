@@ -70,16 +70,16 @@ async fn replicas(shared: Shared) -> Option<Replicas> {
             Some((a, b, clock, Box::new([mc1, mc2])))
         }
         Shared::RedisCluster => {
-            let cluster = crate::redis_support::RedisCluster::start()?;
+            let cluster = crate::support::redis_server::RedisCluster::start()?;
             let target = turnstile::storage::redis::RedisTarget::Cluster(cluster.seeds());
-            let store_a = crate::redis_support::redis_store(target.clone(), &clock);
-            let store_b = crate::redis_support::redis_store(target, &clock);
+            let store_a = crate::support::redis_server::redis_store(target.clone(), &clock);
+            let store_b = crate::support::redis_server::redis_store(target, &clock);
             let a = start_with(store_a, clock.clone(), &files, Options::default()).await;
             let b = start_with(store_b, clock.clone(), &files, Options::default()).await;
             Some((a, b, clock, Box::new(cluster)))
         }
         Shared::Postgres => {
-            let pg = crate::postgres_support::Postgres::start()?;
+            let pg = crate::support::postgres_server::Postgres::start()?;
             let shared: Arc<dyn Clock> = Arc::new(clock.clone());
             let (store_a, schema) = pg.store(&shared);
             let store_b =

@@ -234,8 +234,8 @@ fn models_on_redis(target: turnstile::storage::redis::RedisTarget, cases: u32) {
     let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
         // Redis expires on real time: the test clock starts at the real present.
         let clock = ManualClock::new(SystemClock.now());
-        let store =
-            runtime.block_on(async { crate::redis_support::redis_store(target.clone(), &clock) });
+        let store = runtime
+            .block_on(async { crate::support::redis_server::redis_store(target.clone(), &clock) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
         run(&runtime, &limiter, &clock, 3_600_000, steps)
     });
@@ -246,7 +246,7 @@ fn models_on_redis(target: turnstile::storage::redis::RedisTarget, cases: u32) {
 
 #[test]
 fn every_algorithm_matches_its_model_on_redis() {
-    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+    let Some(redis) = crate::support::redis_server::RedisProcess::start() else {
         return;
     };
     models_on_redis(
@@ -257,7 +257,7 @@ fn every_algorithm_matches_its_model_on_redis() {
 
 #[test]
 fn every_algorithm_matches_its_model_on_a_redis_cluster() {
-    let Some(cluster) = crate::redis_support::RedisCluster::start() else {
+    let Some(cluster) = crate::support::redis_server::RedisCluster::start() else {
         return;
     };
     models_on_redis(
@@ -268,7 +268,7 @@ fn every_algorithm_matches_its_model_on_a_redis_cluster() {
 
 #[test]
 fn every_algorithm_matches_its_model_through_sentinel() {
-    let Some(set) = crate::redis_support::RedisSentinel::start() else {
+    let Some(set) = crate::support::redis_server::RedisSentinel::start() else {
         return;
     };
     models_on_redis(set.target(), 20);
@@ -278,7 +278,7 @@ fn every_algorithm_matches_its_model_through_sentinel() {
 /// the test clock starts where the memory store's does and leases expire on it.
 #[test]
 fn every_algorithm_matches_its_model_on_postgres() {
-    let Some(pg) = crate::postgres_support::Postgres::start() else {
+    let Some(pg) = crate::support::postgres_server::Postgres::start() else {
         return;
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -214,7 +214,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
         change: Change::Add(n),
         expires_at: clock.now() + 60,
     };
-    crate::wait::until_some(Duration::from_secs(5), "recovery after healing", || async {
+    crate::support::wait::until_some(Duration::from_secs(5), "recovery after healing", || async {
         store.apply_ops(&[hit(0)]).await.ok()
     })
     .await;

@@ -113,7 +113,7 @@ impl Netns {
             .spawn()
             .expect("memcached in the namespace");
         self.memcached = Some(child);
-        crate::wait::blocking(
+        crate::support::wait::blocking(
             Duration::from_secs(10),
             "memcached started in the namespace",
             || std::net::TcpStream::connect((MEMCACHED_IP, 11211)).is_ok(),

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use tonic::Code as Status;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::process_support::{Process, http_get, metric, rules_root};
+use crate::support::process::{Process, http_get, metric, rules_root};
+use crate::support::wait::{until, until_some};
 use crate::support::{req1, unique};
-use crate::wait::{until, until_some};
 
 const RULES: &str =
     "domain: o\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 60 }\n";
@@ -190,7 +190,7 @@ fn print_latencies(store: &str, when: &str, latencies: &mut [Duration]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memcached_killed() {
-    let Some(memcached) = crate::memcached_support::Memcached::start() else {
+    let Some(memcached) = crate::support::memcached::Memcached::start() else {
         return;
     };
     let memcached = std::cell::RefCell::new(memcached);
@@ -209,7 +209,7 @@ async fn memcached_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed() {
-    let Some(redis) = crate::redis_support::RedisProcess::start() else {
+    let Some(redis) = crate::support::redis_server::RedisProcess::start() else {
         return;
     };
     let redis = std::cell::RefCell::new(redis);
@@ -229,7 +229,7 @@ async fn redis_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_frozen() {
-    let Some(pg) = crate::postgres_support::Postgres::start() else {
+    let Some(pg) = crate::support::postgres_server::Postgres::start() else {
         return;
     };
     let env = vec![
@@ -249,7 +249,7 @@ async fn postgres_frozen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_learn_how_many_share_the_store() {
-    let Some(memcached) = crate::memcached_support::Memcached::start() else {
+    let Some(memcached) = crate::support::memcached::Memcached::start() else {
         return;
     };
     let env = vec![
@@ -270,7 +270,7 @@ async fn replicas_learn_how_many_share_the_store() {
 /// replica admits its share of them), the others are counted by the live masters as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_master_killed() {
-    let Some(mut cluster) = crate::redis_support::RedisCluster::start() else {
+    let Some(mut cluster) = crate::support::redis_server::RedisCluster::start() else {
         return;
     };
     let env = [
@@ -300,9 +300,9 @@ async fn redis_cluster_master_killed() {
             }
         }
         // Counted by a live master: 3 of 6 (the limit); decided locally: 1 + 1 (3 / 2 each).
-        let live = cluster.nodes[1..]
-            .iter()
-            .any(|n| crate::redis_support::count_keys(n.port, &format!("*{key}*")) > Some(0));
+        let live = cluster.nodes[1..].iter().any(|n| {
+            crate::support::redis_server::count_keys(n.port, &format!("*{key}*")) > Some(0)
+        });
         match live {
             true => assert_eq!(admitted, 3, "{key} on a live master: the store's count"),
             false => {

@@ -5,7 +5,7 @@
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::lifecycle::Binary;
-use crate::postgres_support::Postgres;
+use crate::support::postgres_server::Postgres;
 use crate::support::{connect, req1, unique};
 
 const RULES: &str = "\

@@ -8,7 +8,7 @@ use turnstile::clock::{Clock, SystemClock};
 use turnstile::storage::postgres::PostgresStore;
 
 use crate::lifecycle::Binary;
-use crate::postgres_support::Postgres;
+use crate::support::postgres_server::Postgres;
 use crate::support::unique;
 
 const PASSWORD: &str = "Pa55-never-shown";

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::postgres_support::Postgres;
 use crate::process::{Process, http_get, rules_root};
+use crate::support::postgres_server::Postgres;
+use crate::support::wait::until_some;
 use crate::support::{req1, unique, until};
-use crate::wait::until_some;
 
 const RULES: &str = "\
 domain: plans

@@ -14,8 +14,8 @@ use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuo
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::postgres_support::Postgres;
 use crate::process::{Process, rules_root};
+use crate::support::postgres_server::Postgres;
 use crate::support::{Memcached, desc, req, unique};
 
 const RULES: &str = "\

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::postgres_support::Postgres;
 use crate::process::{Process, command, http_get, rules_root};
+use crate::support::postgres_server::Postgres;
 use crate::support::{req1, unique, until};
 
 const RULES: &str = "\

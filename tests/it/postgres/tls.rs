@@ -5,8 +5,8 @@
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::postgres_support::Postgres;
 use crate::process::{Process, rules_root, temp_dir};
+use crate::support::postgres_server::Postgres;
 use crate::support::{openssl_installed, req1, unique};
 use crate::tls::{ca, leaf, leaf_with};
 

@@ -9,7 +9,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::limiter::{KeyLayout, LimiterSettings};
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{cli, redis_store};
+use crate::support::redis_server::{cli, redis_store};
 use crate::support::{Options, TestServer, req1, start_with, unique};
 
 use super::RULES;
@@ -19,7 +19,7 @@ use super::RULES;
 /// `nodes.conf`) every key counts again, without a restart of Turnstile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_node_killed_and_restarted() {
-    use crate::redis_support::RedisCluster;
+    use crate::support::redis_server::RedisCluster;
     use std::time::Instant;
     let Some(mut cluster) = RedisCluster::start() else {
         return;
@@ -56,7 +56,7 @@ async fn cluster_node_killed_and_restarted() {
         "keys on the dead node are refused, not admitted uncounted"
     );
     cluster.nodes[1].restart();
-    crate::wait::until_some(
+    crate::support::wait::until_some(
         Duration::from_secs(30),
         "every key counting after the restart",
         || async {
@@ -143,7 +143,7 @@ async fn answered_more(ok: &AtomicU64, n: u64) {
 /// call is answered OK and the count stays exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_migration_under_load_loses_nothing() {
-    use crate::redis_support::RedisCluster;
+    use crate::support::redis_server::RedisCluster;
     let Some(cluster) = RedisCluster::start() else {
         return;
     };

@@ -11,7 +11,7 @@ use turnstile::limiter::{KeyLayout, LimiterSettings};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use turnstile::storage::redis::RedisTarget;
 
-use crate::redis_support::{RedisProcess, cli, count_keys, redis_store};
+use crate::support::redis_server::{RedisProcess, cli, count_keys, redis_store};
 use crate::support::{Options, req1, start_with, unique};
 
 mod cluster;
@@ -101,7 +101,7 @@ fn starts_without_redis_and_connects_when_it_appears() {
     assert_ne!(status, Some(200), "not ready without Redis");
 
     let _redis = RedisProcess::start_on(port).expect("redis-server");
-    crate::wait::blocking(
+    crate::support::wait::blocking(
         std::time::Duration::from_secs(20),
         "ready once Redis is up",
         || http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200),
@@ -134,7 +134,7 @@ async fn survives_redis_dying_and_coming_back() {
     assert_eq!(refused.code(), tonic::Code::Unavailable);
     assert!(refused.message().contains("redis"), "{}", refused.message());
     let _back = RedisProcess::start_on(port).expect("redis-server again");
-    let answered = crate::wait::until_some(
+    let answered = crate::support::wait::until_some(
         std::time::Duration::from_secs(20),
         "recovery once Redis is back",
         || async {
@@ -287,7 +287,7 @@ fn per_second_limits_count_in_the_second_redis() {
         "domain: split\ndescriptors:\n  - key: burst\n    rate_limit: { unit: second, requests_per_unit: 100 }\n  - key: daily\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n",
     );
     let (main_url, second_url) = (main.addr(), second.addr());
-    let mut env = crate::redis_support::per_second_env(&main_url, &second_url);
+    let mut env = crate::support::redis_server::per_second_env(&main_url, &second_url);
     env.extend([
         ("REDIS_TIMEOUT", "300ms"),
         ("REDIS_PERSECOND_TIMEOUT", "300ms"),

@@ -6,7 +6,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::redis::{RedisAuth, RedisTarget};
 use turnstile::storage::{Change, CounterKey, CounterOp, CounterStore};
 
-use crate::redis_support::{RedisProcess, cli, redis_store_as};
+use crate::support::redis_server::{RedisProcess, cli, redis_store_as};
 use crate::support::unique;
 
 fn add(key: &str, n: u64, expires_at: u64) -> CounterOp {

@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::redis_support::redis_store;
+use crate::support::redis_server::redis_store;
 use crate::support::{Options, req1, start_with};
 
 use super::RULES;
@@ -110,7 +110,7 @@ async fn each_answered_more(answered: &[AtomicU64], more: u64, what: &str) {
 /// resumes on the promoted replica without a restart, and no READONLY sticks afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_under_load() {
-    use crate::redis_support::RedisSentinel;
+    use crate::support::redis_server::RedisSentinel;
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
@@ -140,13 +140,14 @@ async fn sentinel_failover_under_load() {
     set.master.kill();
     // Until every caller has succeeded again after the kill (or 30 s).
     let probe = req1("cut", &[("user", "probe")]);
-    let recovered_at = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
-        s.try_call(probe.clone())
-            .await
-            .is_ok()
-            .then(|| started.elapsed().as_millis())
-    })
-    .await;
+    let recovered_at =
+        crate::support::wait::until_some(Duration::from_secs(30), "a new master", || async {
+            s.try_call(probe.clone())
+                .await
+                .is_ok()
+                .then(|| started.elapsed().as_millis())
+        })
+        .await;
     // Load after the failover too: every caller answered a few times more.
     each_answered_more(&answered, 5, "every caller answered after the failover").await;
     stop.store(true, Ordering::Relaxed);

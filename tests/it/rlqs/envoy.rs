@@ -206,13 +206,13 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
     // Traffic flows through both Envoys first (16 of A's requests, about a second), then
     // replica B is killed and stays down for another 16 of A's requests.
     let sent = |log: &Log| log.lock().expect("log").len();
-    crate::wait::blocking(Duration::from_secs(30), "traffic before the kill", || {
+    crate::support::wait::blocking(Duration::from_secs(30), "traffic before the kill", || {
         sent(&log_a) >= 16 && sent(&log_b) >= 2
     });
     replica_b.kill();
     let killed_at = now_s();
     let before_restart = sent(&log_a) + 16;
-    crate::wait::blocking(Duration::from_secs(30), "traffic while B is down", || {
+    crate::support::wait::blocking(Duration::from_secs(30), "traffic while B is down", || {
         sent(&log_a) >= before_restart
     });
     let _replica_b = Replica::start(&root, &mc.addr(), grpc_b);

@@ -9,7 +9,7 @@ use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
 use crate::process::{Process, rules_root};
-use crate::redis_support::{RedisProcess, count_keys, per_second_env};
+use crate::support::redis_server::{RedisProcess, count_keys, per_second_env};
 use crate::support::{desc, missing, req, unique};
 
 /// A SECOND limit (over an hour, so that a report and a call share one window) and a MINUTE one.

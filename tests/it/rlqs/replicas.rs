@@ -8,7 +8,7 @@ use turnstile::storage::redis::RedisTarget;
 
 use super::RULES;
 use super::stream::{Quotas, kind};
-use crate::redis_support::{RedisProcess, redis_store};
+use crate::support::redis_server::{RedisProcess, redis_store};
 use crate::support::{Memcached, Options, T0, memcached_store, req1, start_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,7 @@ async fn memcached(transport: MemcachedTransport) {
     );
     // memcached's own clock decides: poll until the counter is gone, at the latest 1 s after
     // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
-    crate::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
+    crate::support::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
         let read = store
             .apply_ops(&[hit(&key, Change::READ, end)])
             .await
@@ -121,7 +121,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
         .await
         .expect("renew");
     // memcached's own clock decides: poll the control counter until it is gone.
-    crate::wait::until_some(
+    crate::support::wait::until_some(
         Duration::from_secs(5),
         "the control lease expired",
         || async {

@@ -10,7 +10,7 @@ use turnstile::storage::{Change, CounterStore};
 use turnstile::storage::postgres::PostgresStore;
 
 use super::{Fixture, hit};
-use crate::postgres_support::Postgres;
+use crate::support::postgres_server::Postgres;
 use crate::support::unique;
 
 /// Two stores on one schema, as two replicas.

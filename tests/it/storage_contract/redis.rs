@@ -8,7 +8,7 @@ use turnstile::storage::{Change, CounterStore};
 use turnstile::storage::redis::{RedisStore, RedisTarget};
 
 use super::{Fixture, hit};
-use crate::redis_support::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
+use crate::support::redis_server::{RedisCluster, RedisProcess, RedisSentinel, redis_store};
 use crate::support::unique;
 
 /// Redis: the same cases on one server, on a 3-master cluster, and through Sentinel; plus the
@@ -48,7 +48,7 @@ contract_cases!(sentinel, super::sentinel);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_single_ttl_is_set_at_creation() {
-    use crate::redis_support::cli;
+    use crate::support::redis_server::cli;
     let Some(redis) = RedisProcess::start() else {
         return;
     };
@@ -75,7 +75,7 @@ async fn redis_single_ttl_is_set_at_creation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_sentinel_failover() {
-    use crate::redis_support::cli;
+    use crate::support::redis_server::cli;
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
@@ -90,14 +90,15 @@ async fn redis_sentinel_failover() {
         .await
         .expect("before failover");
     set.master.kill();
-    let count = crate::wait::until_some(Duration::from_secs(30), "a new master", || async {
-        store
-            .apply_ops(&[hit(&key, Change::READ, end)])
-            .await
-            .ok()
-            .map(|counts| counts[0])
-    })
-    .await;
+    let count =
+        crate::support::wait::until_some(Duration::from_secs(30), "a new master", || async {
+            store
+                .apply_ops(&[hit(&key, Change::READ, end)])
+                .await
+                .ok()
+                .map(|counts| counts[0])
+        })
+        .await;
     assert!(
         cli(set.replica.port, &["ROLE"]).is_some_and(|r| r.starts_with("master")),
         "the replica was promoted"

@@ -199,7 +199,7 @@ impl Receiver {
                 .collect();
             format!("{what}; received: {names:?}")
         };
-        crate::wait::until_some_said(Duration::from_secs(20), received, || async {
+        crate::support::wait::until_some_said(Duration::from_secs(20), received, || async {
             let spans = self.spans();
             done(&spans).then_some(spans)
         })

@@ -121,7 +121,7 @@ async fn a_refused_first_push_is_said_by_the_healthcheck() {
     );
     let ads = AdsServer::start(loopback(), shared.clone(), None);
     let p = start(ads.addr, &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")]);
-    let said = |p: &crate::process_support::Process| {
+    let said = |p: &crate::support::process::Process| {
         http_get(p.http, "/healthcheck")
             .map(|(_, body)| body)
             .unwrap_or_default()

@@ -1,6 +1,6 @@
 //! Shared test support: the real service (`App`, the production wiring) on 127.0.0.1:0 over a
 //! counter store the test built and a clock it moves, a client, request builders, real
-//! memcached processes on free ports (re-exported from `memcached_support`), and the peer tools
+//! memcached processes on free ports (re-exported from `memcached`), and the peer tools
 //! (Python grpcio + xds-protos, grpcurl) installed by `scripts/test.sh`.
 
 use std::net::SocketAddr;
@@ -24,6 +24,12 @@ use turnstile::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRe
 use turnstile::rls::ResponseSettings;
 use turnstile::settings::Settings;
 use turnstile::storage::memory::MemoryStore;
+
+pub mod memcached;
+pub mod postgres_server;
+pub mod process;
+pub mod redis_server;
+pub mod wait;
 
 /// A fixed, mid-window start time used by most tests (1,000,000 s: HOUR window starts 997,200).
 pub const T0: u64 = 1_000_000;
@@ -227,7 +233,7 @@ pub fn req1(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
 }
 
 /// Waiting on a condition (the one helper, in `wait`).
-pub use crate::wait::until;
+pub use crate::support::wait::until;
 
 /// A unique string for test isolation on shared memcached.
 pub fn unique(tag: &str) -> String {
@@ -266,7 +272,7 @@ pub fn missing(what: &str) {
 /// meanwhile, redis-server, and Envoy's bootstrap ports). Turnstile itself always binds port 0.
 pub use crate::ports::free_port;
 
-pub use crate::memcached_support::{Memcached, memcached_store, memcached_store_with};
+pub use crate::support::memcached::{Memcached, memcached_store, memcached_store_with};
 
 /// The peer virtualenv made by `scripts/test.sh` (`TURNSTILE_PEERS_VENV` or `.venv-peers`).
 pub fn peers_venv() -> Option<PathBuf> {

@@ -117,7 +117,7 @@ impl Process {
         let clock = Arc::new(SystemClock);
         let p = Self::try_spawn_on(settings(root, env), root, clock, workers)
             .expect("the service starts");
-        crate::wait::blocking(Duration::from_secs(20), "turnstile healthy", || {
+        crate::support::wait::blocking(Duration::from_secs(20), "turnstile healthy", || {
             http_get(p.http, "/healthcheck").map(|r| r.0) == Some(200)
         });
         p

@@ -40,7 +40,7 @@ impl RedisCluster {
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
         cli(nodes[0].port, &args).expect("redis-cli --cluster create");
-        crate::wait::blocking(Duration::from_secs(20), "cluster_state:ok", || {
+        crate::support::wait::blocking(Duration::from_secs(20), "cluster_state:ok", || {
             nodes.iter().all(|n| {
                 cli(n.port, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"))
             })

@@ -43,7 +43,7 @@ impl RedisSentinel {
         let replica = RedisProcess::spawn_with(tls, &["--replicaof", "127.0.0.1", &master_port])?;
         // The sentinel learns the replicas from the master's INFO, which it asks every 10 s:
         // let the replica connect first, so the first INFO already names it.
-        crate::wait::blocking(Duration::from_secs(10), "the replica connected", || {
+        crate::support::wait::blocking(Duration::from_secs(10), "the replica connected", || {
             cli(master.port, &["INFO", "replication"])
                 .is_some_and(|i| i.contains("connected_slaves:1"))
         });
@@ -74,7 +74,7 @@ impl RedisSentinel {
         // A failover needs a replica the sentinel knows (it learns them from the master's INFO,
         // every 10 s) and that is in sync.
         let replica_port = format!("{}", replica.data_port());
-        crate::wait::blocking(
+        crate::support::wait::blocking(
             Duration::from_secs(30),
             "the sentinel seeing an in-sync replica",
             || {

@@ -116,7 +116,7 @@ impl RedisProcess {
             // first); not up when it exited (the port was taken), and then another port.
             let mine = format!("process_id:{}", child.id());
             let what = format!("redis-server to answer on {port}");
-            let up = crate::wait::blocking_some(Duration::from_secs(10), &what, || {
+            let up = crate::support::wait::blocking_some(Duration::from_secs(10), &what, || {
                 if child.try_wait().ok().flatten().is_some() {
                     return Some(false);
                 }
@@ -196,7 +196,7 @@ impl RedisProcess {
         };
         let cli = binary("redis-cli")?;
         let what = format!("redis-server with TLS to answer on {port}");
-        crate::wait::blocking(Duration::from_secs(10), &what, || {
+        crate::support::wait::blocking(Duration::from_secs(10), &what, || {
             Command::new(&cli)
                 .args(["--tls", "-p", &port.to_string(), "--cert"])
                 .arg(client.0)
@@ -268,7 +268,7 @@ impl RedisProcess {
         let mine = format!("process_id:{}", child.id());
         self.child = Some(child);
         let what = format!("redis-server restarted on {}", self.port);
-        crate::wait::blocking(Duration::from_secs(10), &what, || {
+        crate::support::wait::blocking(Duration::from_secs(10), &what, || {
             cli(self.port, &["INFO", "server"]).is_some_and(|i| i.contains(&mine))
         });
     }

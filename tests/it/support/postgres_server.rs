@@ -10,7 +10,7 @@ use std::sync::Arc;
 use turnstile::clock::Clock;
 use turnstile::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 
-use crate::process::temp_dir;
+use crate::support::process::temp_dir;
 use crate::support::{free_port, missing, unique};
 
 /// The directory of `initdb`, `pg_ctl` and `psql` (the newest installed major version).

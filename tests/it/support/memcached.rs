@@ -88,7 +88,7 @@ impl Memcached {
             .expect("spawn memcached");
         // Listening (true), or exited because the port was taken (false).
         let what = format!("memcached to start on {}", self.port);
-        let started = crate::wait::blocking_some(Duration::from_secs(10), &what, || {
+        let started = crate::support::wait::blocking_some(Duration::from_secs(10), &what, || {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 Some(true)
             } else {
