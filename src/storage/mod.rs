@@ -18,6 +18,7 @@ mod key;
 mod lateness;
 pub mod memcached;
 pub mod memory;
+mod pipelined;
 pub mod postgres;
 pub mod redis;
 mod remote;

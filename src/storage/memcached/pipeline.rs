@@ -16,13 +16,14 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::gather::{Ticket, Written, closed};
 use super::reply::{Reply, read_reply};
 use super::transport::{Sent, TransportError};
+use crate::storage::pipelined::{Alive, next_awaited};
 
 /// Callers' batches that may wait for the writer on one connection.
 const COMMAND_QUEUE: usize = 4_096;
@@ -217,15 +218,6 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Marks the connection dead when the reader stops, however it stops.
-struct Alive(Arc<AtomicBool>);
-
-impl Drop for Alive {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 /// Reads answers until no caller is left (`None`) or the connection ends (why: the server
 /// closed it, an I/O error, or bytes that answer nothing). The answer being read and every one
 /// still awaited then fail with that reason.
@@ -235,23 +227,12 @@ async fn reader<R: AsyncBufRead + Unpin>(
 ) -> Option<io::Error> {
     let mut buffers = Buffers::default();
     loop {
-        // Wait for the next caller, but notice a closed connection while idle, so the next
-        // caller reconnects instead of failing. Answers only ever follow their caller's entry
-        // (the writer queues it before writing), so pending entries come first.
-        let awaited = tokio::select! {
-            biased;
-            next = pending.recv() => match next {
-                Some(next) => next,
-                None => return None,
-            },
-            filled = read.fill_buf() => return Some(match filled {
-                Ok([]) => ended("memcached closed the connection"),
-                Ok(_) => io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "memcached sent bytes that answer no command",
-                ),
-                Err(e) => e,
-            }),
+        // The next caller, noticing a connection memcached closed while idle (so the next
+        // caller reconnects instead of failing).
+        let awaited = match next_awaited(&mut pending, &mut read, "memcached").await {
+            Ok(Some(awaited)) => awaited,
+            Ok(None) => return None,
+            Err(why) => return Some(why),
         };
         let read_whole = match awaited {
             Pending::Replies(count, caller) => {

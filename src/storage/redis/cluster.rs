@@ -14,8 +14,9 @@
 use futures_util::future::try_join_all;
 
 use super::RedisStore;
+use super::counters::plain;
 use super::resp::Reply;
-use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError, remote};
+use crate::storage::{COUNT_CEILING, CounterOp, StorageError, remote};
 
 /// One node's hits (their indexes in the request) and its address.
 struct Group {
@@ -30,10 +31,7 @@ impl RedisStore {
         hits: &[&CounterOp],
         now: u64,
     ) -> Result<Vec<u64>, StorageError> {
-        let plain = hits
-            .iter()
-            .all(|hit| matches!(hit.change.bounded(), Change::Add(_)));
-        let groups = match plain && self.inner.connector.pipes_to_nodes() {
+        let groups = match plain(hits) && self.inner.connector.pipes_to_nodes() {
             true => self.groups(hits),
             false => None,
         };

@@ -31,10 +31,7 @@ impl Inner {
         hits: &[&CounterOp],
         now: u64,
     ) -> Result<Vec<u64>, StorageError> {
-        let plain = hits
-            .iter()
-            .all(|hit| matches!(hit.change.bounded(), Change::Add(_)));
-        match plain {
+        match plain(hits) {
             true if self.connector.pipes() => self.piped(hits, now).await,
             true => self.adds(hits, now).await,
             false => self.scripted(hits, now).await,
@@ -208,6 +205,12 @@ impl Inner {
             self.name
         ))
     }
+}
+
+/// Whether every hit is an add or a read: what plain commands do.
+pub(super) fn plain(hits: &[&CounterOp]) -> bool {
+    hits.iter()
+        .all(|hit| matches!(hit.change.bounded(), Change::Add(_)))
 }
 
 /// Each hit's commands as a redis-rs pipeline, in order (`SET … NX` then `INCRBY` per add,

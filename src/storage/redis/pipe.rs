@@ -18,11 +18,12 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::{Reply, command, read_reply};
 use super::{RedisAuth, RedisTarget};
+use crate::storage::pipelined::{Alive, next_awaited};
 
 /// Requests that may wait for the writer.
 const REQUEST_QUEUE: usize = 4_096;
@@ -181,15 +182,6 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Marks the connection dead when the reader stops, however it stops.
-struct Alive(Arc<AtomicBool>);
-
-impl Drop for Alive {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 /// Reads replies until no caller is left (`None`) or the connection ends (why). The request
 /// being read and every one still awaited then fail with that reason.
 async fn reader<R: AsyncBufRead + Unpin>(
@@ -198,20 +190,12 @@ async fn reader<R: AsyncBufRead + Unpin>(
 ) -> Option<io::Error> {
     let mut line = Vec::new();
     loop {
-        // Wait for the next request, but notice a connection Redis closed while idle, so the
-        // next caller reconnects instead of failing. Replies only ever follow their request's
-        // entry (the writer queues it before writing), so pending entries come first.
-        let awaited = tokio::select! {
-            biased;
-            next = pending.recv() => match next {
-                Some(next) => next,
-                None => return None,
-            },
-            filled = read.fill_buf() => return Some(match filled {
-                Ok([]) => io::Error::new(io::ErrorKind::UnexpectedEof, "Redis closed the connection"),
-                Ok(_) => io::Error::new(io::ErrorKind::InvalidData, "Redis sent bytes that answer no command"),
-                Err(e) => e,
-            }),
+        // The next request, noticing a connection Redis closed while idle (so the next caller
+        // reconnects instead of failing).
+        let awaited = match next_awaited(&mut pending, &mut read, "Redis").await {
+            Ok(Some(awaited)) => awaited,
+            Ok(None) => return None,
+            Err(why) => return Some(why),
         };
         match replies(&mut read, &mut line, awaited.replies).await {
             Ok(replies) => drop(awaited.answer.send(Ok(replies))),
