@@ -20,7 +20,7 @@ use redis::{
     ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisFuture, RedisResult, Value,
 };
 
-use super::pipe::Pipe;
+use super::pipe::{NodePipes, Pipe};
 use super::{RedisOptions, RedisTarget, RedisTlsOptions};
 use crate::storage::remote::{Backoff, lock};
 
@@ -80,8 +80,8 @@ pub(super) struct Connector {
     why: Mutex<String>,
     /// The pipelined connection of the hot path (one server without TLS; `pipe`).
     pipe: arc_swap::ArcSwapOption<Pipe>,
-    /// A cluster's pipelined connections, by node (`host:port`; without TLS).
-    nodes: Mutex<std::collections::HashMap<String, Arc<Pipe>>>,
+    /// A cluster's pipelined connections, by node (without TLS).
+    nodes: NodePipes,
 }
 
 impl std::fmt::Debug for Connector {
@@ -186,7 +186,7 @@ impl Connector {
             backoff: Backoff::default(),
             why: Mutex::new(String::new()),
             pipe: arc_swap::ArcSwapOption::empty(),
-            nodes: Mutex::new(std::collections::HashMap::new()),
+            nodes: NodePipes::default(),
         }
     }
 
@@ -196,29 +196,14 @@ impl Connector {
     }
 
     /// The live pipelined connection to cluster node `node` (`host:port`), connecting first
-    /// when there is none. Its breaker keeps calls away from a node that does not answer.
+    /// when there is none.
     pub(super) async fn node_pipe(&self, node: &str) -> std::io::Result<Arc<Pipe>> {
-        if let Some(pipe) = lock(&self.nodes).get(node).filter(|pipe| !pipe.is_closed()) {
-            return Ok(Arc::clone(pipe));
-        }
-        let o = &self.options;
-        let target = RedisTarget::Tcp(node.to_owned());
-        let connect = Pipe::connect(&target, o.auth.as_ref());
-        let pipe = match tokio::time::timeout(o.timeout, connect).await {
-            Ok(connected) => Arc::new(connected?),
-            Err(_) => {
-                let why = format!("connecting to redis node {node} timed out");
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why));
-            }
-        };
-        // Two callers may connect at once; the later one's connection is kept.
-        lock(&self.nodes).insert(node.to_owned(), Arc::clone(&pipe));
-        Ok(pipe)
+        self.nodes.get(node, &self.options).await
     }
 
     /// Forgets the connection to cluster node `node` after a fault.
     pub(super) fn reset_node(&self, node: &str) {
-        lock(&self.nodes).remove(node);
+        self.nodes.reset(node);
     }
 
     /// Whether this is a cluster.

@@ -1,5 +1,6 @@
-//! A pipelined connection of our own to one Redis server (TCP or a unix socket, without TLS),
-//! shared by every caller, for the hot path: a request's fixed-window commands (`counters`).
+//! A pipelined connection of our own to one Redis server or cluster node (TCP or a unix
+//! socket, without TLS), shared by every caller, for the hot path: a request's fixed-window
+//! commands (`counters`, `cluster`); a cluster's are held per node ([`NodePipes`]).
 //! A writer task takes every queued request and writes them in one go; a reader task reads
 //! the replies in order (Redis answers in order) and hands each request its counts. Scripts,
 //! probes, TLS, clusters and Sentinel stay on redis-rs.
@@ -14,16 +15,18 @@
 //! Must not touch: what the commands are (`counters`), breakers, what an error means to a
 //! caller.
 
+use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::{Reply, command, read_reply};
-use super::{RedisAuth, RedisTarget};
+use super::{RedisAuth, RedisOptions, RedisTarget};
 use crate::storage::pipelined::{Alive, next_awaited};
+use crate::storage::remote::lock;
 
 /// Requests that may wait for the writer.
 const REQUEST_QUEUE: usize = 4_096;
@@ -142,6 +145,38 @@ impl Pipe {
             mpsc::error::TrySendError::Closed(_) => closed(),
         })?;
         answered.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+/// A cluster's pipelined connections, one per node (`host:port`), connected on first use. A
+/// node's breaker keeps calls away from one that does not answer, so a failed connect is not
+/// backed off here.
+#[derive(Debug, Default)]
+pub(super) struct NodePipes(Mutex<HashMap<String, Arc<Pipe>>>);
+
+impl NodePipes {
+    /// The live connection to `node`, connecting first when there is none.
+    pub(super) async fn get(&self, node: &str, options: &RedisOptions) -> io::Result<Arc<Pipe>> {
+        if let Some(pipe) = lock(&self.0).get(node).filter(|pipe| !pipe.is_closed()) {
+            return Ok(Arc::clone(pipe));
+        }
+        let target = RedisTarget::Tcp(node.to_owned());
+        let connect = Pipe::connect(&target, options.auth.as_ref());
+        let pipe = match tokio::time::timeout(options.timeout, connect).await {
+            Ok(connected) => Arc::new(connected?),
+            Err(_) => {
+                let why = format!("connecting to redis node {node} timed out");
+                return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+            }
+        };
+        // Two callers may connect at once; the later one's connection is kept.
+        lock(&self.0).insert(node.to_owned(), Arc::clone(&pipe));
+        Ok(pipe)
+    }
+
+    /// Forgets the connection to `node` after a fault.
+    pub(super) fn reset(&self, node: &str) {
+        lock(&self.0).remove(node);
     }
 }
 
