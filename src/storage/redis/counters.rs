@@ -253,12 +253,7 @@ pub(super) fn count_of(answer: Option<Value>) -> Option<u64> {
     match answer? {
         Value::Int(count) => Some(u64::try_from(count).unwrap_or(0)),
         Value::Nil => Some(0),
-        Value::BulkString(bytes) => Some(
-            std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|text| text.parse::<i64>().ok())
-                .map_or(COUNT_CEILING, |count| u64::try_from(count).unwrap_or(0)),
-        ),
+        Value::BulkString(bytes) => Some(resp::stored_count(&bytes)),
         _ => None,
     }
 }

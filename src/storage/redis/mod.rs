@@ -43,7 +43,6 @@ use scripts::Scripts;
 pub const BUCKET_MAX_SCALE: u128 = 1 << 53;
 
 /// What one call sends: a script invocation, or plain commands pipelined in one write.
-#[derive(Clone)]
 enum Request<'a> {
     Script(&'a redis::ScriptInvocation<'a>),
     Commands(&'a redis::Pipeline),

@@ -39,15 +39,19 @@ impl Reply {
         match self {
             Reply::Int(count) => Some(u64::try_from(*count).unwrap_or(0)),
             Reply::Nil => Some(0),
-            Reply::Text(bytes) => Some(
-                std::str::from_utf8(bytes)
-                    .ok()
-                    .and_then(|text| text.parse::<i64>().ok())
-                    .map_or(COUNT_CEILING, |count| u64::try_from(count).unwrap_or(0)),
-            ),
+            Reply::Text(bytes) => Some(stored_count(bytes)),
             Reply::Error(_) => None,
         }
     }
+}
+
+/// A counter's stored value as a count: a negative one is 0, one that is not a number reads
+/// as the ceiling (as the script reads it).
+pub(super) fn stored_count(bytes: &[u8]) -> u64 {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.parse::<i64>().ok())
+        .map_or(COUNT_CEILING, |count| u64::try_from(count).unwrap_or(0))
 }
 
 /// Appends a command (an array of bulk strings) to `out`.
