@@ -46,13 +46,14 @@
 //! | module | owns | may use |
 //! |---|---|---|
 //! | `clock` | the injected wall clock | |
+//! | `backoff` | the pauses between retries: exponential schedules, random spread | |
 //! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage` |
 //! | `telemetry` | log set-up (text or reference-style JSON) | |
 //! | `health` | readiness components (backend, config, shutdown) | |
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `bucket` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `clock` |
+//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `backoff`, `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
@@ -62,12 +63,13 @@
 //! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
-//! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
+//! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `backoff`, `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `peers`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain; the runtime it runs on (LIFO slot off) | every module |
 
 pub mod app;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod health;

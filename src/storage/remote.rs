@@ -17,20 +17,23 @@ use futures_util::future::try_join_all;
 
 use super::StorageError;
 use super::lateness::{SchedulingDelay, saturated_runtime};
+use crate::backoff::{Schedule, spread};
 
-/// The first wait after a failure; each further failure doubles it, up to [`BACKOFF_MAX`].
-const BACKOFF_START: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The waits of a store that failed: 50 ms after the first failure, doubling with each further
+/// one, at most 1 s; each spread by up to a quarter either way.
+const SCHEDULE: Schedule = Schedule::new(Duration::from_millis(50), Duration::from_secs(1), 2.0);
+const SPREAD: f64 = 0.25;
 
 /// The health of one remote server (or one connection target): up until it fails; while down,
 /// callers are refused at once instead of each waiting for a deadline, and one caller per
-/// backoff period is let through to try again. Lock-free: read on every call.
+/// backoff period is let through to try again. Lock-free: read on every call. Its clock is
+/// tokio's, so a test on a paused runtime moves it.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     failures: AtomicU32,
-    /// Milliseconds since `epoch` until which the server counts as down.
+    /// Time since `epoch` until which the server counts as down, in milliseconds.
     down_until_ms: AtomicU64,
-    epoch: Instant,
+    epoch: tokio::time::Instant,
 }
 
 impl Default for Backoff {
@@ -38,7 +41,7 @@ impl Default for Backoff {
         Backoff {
             failures: AtomicU32::new(0),
             down_until_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
+            epoch: tokio::time::Instant::now(),
         }
     }
 }
@@ -62,7 +65,7 @@ impl Backoff {
                 .down_until_ms
                 .compare_exchange(
                     until,
-                    now + self.wait_ms(),
+                    now + millis(self.wait()),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -72,7 +75,7 @@ impl Backoff {
     /// Records a failure; `true` for the first one (the server just went down).
     pub(crate) fn record_failure(&self) -> bool {
         let first = self.failures.fetch_add(1, Ordering::AcqRel) == 0;
-        let until = self.now_ms() + self.wait_ms();
+        let until = self.now_ms() + millis(self.wait());
         self.down_until_ms.store(until, Ordering::Release);
         first
     }
@@ -83,26 +86,23 @@ impl Backoff {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        millis(self.epoch.elapsed())
     }
 
-    /// The wait after the current run of failures: [`Backoff::base_ms`], spread by up to a
-    /// quarter either way (a draw from the clock's nanoseconds, hashed; no generator to seed).
-    fn wait_ms(&self) -> u64 {
-        let base = self.base_ms();
-        let nanos = self.epoch.elapsed().subsec_nanos();
-        let draw = xxhash_rust::xxh3::xxh3_64(&nanos.to_le_bytes());
-        let quarter = base / 4;
-        base - quarter + draw % (2 * quarter + 1)
+    /// The wait after the current run of failures: [`Backoff::base`], spread.
+    fn wait(&self) -> Duration {
+        spread(self.base(), SPREAD)
     }
 
-    /// The wait before spreading: 50 ms doubling with each failure, at most 1 s.
-    fn base_ms(&self) -> u64 {
-        let failures = self.failures.load(Ordering::Acquire).clamp(1, 16);
-        let start = u64::try_from(BACKOFF_START.as_millis()).unwrap_or(u64::MAX);
-        let max = u64::try_from(BACKOFF_MAX.as_millis()).unwrap_or(u64::MAX);
-        (start << (failures - 1)).min(max)
+    /// The wait before spreading.
+    fn base(&self) -> Duration {
+        SCHEDULE.after(self.failures.load(Ordering::Acquire))
     }
+}
+
+/// Whole milliseconds of `d`, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Extra seconds of life for the counter `key` (`EXPIRATION_JITTER_MAX_SECONDS`), below
@@ -170,31 +170,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_from_50ms_to_1s_and_lets_one_caller_through() {
+    fn backoff_doubles_from_50ms_to_1s_and_ends_with_a_success() {
         let b = Backoff::default();
         assert!(b.is_up() && b.admit());
-        assert!(b.record_failure());
-        assert_eq!(b.base_ms(), 50);
-        assert!(!b.admit(), "refused at once while the wait runs");
+        assert!(
+            b.record_failure(),
+            "the first failure takes the server down"
+        );
+        assert_eq!(b.base(), Duration::from_millis(50));
         assert!(!b.record_failure());
-        assert_eq!(b.base_ms(), 100);
+        assert_eq!(b.base(), Duration::from_millis(100));
         for _ in 0..10 {
             b.record_failure();
         }
-        assert_eq!(b.base_ms(), 1_000);
-        assert!(b.record_success());
+        assert_eq!(b.base(), Duration::from_secs(1));
+        assert!(b.record_success(), "a success ends the run");
         assert!(b.is_up() && b.admit());
         assert!(!b.record_success());
     }
 
-    #[test]
-    fn each_wait_is_spread_within_a_quarter_of_its_base() {
+    /// On a paused clock: refused until the spread wait has passed (37.5 to 62.5 ms),
+    /// then exactly one caller is let through, and the next waits a new period.
+    #[tokio::test(start_paused = true)]
+    async fn one_caller_is_let_through_once_the_wait_has_passed() {
         let b = Backoff::default();
         b.record_failure();
-        let waits: std::collections::BTreeSet<u64> = (0..200).map(|_| b.wait_ms()).collect();
-        let (low, high) = (waits.first().copied(), waits.last().copied());
-        assert!(low >= Some(38) && high <= Some(62), "{waits:?}");
-        assert!(waits.len() > 1, "not spread: {waits:?}");
+        assert!(!b.admit(), "refused at once while the wait runs");
+        tokio::time::advance(Duration::from_millis(36)).await;
+        assert!(!b.admit(), "still refused below the shortest spread wait");
+        tokio::time::advance(Duration::from_millis(27)).await;
+        assert!(b.admit(), "past the longest spread wait, one caller goes");
+        assert!(!b.admit(), "and only one");
+        tokio::time::advance(Duration::from_millis(63)).await;
+        assert!(b.admit(), "the next period lets the next one through");
     }
 
     #[test]

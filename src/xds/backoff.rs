@@ -4,59 +4,52 @@
 //! after a stream that was up; each pause spread by up to `XDS_CLIENT_BACKOFF_RANDOM_FACTOR`
 //! either way when `XDS_CLIENT_BACKOFF_JITTER` is on, so replicas do not reconnect in step.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::backoff::{Schedule, spread};
 use crate::settings::XdsBackoff;
 
+/// gRPC's own growth between connection attempts.
 const MULTIPLIER: f64 = 1.6;
 
 #[derive(Debug)]
 pub(super) struct Backoff {
     settings: XdsBackoff,
-    next: Duration,
-    draws: u64,
+    schedule: Schedule,
+    /// Failed connections since the last one that succeeded.
+    failures: u32,
 }
 
 impl Backoff {
     pub(super) fn new(settings: XdsBackoff) -> Self {
         Self {
+            schedule: Schedule::new(settings.initial, settings.max, MULTIPLIER),
             settings,
-            next: settings.initial,
-            draws: 0,
+            failures: 0,
         }
     }
 
     /// A connection succeeded: the next failure starts again from the initial pause.
     pub(super) fn connected(&mut self) {
-        self.next = self.settings.initial;
+        self.failures = 0;
     }
 
     /// The pause after a failed connection; the one after it is longer.
     pub(super) fn after_failed_connection(&mut self) -> Duration {
-        let pause = self.next;
-        self.next = pause.mul_f64(MULTIPLIER).min(self.settings.max);
-        self.spread(pause)
+        self.failures = self.failures.saturating_add(1);
+        self.spread(self.schedule.after(self.failures))
     }
 
     /// The pause after a stream that was up ended.
-    pub(super) fn after_stream(&mut self) -> Duration {
+    pub(super) fn after_stream(&self) -> Duration {
         self.spread(self.settings.stream_retry)
     }
 
-    fn spread(&mut self, pause: Duration) -> Duration {
-        if !self.settings.jitter || self.settings.random_factor == 0.0 {
-            return pause;
+    fn spread(&self, pause: Duration) -> Duration {
+        match self.settings.jitter {
+            true => spread(pause, self.settings.random_factor),
+            false => pause,
         }
-        self.draws += 1;
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let bits = xxhash_rust::xxh3::xxh3_64(
-            &[seed.to_le_bytes(), (self.draws as u32).to_le_bytes()].concat(),
-        );
-        // A uniform draw in [-1, 1).
-        let unit = (bits >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-        pause.mul_f64(1.0 + unit * self.settings.random_factor)
     }
 }
 
@@ -88,7 +81,7 @@ mod tests {
 
     #[test]
     fn jitter_spreads_within_the_random_factor() {
-        let mut b = Backoff::new(settings(true));
+        let b = Backoff::new(settings(true));
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..200 {
             let pause = b.after_stream();

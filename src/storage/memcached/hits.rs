@@ -1,11 +1,11 @@
 //! A batch of counter operations on the ring: grouped by server (one write, one round trip
 //! per server, the servers in parallel), every amount bounded, and counts saturated at
 //! [`COUNT_CEILING`] (memcached's own arithmetic wraps at 2^64). Pipelined servers take the
-//! batch as one gathered call (the `gathered` module); pooled ones as a join of one call per
+//! batch as one gathered call (`pipelined::call`); pooled ones as a join of one call per
 //! server.
 //!
 //! Must not touch: how commands are written or answers read (the transports'), server health
-//! (the guard's).
+//! (`server`).
 
 use futures_util::future::try_join_all;
 

@@ -4,31 +4,29 @@
 //! that creates the counter with its TTL or adds to it, and returns the count after the hit in
 //! one round trip, so the decision never rests on a read taken before the write. Keys go out
 //! base64-encoded. A request's hits are grouped by server (on a consistent-hash ring), each
-//! group goes out through the server's transport (the `transport` module) as one batch, and the servers are asked
+//! group goes out through the server's transport as one batch, and the servers are asked
 //! concurrently, so a request costs one round trip of latency whatever its number of
-//! descriptors. Every operation has a deadline; failures are typed, name the
-//! server, and put it into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or
-//! discovered from DNS SRV (`MEMCACHE_SRV`) and refreshed.
+//! descriptors. Every operation has a deadline; failures are typed, name the server, and put it
+//! into backoff. The server list is fixed (`MEMCACHE_HOST_PORT`) or discovered from DNS SRV
+//! (`MEMCACHE_SRV`) and refreshed.
+//!
+//! Where things are: `hits` (a batch of counter operations grouped by server), `token_bucket`
+//! (bucket states by compare-and-swap), `ring` (which server owns a key), `discovery` (SRV),
+//! `server` (one server's health and deadlines), `transport` (the trait and the configured
+//! kind), and the two transports, `pipelined/` (our own connections) and `pooled/` (bb8 and
+//! async-memcached).
 
 pub mod discovery;
-mod dispatch;
-mod gather;
-mod gathered;
-mod guard;
-mod health;
 mod hits;
-mod meta;
-mod pipeline;
-#[cfg(fuzzing)]
-pub use reply::fuzz_replies;
 mod pipelined;
 mod pooled;
-mod pooled_commands;
-mod reply;
 mod ring;
-mod tls;
+mod server;
 mod token_bucket;
 mod transport;
+
+#[cfg(fuzzing)]
+pub use pipelined::fuzz_replies;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -40,12 +38,11 @@ use futures_util::future::try_join_all;
 use super::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
 use crate::clock::Clock;
 use discovery::Resolver;
-use dispatch::ServerTransport;
-use health::Server;
 use pipelined::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
-use transport::{Command, Sent, Transport};
+use server::Server;
+use transport::{Command, Sent, ServerTransport, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);
@@ -115,7 +112,7 @@ struct Inner {
     tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     /// Every call's deadline, and the runtime's scheduling delay (a late answer on a busy
     /// runtime is overload).
-    deadline: guard::Deadline,
+    deadline: server::Deadline,
     jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
 }
@@ -138,7 +135,7 @@ impl MemcachedStore {
                 pool_size: options.pool_size,
                 pipelined_connections: options.pipelined_connections,
                 tls: options.tls,
-                deadline: guard::Deadline {
+                deadline: server::Deadline {
                     timeout: options.timeout,
                     scheduling: crate::storage::lateness::SchedulingDelay::shared(),
                 },

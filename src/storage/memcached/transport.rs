@@ -1,16 +1,17 @@
 //! How commands reach one memcached server: the [`Transport`] trait and its error type.
 //! Two transports implement it:
-//! [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol connections shared by every
-//! caller, one write per batch; the default) and [`Pooled`](super::pooled::Pooled)
+//! [`Pipelined`] (our own meta-protocol connections shared by every
+//! caller, one write per batch; the default) and [`Pooled`]
 //! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
 //! classic `incr`/`add` family for memcached < 1.6). The trait carries what every transport
 //! does alike (bucket states, probes, connections); counter batches, the hot path, go each
 //! transport's own way: a pipelined call's parts are gathered in place across its servers
-//! (the `gather` module), a pooled call runs one command per connection (`Pooled::apply`). The
-//! trait is dispatched statically (the `dispatch` module's `ServerTransport`): a
-//! `dyn Transport` would box every call's future.
+//! (`pipelined::gather`), a pooled call runs one command per connection (`Pooled::apply`). The
+//! trait is dispatched statically: [`ServerTransport`], an enum over the kinds, is a server's
+//! configured transport (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`), since a
+//! `dyn Transport` would box every call's future, per server per call.
 //!
-//! Must not touch: rules, limiter, the store's grouping of hits by server.
+//! Must not touch: rules, limiter, the store's grouping of hits by server, health.
 
 use std::fmt;
 use std::future::Future;
@@ -18,6 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::pipelined::Pipelined;
+use super::pooled::Pooled;
 use crate::storage::Change;
 
 /// One counter command for a server.
@@ -25,7 +28,7 @@ use crate::storage::Change;
 pub(super) struct Command<'a> {
     /// The counter key (sent base64-encoded by meta transports).
     pub(super) key: &'a str,
-    /// Add (0 = read only) or refund.
+    /// Add (`Change::READ` only reads) or refund.
     pub(super) change: Change,
     /// memcached's exptime for a counter this command creates.
     pub(super) exptime: u64,
@@ -131,4 +134,79 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
 
     /// The connections held now.
     fn connections(&self) -> Connections;
+}
+
+/// The transport of one server, of the configured kind (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`).
+#[derive(Debug)]
+pub(super) enum ServerTransport {
+    /// Shared pipelined connections (the default).
+    Pipelined(Pipelined),
+    /// A bb8 pool, meta or classic commands.
+    Pooled(Pooled),
+}
+
+impl ServerTransport {
+    /// The pipelined transport, when it is that kind.
+    pub(super) fn pipelined(&self) -> Option<&Pipelined> {
+        match self {
+            ServerTransport::Pipelined(t) => Some(t),
+            ServerTransport::Pooled(_) => None,
+        }
+    }
+
+    /// The pooled transport, when it is that kind.
+    pub(super) fn pooled(&self) -> Option<&Pooled> {
+        match self {
+            ServerTransport::Pooled(t) => Some(t),
+            ServerTransport::Pipelined(_) => None,
+        }
+    }
+}
+
+impl Transport for ServerTransport {
+    async fn read_state<'a>(
+        &'a self,
+        key: &'a str,
+        sent: &'a Sent,
+    ) -> Result<Option<(u128, u64)>, TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.read_state(key, sent).await,
+            ServerTransport::Pooled(t) => t.read_state(key, sent).await,
+        }
+    }
+
+    async fn write_state<'a>(
+        &'a self,
+        key: &'a str,
+        value: u128,
+        cas: Option<u64>,
+        exptime: u64,
+        sent: &'a Sent,
+    ) -> Result<bool, TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.write_state(key, value, cas, exptime, sent).await,
+            ServerTransport::Pooled(t) => t.write_state(key, value, cas, exptime, sent).await,
+        }
+    }
+
+    async fn probe(&self) -> Result<(), TransportError> {
+        match self {
+            ServerTransport::Pipelined(t) => t.probe().await,
+            ServerTransport::Pooled(t) => t.probe().await,
+        }
+    }
+
+    fn reset(&self) {
+        match self {
+            ServerTransport::Pipelined(t) => t.reset(),
+            ServerTransport::Pooled(t) => t.reset(),
+        }
+    }
+
+    fn connections(&self) -> Connections {
+        match self {
+            ServerTransport::Pipelined(t) => t.connections(),
+            ServerTransport::Pooled(t) => t.connections(),
+        }
+    }
 }

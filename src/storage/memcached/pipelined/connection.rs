@@ -1,12 +1,12 @@
-//! A pipelined memcached meta-protocol connection of our own, shared by any number of callers
-//! (the [`Pipelined`](super::pipelined::Pipelined) transport holds a few per server). A writer
-//! task takes every queued command and writes them in one go; a reader task parses the answers
-//! in order (memcached answers in order, and error lines carry no opaque, so order is the only
-//! reliable match) and hands them over: a call's part of counter commands (a
+//! One pipelined memcached meta-protocol connection of our own ([`Pipeline`]), shared by any
+//! number of callers (the [`Pipelined`](super::Pipelined) transport holds a few per server). A
+//! writer task takes every queued command and writes them in one go; a reader task parses the
+//! answers in order (memcached answers in order, and error lines carry no opaque, so order is
+//! the only reliable match) and hands them over: a call's part of counter commands (a
 //! [`Ticket`]) gets its counts written into the call's slots, other commands' callers get their
-//! replies through a oneshot. This
-//! replaces one round trip per connection checkout with one write per batch, and measured well
-//! ahead of the bb8 + async-memcached pool (see BENCHMARKS.md). Only meta commands are sent.
+//! replies through a oneshot. One write per batch of callers, instead of one round trip per
+//! connection checkout: measured against the bb8 + async-memcached pool in BENCHMARKS.md. Only
+//! meta commands are sent.
 //!
 //! Both queues are bounded: a caller waits for room in the command queue (backpressure instead
 //! of unbounded memory when memcached or the writer falls behind), and the writer waits for room
@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::gather::{Ticket, Written, closed};
 use super::reply::{Reply, read_reply};
-use super::transport::{Sent, TransportError};
+use crate::storage::memcached::transport::{Sent, TransportError};
 use crate::storage::pipelined::{Alive, next_awaited};
 
 /// Callers' batches that may wait for the writer on one connection.

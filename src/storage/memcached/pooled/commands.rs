@@ -8,12 +8,12 @@ use async_memcached::{AsciiProtocol, Client, Error, MetaProtocol, Status};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::transport::Command;
 use crate::storage::Change;
+use crate::storage::memcached::transport::Command;
 
 /// Which command family a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Protocol {
+pub(in crate::storage::memcached) enum Protocol {
     /// `ma` (memcached ≥ 1.6).
     Meta,
     /// `incr`/`add`/`decr`/`get`.

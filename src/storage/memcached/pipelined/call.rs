@@ -1,24 +1,24 @@
 //! A counter batch on pipelined servers, as one gathered call: each server asked is admitted
 //! first (a server in backoff fails the call before anything is sent), every server's part is
 //! queued on its connection, and one deadline covers them all; then each server is judged on
-//! its own part, as a call of its own would judge it (the guard's rules).
+//! its own part, as a call of its own would judge it (`memcached::server`'s rules).
 //!
-//! Must not touch: how parts are written and answered (the pipeline's, the `gather` module's),
+//! Must not touch: how parts are written and answered (`connection`'s, `gather`'s),
 //! which server owns a key (the ring's).
 
 use std::sync::Arc;
 
 use super::gather::{Builder, Gather, Gathered};
-use super::hits::{Commands, owners, servers_of};
 use super::meta::{counter_line_max, push_counter};
-use super::transport::TransportError;
-use super::{Inner, Topology};
+use crate::storage::memcached::hits::{Commands, owners, servers_of};
+use crate::storage::memcached::transport::TransportError;
+use crate::storage::memcached::{Inner, Topology};
 use crate::storage::{CounterOp, StorageError};
 
 impl Inner {
     /// The counts after `hits`, through the servers' pipelined connections; `now` in Unix
     /// seconds, for the commands' exptimes.
-    pub(super) async fn gathered(
+    pub(in crate::storage::memcached) async fn gathered(
         &self,
         topology: &Topology,
         hits: &[CounterOp],

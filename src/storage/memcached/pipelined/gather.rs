@@ -9,7 +9,7 @@
 //! refused, or dropped by a connection that closed), its part gets an outcome: a dropped
 //! ticket is a closed connection.
 //!
-//! Must not touch: what the lines say (`meta`), sockets, server health (the guard's).
+//! Must not touch: what the lines say (`meta`), sockets, server health (`memcached::server`).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use super::transport::TransportError;
+use crate::storage::memcached::transport::TransportError;
 use crate::storage::remote::lock;
 
 /// One call's parts, their lines, and the counts as they come in.

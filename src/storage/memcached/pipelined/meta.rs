@@ -9,8 +9,8 @@ use std::io::Write;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::transport::Command;
 use crate::storage::Change;
+use crate::storage::memcached::transport::Command;
 
 /// Appends the key, base64-encoded, to `out` (no intermediate string).
 fn push_key(out: &mut Vec<u8>, key: &str) {

@@ -1,24 +1,104 @@
-//! The deadline and health tracking around every memcached call: a server in backoff is not
-//! asked, time spent before the write is Turnstile's own overload (never a dead server: a call
-//! never written, or written with less than half its deadline left, is not the server's
-//! lateness), a late answer is checked by a probe on the side before the server is called
-//! down, and connection faults mark it down at once.
+//! One memcached server: its transport, its health, and the deadline every call to it is held
+//! to.
+//!
+//! Only evidence about the server marks it down: a connection that cannot be made or breaks,
+//! or a failed probe. A late answer to commands that were written is not such evidence by
+//! itself (Turnstile may have been too busy to read it), so it starts one probe on the side,
+//! and the probe's failure marks the server down. Time spent before the write is Turnstile's
+//! own overload, never a dead server: a call never written, or written with less than half its
+//! deadline left, is not the server's lateness. The server's circuit breaker
+//! (`storage::breaker`) opens on the first such evidence: while it is open, its operations fail
+//! at once instead of each waiting for a deadline, and one operation per backoff period (50 ms
+//! doubling to 1 s, ±25 %) is let through as its probe. A success closes it.
 //!
 //! Must not touch: what the commands are (counters, bucket states), the ring.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::Either;
 
 use super::PROBE_DEADLINE;
-use super::health::Server;
-use super::transport::{Sent, Transport, TransportError};
+use super::transport::{Sent, ServerTransport, Transport, TransportError};
 use crate::storage::StorageError;
+use crate::storage::breaker::{Admit, Breaker};
 use crate::storage::lateness::SchedulingDelay;
 use crate::storage::remote::late;
+
+/// A server, the transport that reaches it, and its health.
+#[derive(Debug)]
+pub(super) struct Server {
+    pub(super) name: String,
+    pub(super) transport: ServerTransport,
+    health: Breaker,
+    /// The server has answered at least once (until then readiness asks it).
+    answered: AtomicBool,
+    /// A probe after a late answer is under way.
+    probing: AtomicBool,
+}
+
+impl Server {
+    /// A server reached through `transport`, healthy until it fails.
+    pub(super) fn new(name: String, transport: ServerTransport) -> Server {
+        Server {
+            health: Breaker::new(format!("memcached {name}"), 1),
+            name,
+            transport,
+            answered: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether an operation may go to this server now. While down, only the caller that claims
+    /// the next attempt is let through.
+    pub(super) fn admit(&self) -> bool {
+        self.health.admit() != Admit::Refuse
+    }
+
+    /// Whether the server is currently considered reachable.
+    pub(super) fn is_up(&self) -> bool {
+        !self.health.is_open()
+    }
+
+    /// Its circuit breaker's readings.
+    pub(super) fn breaker(&self) -> crate::storage::Gauge {
+        self.health.gauge()
+    }
+
+    /// Whether the server is up and has answered since it was added: only then does
+    /// readiness take it as reachable without asking it.
+    pub(super) fn known_up(&self) -> bool {
+        self.is_up() && self.answered.load(Ordering::Acquire)
+    }
+
+    pub(super) fn record_success(&self) {
+        self.answered.store(true, Ordering::Release);
+        self.health.record_success();
+    }
+
+    /// Claims the one probe that a late answer may start; false while one is under way.
+    pub(super) fn start_probe(&self) -> bool {
+        !self.probing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Records a probe's outcome and lets the next late answer start another.
+    pub(super) fn probe_done(&self, answered: bool) {
+        if answered {
+            self.record_success();
+        } else {
+            self.record_failure("no answer to a probe after a late answer");
+        }
+        self.probing.store(false, Ordering::Release);
+    }
+
+    /// Records evidence that the server is unreachable (`what`: in its words).
+    pub(super) fn record_failure(&self, what: &str) {
+        self.health.record_failure(what);
+    }
+}
 
 /// What every call to a server is held to: the operation's deadline (`MEMCACHE_TIMEOUT`) and
 /// the runtime's scheduling delay (to tell Turnstile's overload from a late server).

@@ -5,13 +5,13 @@
 //! refuses a claimed length beyond any counter instead of allocating it. Fuzzed
 //! (`fuzz/fuzz_targets/memcached_replies.rs`).
 //!
-//! Must not touch: how replies are matched to callers (the pipeline's reader), the commands.
+//! Must not touch: how replies are matched to callers (`connection`'s reader), the commands.
 
 use std::io;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
-use super::transport::TransportError;
+use crate::storage::memcached::transport::TransportError;
 
 /// One answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,20 @@
 //! load reaches as many of them as the replica has cores to send from; on one core a second
 //! connection only splits every write in two (one `sendto` a batch, and one wake of memcached,
 //! is most of what a batch costs): measured in BENCHMARKS.md.
+//!
+//! Inside: `connection` (one shared connection, its writer and reader), `meta` (the command
+//! lines), `reply` (the answers' parser), `gather` (one call's parts across servers, answered in
+//! place), `call` (a counter batch as one gathered call), `tls`.
+
+pub(super) mod call;
+mod connection;
+mod gather;
+mod meta;
+mod reply;
+pub(super) mod tls;
+
+#[cfg(fuzzing)]
+pub use reply::fuzz_replies;
 
 use std::io;
 use std::num::NonZeroUsize;
@@ -14,11 +28,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
 
-use super::gather::Ticket;
-use super::meta::{push_read_state, push_write_state};
-use super::pipeline::Pipeline;
-use super::reply::Reply;
-use super::transport::{Connections, Sent, Transport, TransportError};
+use crate::storage::memcached::transport::{Connections, Sent, Transport, TransportError};
+use connection::Pipeline;
+use gather::Ticket;
+use meta::{push_read_state, push_write_state};
+use reply::Reply;
 
 /// One pipelined connection slot, connected on first use and again after it breaks.
 #[derive(Debug, Default)]
@@ -72,7 +86,7 @@ impl Pipelined {
         }
         let addr = super::discovery::resolve(&self.server).await?;
         let tls = match &self.tls {
-            Some(config) => Some(super::tls::ServerTls::new(config, &self.server)?),
+            Some(config) => Some(tls::ServerTls::new(config, &self.server)?),
             None => None,
         };
         let pipe = Arc::new(Pipeline::connect(addr, tls.as_ref()).await?);
@@ -82,7 +96,7 @@ impl Pipelined {
 
     /// Queues a call's part of counter commands for this server; its outcome comes through
     /// the ticket, whether the part is answered or cannot be sent.
-    pub(super) async fn send(&self, ticket: Ticket) {
+    async fn send(&self, ticket: Ticket) {
         match self.connection().await {
             Ok(pipe) => pipe.send(ticket),
             Err(e) => ticket.fail(TransportError::Connect(e)),

@@ -4,16 +4,18 @@
 //! `incr` → `add` → `incr` fallback for servers without meta commands. The only place that
 //! knows bb8 and async-memcached.
 
+mod commands;
+
 use std::time::Duration;
 
 use async_memcached::{Client, Error};
 use bb8::Pool;
 
-pub(super) use super::pooled_commands::Protocol;
-use super::pooled_commands::{add, lease, read_state, sub, write_state};
 use super::transport::{Command, Connections, Sent, Transport, TransportError};
 use crate::storage::Change;
 use crate::storage::remote::in_key_order;
+pub(in crate::storage::memcached) use commands::Protocol;
+use commands::{add, lease, read_state, sub, write_state};
 
 /// Creates pooled connections; the check-out test is off (it costs a round trip per use), and
 /// a connection whose operation was cancelled reports itself broken and is dropped.
