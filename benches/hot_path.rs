@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use turnstile::clock::ManualClock;
+use turnstile::clock::{ManualClock, UnixMillis};
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::limiter::{Limiter, counter_key};
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::{
@@ -230,7 +230,7 @@ fn rlqs_report(c: &mut Criterion) {
                         usages,
                         &rules,
                         &limiter,
-                        1_796_000_000_000,
+                        UnixMillis::new(1_796_000_000_000),
                     ))
                     .expect("assigned");
                 response_to_pb(&decided)

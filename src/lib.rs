@@ -56,13 +56,13 @@
 //! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `backoff`, `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
-//! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `limiter`, `rules`, `settings`, `storage`, `traces` |
+//! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `clock`, `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `peers` | the clients as peers (address or certificate): connections per peer, a peer's part of the decisions in flight, RLQS streams per peer | `metrics` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
 //! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
-//! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `limiter`, `rules`, `settings`, `storage` |
-//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
+//! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `clock`, `limiter`, `rules`, `settings`, `storage` |
+//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `clock`, `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `backoff`, `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `peers`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |

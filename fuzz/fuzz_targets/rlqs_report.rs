@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use tonic::{Code, Status};
-use turnstile::clock::ManualClock;
+use turnstile::clock::{ManualClock, UnixMillis};
 use turnstile::config::{LoadOptions, parse_files};
 use turnstile::limiter::Limiter;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
@@ -80,11 +80,16 @@ fuzz_target!(|data: &[u8]| {
     // straddling that start).
     for at_ms in [1_796_000_000_500, 1_796_000_005_400, 1_796_000_062_000] {
         if at_ms == 1_796_000_062_000 {
-            let refreshed = stream.refresh(rules(), false, 1_796_000_060_000);
+            let refreshed = stream.refresh(rules(), false, UnixMillis::new(1_796_000_060_000));
             assert!(refreshed.len() <= reported);
         }
-        match runtime.block_on(stream.on_report(&domain, usages.clone(), rules(), &limiter, at_ms))
-        {
+        match runtime.block_on(stream.on_report(
+            &domain,
+            usages.clone(),
+            rules(),
+            &limiter,
+            UnixMillis::new(at_ms),
+        )) {
             Ok(decided) => {
                 assert!(decided.len() <= reported);
                 assert_eq!(response_to_pb(&decided).bucket_action.len(), decided.len());

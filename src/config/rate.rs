@@ -96,7 +96,7 @@ impl FileCompiler<'_> {
             return true;
         };
         let capacity = u128::from(rate.requests_per_unit) + u128::from(burst);
-        let period_ms = u128::from(rate.period.seconds()) * 1000;
+        let period_ms = rate.period.length().as_millis();
         if capacity * period_ms < bound {
             return true;
         }

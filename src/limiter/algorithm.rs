@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::key::{Keys, Tail};
 use super::ops::{CountSlot, Destination, Operations, StepSlot};
 use super::window::Window;
+use crate::clock::UnixMillis;
 use crate::rules::{Algorithm, PerUnit};
 use crate::storage::{Change, CounterOp, Take, TokenAnswer, TokenStep};
 
@@ -81,7 +82,7 @@ pub(crate) struct Outcome {
 pub(crate) struct PlanInput<'a> {
     pub(crate) rate: PerUnit,
     pub(crate) take: Take,
-    pub(crate) now_ms: u64,
+    pub(crate) now: UnixMillis,
     /// The descriptor's keys, started on it.
     pub(crate) keys: &'a mut Keys,
 }
@@ -109,12 +110,12 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, TokenStep> {
                     Take::Take(n) => Change::Lease(n),
                     Take::Refund(n) => Change::Release(n),
                 },
-                expires_at: p.now_ms / 1000 + period,
+                expires_at: p.now.secs() + period,
             },
         },
         Algorithm::TokenBucket { burst } => {
             let rate = NonZeroU128::new(u128::from(p.rate.requests_per_unit));
-            let interval = NonZeroU128::new(u128::from(period) * 1000);
+            let interval = NonZeroU128::new(p.rate.period.length().as_millis());
             match (rate, interval) {
                 (Some(rate), Some(interval)) => {
                     let capacity = rate.saturating_add(u128::from(burst));
@@ -124,7 +125,7 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, TokenStep> {
                                 period,
                                 rate: rate.get(),
                             }),
-                            now: u128::from(p.now_ms) * rate.get(),
+                            now: u128::from(p.now.millis()) * rate.get(),
                             interval,
                             capacity,
                             take: p.take,
@@ -143,10 +144,10 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, TokenStep> {
 
 /// A fixed window's counter, or a sliding window's current counter and previous one.
 fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<CounterOp, TokenStep> {
-    let window = Window::of(period, p.now_ms / 1000);
+    let window = Window::at(period, p.now);
     let tail = Tail::Window {
         period,
-        start: window.start,
+        start: window.start(),
     };
     let current = CounterOp {
         // A sliding window writes a second key from the same descriptor part.
@@ -170,10 +171,10 @@ fn window_plan(p: &mut PlanInput<'_>, period: u64, sliding: bool) -> Plan<Counte
     let previous = CounterOp {
         key: p.keys.last_key(Tail::Window {
             period,
-            start: window.start.saturating_sub(period),
+            start: window.start().saturating_sub(period),
         }),
         change: previous_window_op(p.take),
-        expires_at: window.start,
+        expires_at: window.start(),
     };
     Plan::Sliding {
         current,
@@ -187,7 +188,7 @@ pub(crate) fn decide(
     plan: Queued,
     rate: PerUnit,
     take: Take,
-    now_ms: u64,
+    now: UnixMillis,
     ops: &Operations,
 ) -> Outcome {
     let limit = u64::from(rate.requests_per_unit);
@@ -199,7 +200,7 @@ pub(crate) fn decide(
             Outcome {
                 over: taking && count > limit,
                 remaining: clamp(limit.saturating_sub(count)),
-                reset_in: Duration::from_secs(window.reset_in),
+                reset_in: window.reset_in(),
                 used: count,
             }
         }
@@ -212,7 +213,7 @@ pub(crate) fn decide(
             ops.count(current),
             ops.count(previous),
             window,
-            now_ms,
+            now,
             taking,
         ),
         Plan::Lease { counter } => {
@@ -225,7 +226,7 @@ pub(crate) fn decide(
             }
         }
         Plan::TokenBucket { step, capacity } => {
-            token_bucket(rate, capacity, ops.answer(step), take, now_ms)
+            token_bucket(rate, capacity, ops.answer(step), take, now)
         }
     }
 }
@@ -237,11 +238,11 @@ fn sliding(
     current: u64,
     previous: u64,
     window: Window,
-    now_ms: u64,
+    now: UnixMillis,
     taking: bool,
 ) -> Outcome {
-    let period = u128::from(window.period) * 1000;
-    let elapsed = u128::from(now_ms.saturating_sub(window.start * 1000)).min(period);
+    let period = window.length().as_millis();
+    let elapsed = now.since(window.started()).as_millis().min(period);
     let (limit, cur, prev) = (u128::from(limit), u128::from(current), u128::from(previous));
     let scaled = cur * period + prev * (period - elapsed);
     let over = taking && scaled > limit * period;
@@ -288,11 +289,11 @@ fn token_bucket(
     capacity: u128,
     answer: TokenAnswer,
     take: Take,
-    now_ms: u64,
+    now: UnixMillis,
 ) -> Outcome {
     let r = u128::from(rate.requests_per_unit.max(1));
-    let interval = u128::from(rate.period.seconds()) * 1000;
-    let debt = answer.tat.saturating_sub(u128::from(now_ms) * r);
+    let interval = rate.period.length().as_millis();
+    let debt = answer.tat.saturating_sub(u128::from(now.millis()) * r);
     // Tokens × interval available now (after the step).
     let scaled = (capacity * interval).saturating_sub(debt);
     let whole = scaled / interval;

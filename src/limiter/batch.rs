@@ -6,6 +6,7 @@
 
 use super::algorithm::{Plan, Queued};
 use super::ops::{Operations, Stores};
+use crate::clock::UnixMillis;
 use crate::rules::PerUnit;
 use crate::storage::{Change, CounterOp, CounterStore, StorageError, Take};
 
@@ -23,18 +24,18 @@ pub(crate) struct Planned {
 #[derive(Debug)]
 pub(crate) struct Batch {
     /// The request's time, in Unix milliseconds (one reading for every descriptor).
-    pub(crate) now_ms: u64,
+    pub(crate) now: UnixMillis,
     pub(crate) ops: Operations,
     pub(crate) planned: Vec<Planned>,
 }
 
 impl Batch {
-    /// An empty batch for a request of `descriptors` decided at `now_ms`, with room for one
+    /// An empty batch for a request of `descriptors` decided at `now`, with room for one
     /// operation per descriptor (the common case: fixed windows) so that planning does not
     /// grow its vectors.
-    pub(crate) fn at(now_ms: u64, descriptors: usize) -> Batch {
+    pub(crate) fn at(now: UnixMillis, descriptors: usize) -> Batch {
         Batch {
-            now_ms,
+            now,
             ops: Operations::with_capacity(descriptors),
             planned: Vec::with_capacity(descriptors),
         }

@@ -144,7 +144,7 @@ impl<S: CounterStore> Limiter<S> {
         let Some(_claim) = self.outage.claim() else {
             return;
         };
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         for to in Destination::ALL.into_iter().filter(|to| answered(*to)) {
             let owed = self.outage.owed_by(to, now);
             if owed.is_empty() && !self.outage.is_local(to) {
@@ -167,7 +167,7 @@ impl<S: CounterStore> Limiter<S> {
         if !self.outage.needs_marks() {
             return Ok(None);
         }
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         let replicas = &self.outage.replicas;
         let Some(marking) = replicas.marking(&self.settings.key_prefix, now) else {
             return Ok(None);

@@ -33,9 +33,7 @@ pub(crate) use window::Window;
 
 use std::sync::Arc;
 
-use std::time::Duration;
-
-use crate::clock::Clock;
+use crate::clock::{Clock, UnixMillis};
 use crate::rules::{Rate, RuleSet};
 use crate::storage::{CounterStore, StorageError, Take};
 use batch::Batch;
@@ -197,7 +195,7 @@ impl<S: CounterStore> Limiter<S> {
         };
         let applied = matched(domain, request);
         let replaced = replaced(&applied);
-        let mut batch = Batch::at(self.clock.now_millis(), request.descriptors.len());
+        let mut batch = Batch::at(self.clock.now(), request.descriptors.len());
         let mut keys = Keys::new();
         for (index, limit) in applied.iter().enumerate() {
             let Some(limit) = limit else { continue };
@@ -253,7 +251,7 @@ impl<S: CounterStore> Limiter<S> {
             planned.plan,
             planned.rate,
             planned.take,
-            batch.now_ms,
+            batch.now,
             &batch.ops,
         );
         status.counting = Counting::Counted {
@@ -270,7 +268,7 @@ impl<S: CounterStore> Limiter<S> {
                 (cache, &self.local_cache, planned.plan)
             {
                 let key = &batch.ops.op(counter).key;
-                cache.insert(key, window.end(), batch.now_ms / 1000);
+                cache.insert(key, window.end(), batch.now.secs());
             }
         } else {
             status.remaining = outcome.remaining;
@@ -310,15 +308,15 @@ impl<S: CounterStore> Limiter<S> {
         let plan = algorithm::plan(&mut algorithm::PlanInput {
             rate,
             take,
-            now_ms: batch.now_ms,
+            now: batch.now,
             keys,
         });
         if let (Some(cache), algorithm::Plan::Fixed { counter, window }) =
             (&self.local_cache, &plan)
         {
             match take {
-                Take::Take(n) if cache.contains(&counter.key, batch.now_ms / 1000) => {
-                    status.reset_in = Some(Duration::from_secs(window.reset_in));
+                Take::Take(n) if cache.contains(&counter.key, batch.now.secs()) => {
+                    status.reset_in = Some(window.reset_in());
                     status.mark_over();
                     status.counting = Counting::LocalCache { hits: n };
                     return;
@@ -336,9 +334,9 @@ impl<S: CounterStore> Limiter<S> {
         });
     }
 
-    /// Now, in Unix milliseconds, by the limiter's clock.
-    pub fn now_millis(&self) -> u64 {
-        self.clock.now_millis()
+    /// Now, by the limiter's clock.
+    pub fn now(&self) -> UnixMillis {
+        self.clock.now()
     }
 
     /// `SHADOW_MODE`: whether an OVER_LIMIT answer becomes OK (RLQS applies it to its

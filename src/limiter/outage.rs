@@ -126,7 +126,7 @@ impl Outage {
         ops.apply_scaled(to, &store, n.get()).await?;
         self.note_owed(to, ops.hits(to));
         self.local_decisions.fetch_add(decided, Ordering::Relaxed);
-        let now = self.clock.now_millis().max(1);
+        let now = self.clock.now().millis().max(1);
         let since = &self.since_ms[to.lane()];
         if since
             .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
@@ -216,7 +216,7 @@ impl Outage {
         *lock(&self.stores[to.lane()]) = Arc::new(MemoryStore::new(LOCAL_KEYS, self.clock.clone()));
         self.handed_back.fetch_add(hits, Ordering::Relaxed);
         let since = self.since_ms[to.lane()].swap(0, Ordering::AcqRel);
-        let outage_ms = self.clock.now_millis().saturating_sub(since);
+        let outage_ms = self.clock.now().millis().saturating_sub(since);
         tracing::warn!(
             store = ?to, keys = paid.len(), hits, outage_ms,
             "counter store answers again; the hits counted locally are handed back to it"

@@ -39,7 +39,8 @@ impl Histogram {
                 cumulative
             })
             .collect();
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum =
+            std::time::Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed)).as_secs_f64();
         (buckets, self.count.load(Ordering::Relaxed), sum)
     }
 }

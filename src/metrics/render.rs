@@ -33,6 +33,9 @@ fn header(out: &mut String, name: &str, help: &str, kind: &str) {
 }
 
 /// A histogram in seconds, or in milliseconds when `scale` is 1000 (bounds and sum).
+/// The scale of a latency histogram shown in milliseconds (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`).
+const MILLISECONDS_A_SECOND: f64 = 1_000.0;
+
 fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, extra: &str, scale: f64) {
     let (buckets, count, sum) = h.snapshot();
     let sum = sum * scale;
@@ -85,7 +88,11 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         },
         &m.response_time,
         extra,
-        if m.response_time_ms { 1000.0 } else { 1.0 },
+        if m.response_time_ms {
+            MILLISECONDS_A_SECOND
+        } else {
+            1.0
+        },
     );
     histogram(
         &mut out,

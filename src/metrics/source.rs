@@ -7,7 +7,9 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock, UnixMillis};
 
 /// What the rules' source reports.
 #[derive(Debug, Default)]
@@ -22,9 +24,7 @@ pub struct SourceStatus {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemClock.now().millis()
 }
 
 impl SourceStatus {
@@ -111,13 +111,16 @@ impl SourceStatus {
                 "turnstile_config_source_last_update_timestamp_seconds",
                 "when the rules in force were accepted (Unix time)",
                 "gauge",
-                format!("{:.3}", last as f64 / 1000.0),
+                format!("{:.3}", Duration::from_millis(last).as_secs_f64()),
             );
             gauge(
                 "turnstile_config_source_seconds_since_update",
                 "seconds since the rules in force were accepted",
                 "gauge",
-                format!("{:.3}", now_ms().saturating_sub(last) as f64 / 1000.0),
+                format!(
+                    "{:.3}",
+                    SystemClock.now().since(UnixMillis::new(last)).as_secs_f64()
+                ),
             );
         }
         if let Some(version) = self.version() {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use super::share::ShareInput;
 use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
+use crate::clock::{UnixMillis, millis_of};
 use crate::limiter::{CountSlot, Destination, Limiter, Operations, Window};
 use crate::rules::Rate;
 use crate::settings::{RlqsSettings, Unmatched};
@@ -17,6 +18,10 @@ use crate::storage::{Change, CounterOp, CounterStore};
 mod tracked;
 
 pub(super) use tracked::Tracked;
+
+/// Envoy reports `time_elapsed` in whole seconds: up to this many milliseconds of the time a
+/// report covers are cut off.
+const ENVOY_TRUNCATION_MS: u64 = 1_000;
 
 /// A usage's parts in the current window and before it. A report covers the time since the
 /// data plane's previous report up to now; the requests are taken as spread evenly over it, so a
@@ -46,27 +51,28 @@ pub(super) struct WindowParts {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Coverage {
     /// When its previous report of the bucket came (ms since the epoch).
-    pub(super) previous_report_ms: Option<u64>,
+    pub(super) previous_report: Option<UnixMillis>,
     /// The assignment the data plane has held since the window's start (pushed when the
     /// window ended), if any.
     pub(super) since_start: Option<Assignment>,
 }
 
 impl WindowParts {
-    /// `usage` split at the start (ms) of the window `now_ms` is in.
+    /// `usage`, reported at `now`, split at the start of the window `now` is in.
     pub(super) fn at(
         usage: &Usage,
-        window_start_ms: u64,
-        now_ms: u64,
+        window_start: UnixMillis,
+        now: UnixMillis,
         known: Coverage,
     ) -> WindowParts {
         let total = usage.allowed.saturating_add(usage.denied);
-        let inside = now_ms.saturating_sub(window_start_ms);
+        let inside = millis_of(now.since(window_start));
         // Envoy's whole seconds: the time since the previous report, when it is what was
         // truncated.
-        let covered = match known.previous_report_ms.map(|ms| now_ms.saturating_sub(ms)) {
+        let covered = match known.previous_report.map(|at| millis_of(now.since(at))) {
             Some(gap)
-                if (usage.elapsed_ms..usage.elapsed_ms.saturating_add(1_000)).contains(&gap) =>
+                if (usage.elapsed_ms..usage.elapsed_ms.saturating_add(ENVOY_TRUNCATION_MS))
+                    .contains(&gap) =>
             {
                 gap
             }
@@ -106,13 +112,13 @@ pub(super) struct Placed {
 }
 
 impl Placed {
-    /// `usage` of a limit of `period` seconds, reported at `now_ms`, with what the stream
+    /// `usage` of a limit of `period` seconds, reported at `now`, with what the stream
     /// `known` of the time it covers.
-    pub(super) fn at(usage: &Usage, period: u64, now_ms: u64, known: Coverage) -> Placed {
-        let window = Window::of(period, now_ms / 1_000);
+    pub(super) fn at(usage: &Usage, period: u64, now: UnixMillis, known: Coverage) -> Placed {
+        let window = Window::at(period, now);
         Placed {
             window,
-            split: WindowParts::at(usage, window.start * 1_000, now_ms, known),
+            split: WindowParts::at(usage, window.started(), now, known),
         }
     }
 }
@@ -174,7 +180,7 @@ pub(super) fn plan<S: CounterStore>(
                 Rate::Limited(rate) => limiter.destination(&rate),
                 Rate::Unlimited { .. } => Destination::Main,
             };
-            let (period, start, end) = (window.period, window.start, window.end());
+            let (period, start, end) = (window.period(), window.start(), window.end());
             let [window_key, demand_now, demand_before] =
                 limiter.bucket_keys(domain, entries, limit, period, start);
             let mut add = |key, n, expires_at| {
@@ -205,7 +211,7 @@ pub(super) fn assign(
     resolution: Resolution<'_>,
     counts: Option<GlobalCounts>,
     shadow: bool,
-    now_ms: u64,
+    now: UnixMillis,
 ) -> (Assignment, Option<GlobalUsage>) {
     let ttl_seconds = settings.assignment_ttl.as_secs().max(1);
     let (
@@ -229,8 +235,8 @@ pub(super) fn assign(
             _ => (unmatched(settings.unmatched, ttl_seconds), None),
         };
     };
-    let first_counted = tracked.window_end_ms().is_none();
-    tracked.add_demand(window.period, window.start, split);
+    let first_counted = tracked.window_end().is_none();
+    tracked.add_demand(window.period(), window.start(), split);
     match (first_counted, &counts) {
         (true, Some(counts)) => tracked.note_unseen(counts),
         (false, Some(counts)) => {
@@ -242,8 +248,8 @@ pub(super) fn assign(
     let input = ShareInput {
         limit: *per_window,
         used,
-        period_ms: window.period * 1_000,
-        elapsed_ms: now_ms - window.start * 1_000,
+        period_ms: millis_of(window.length()),
+        elapsed_ms: millis_of(now.since(window.started())),
         own_demand: tracked.demand,
         all_demand: (demand_now, demand_before),
         own_allowed: tracked.allowed,

@@ -25,6 +25,10 @@ pub use id_bytes::BucketIdBytes;
 pub use stream::{Decided, QuotaError, QuotaStream};
 pub use usage::{GlobalUsage, Usage};
 
+use std::time::Duration;
+
+use crate::clock::millis_of;
+
 /// What a data plane is told to do with one bucket's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Assignment {
@@ -67,7 +71,8 @@ impl Assignment {
     /// `None` when there is no bound (`AllowAll`, or past the TTL, where the data plane's own
     /// fallback applies).
     pub fn admits_at_most(&self, ms: u64) -> Option<u64> {
-        if ms > self.ttl_seconds().saturating_mul(1_000) {
+        let ttl = Duration::from_secs(self.ttl_seconds());
+        if Duration::from_millis(ms) > ttl {
             return None;
         }
         match *self {
@@ -79,7 +84,8 @@ impl Assignment {
                 fill_interval_seconds,
                 ..
             } => {
-                let interval_ms = u64::from(fill_interval_seconds).max(1) * 1_000;
+                let interval = Duration::from_secs(u64::from(fill_interval_seconds).max(1));
+                let interval_ms = millis_of(interval);
                 let refill = u64::from(tokens_per_fill)
                     .saturating_mul(ms)
                     .div_ceil(interval_ms);

@@ -22,12 +22,16 @@
 //! bucket starts only as full as the one it replaces (Envoy carries the fill ratio over: a
 //! drained bucket's successor starts empty), so its rate paces all of what is left.
 
+use std::time::Duration;
+
 use super::Assignment;
 
 /// Token-bucket refill period sent to Envoy (whole seconds: Envoy truncates sub-second parts).
 /// Envoy refills continuously at `tokens_per_fill / fill_interval`; a long interval only buys
 /// precision (rates in steps of 1/60 request per second).
 pub const FILL_INTERVAL_SECONDS: u32 = 60;
+/// [`FILL_INTERVAL_SECONDS`] as a duration.
+pub(crate) const FILL_INTERVAL: Duration = Duration::from_secs(FILL_INTERVAL_SECONDS as u64);
 
 /// The smallest token-bucket capacity sent (unless less than that remains in the window).
 pub const MIN_BURST: u32 = 2;
@@ -41,6 +45,15 @@ pub const KEEP_WITHIN_TOKENS: f64 = 1.0;
 /// What a stream loses on average when its token bucket is replaced: the part of a token the
 /// old one was filling.
 const LOST_IN_REPLACEMENT: f64 = 0.5;
+
+/// The fastest pace: all that is left, in a second.
+const SECOND: Duration = Duration::from_secs(1);
+
+/// `ms` in whole seconds, rounded up, at least 1 (an assignment's TTL).
+fn whole_seconds_up(ms: u64) -> u64 {
+    let d = Duration::from_millis(ms);
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
 
 /// What the share of one bucket for one stream depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -129,7 +142,7 @@ impl ShareInput {
         let left_ms = self.period_ms.saturating_sub(self.elapsed_ms).max(1);
         let remaining = self.limit.saturating_sub(self.used);
         let until_window_end = Assignment::DenyAll {
-            ttl_seconds: left_ms.div_ceil(1_000).max(1),
+            ttl_seconds: whole_seconds_up(left_ms),
         };
         if remaining == 0 {
             return until_window_end;
@@ -144,7 +157,7 @@ impl ShareInput {
             return until_window_end;
         }
         let pace = |tokens: f64| {
-            let per_second = tokens * 1_000.0 / left_ms.max(1_000) as f64;
+            let per_second = tokens / Duration::from_millis(left_ms).max(SECOND).as_secs_f64();
             let fill = (per_second * f64::from(FILL_INTERVAL_SECONDS)).round();
             (per_second, fill.clamp(1.0, f64::from(u32::MAX)) as u32)
         };
@@ -195,7 +208,7 @@ impl ShareInput {
 /// the higher rate as soon as that is worth half a token (each replacement costs it the part
 /// of a token it was filling, half a token on average).
 fn close(old: u32, new: u32, left_ms: u64) -> bool {
-    let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
+    let interval_ms = FILL_INTERVAL.as_millis() as f64;
     let tokens = f64::from(old.abs_diff(new)) * left_ms as f64 / interval_ms;
     if new <= old {
         tokens < KEEP_WITHIN_TOKENS

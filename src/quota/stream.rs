@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::fold::{Placed, Tracked, assign, merged, plan};
 use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, BucketIdBytes, Resolution, resolve};
+use crate::clock::UnixMillis;
 use crate::limiter::{Limiter, Operations, Window};
 use crate::rules::RuleSet;
 use crate::settings::RlqsSettings;
@@ -123,7 +124,7 @@ impl QuotaStream {
         usages: Vec<Usage>,
         rules: &RuleSet,
         limiter: &Limiter<S>,
-        now_ms: u64,
+        now: UnixMillis,
     ) -> Result<Vec<Decided>, QuotaError> {
         let domain = self.check_domain(domain)?;
         let usages = merged(usages);
@@ -138,7 +139,7 @@ impl QuotaStream {
             .map(|(u, r)| match r {
                 Resolution::Counted { period, .. } => {
                     let known = self.buckets.get(&u.bucket).map(Tracked::known);
-                    Some(Placed::at(u, *period, now_ms, known.unwrap_or_default()))
+                    Some(Placed::at(u, *period, now, known.unwrap_or_default()))
                 }
                 _ => None,
             })
@@ -158,10 +159,10 @@ impl QuotaStream {
                 _ => None,
             };
             let tracked = self.buckets.entry(u.bucket.clone()).or_default();
-            tracked.heard(u, now_ms);
+            tracked.heard(u, now);
             let (assignment, usage) =
-                assign(&self.settings, tracked, r, bucket_counts, shadow, now_ms);
-            tracked.reported(assignment, now_ms);
+                assign(&self.settings, tracked, r, bucket_counts, shadow, now);
+            tracked.reported(assignment, now);
             out.push(Decided {
                 bucket: u.bucket.clone(),
                 assignment,
@@ -193,16 +194,13 @@ impl QuotaStream {
         Ok(new_bytes)
     }
 
-    /// When the next counted bucket's window ends (ms since the epoch): the moment
-    /// [`QuotaStream::refresh`] has something to say without waiting for a report.
-    pub fn next_window_end_ms(&self) -> Option<u64> {
-        self.buckets
-            .values()
-            .filter_map(Tracked::window_end_ms)
-            .min()
+    /// When the next counted bucket's window ends: the moment [`QuotaStream::refresh`] has
+    /// something to say without waiting for a report.
+    pub fn next_window_end(&self) -> Option<UnixMillis> {
+        self.buckets.values().filter_map(Tracked::window_end).min()
     }
 
-    /// Re-assigns every counted bucket whose window has ended by `now_ms`, as an empty report
+    /// Re-assigns every counted bucket whose window has ended by `now`, as an empty report
     /// at the new window's start would, and returns the assignments that changed. A data plane
     /// reports every few seconds (Envoy 1.40: every 5 s), so without this a bucket denied for
     /// the rest of a window would stay denied into the next one, and a rate paced for a
@@ -211,25 +209,25 @@ impl QuotaStream {
     /// No store call: at a window's start nothing of it is used yet, and the previous window's
     /// demand is the one the stream last read (at most one report interval old), so every
     /// stream of every replica can do this at the same instant without a burst on the store.
-    pub fn refresh(&mut self, rules: &RuleSet, shadow: bool, now_ms: u64) -> Vec<Decided> {
+    pub fn refresh(&mut self, rules: &RuleSet, shadow: bool, now: UnixMillis) -> Vec<Decided> {
         let Some(domain) = self.domain.as_deref() else {
             return Vec::new();
         };
         let mut out = Vec::new();
         for (bucket, tracked) in self.buckets.iter_mut() {
-            if tracked.window_end_ms().is_none_or(|end| end > now_ms) {
+            if tracked.window_end().is_none_or(|end| end > now) {
                 continue;
             }
             let resolution = resolve(rules, domain, bucket);
             let counts = match &resolution {
                 Resolution::Counted { period, .. } => {
-                    Some(tracked.carried_over(Window::of(*period, now_ms / 1_000)))
+                    Some(tracked.carried_over(Window::at(*period, now)))
                 }
                 _ => None,
             };
             let held = tracked.held;
             let (assignment, usage) =
-                assign(&self.settings, tracked, resolution, counts, shadow, now_ms);
+                assign(&self.settings, tracked, resolution, counts, shadow, now);
             tracked.refreshed_with(assignment);
             if held != Some(assignment) {
                 out.push(Decided {

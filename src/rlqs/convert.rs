@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use tonic::Status;
 
+use crate::clock::millis_of;
 use crate::pb::envoy::service::rate_limit_quota::v3 as pb;
 use crate::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
 use crate::quota::{Assignment, BucketId, Decided, MAX_BUCKET_PAIRS, Usage};
@@ -47,9 +48,7 @@ pub fn usages_from_pb(
 
 /// A duration in whole milliseconds; a negative one is unknown (0).
 fn elapsed_ms(d: prost_types::Duration) -> u64 {
-    let seconds = u64::try_from(d.seconds).unwrap_or(0);
-    let millis = u64::try_from(d.nanos / 1_000_000).unwrap_or(0);
-    seconds.saturating_mul(1_000).saturating_add(millis)
+    std::time::Duration::try_from(d).map_or(0, millis_of)
 }
 
 /// The response carrying every decided assignment, in order.

@@ -21,6 +21,7 @@ use futures_util::Stream;
 use opentelemetry::Context;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::clock::UnixMillis;
 use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -86,7 +87,7 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
             QuotaStream::sharing(self.settings, Arc::clone(&self.held)),
             request.into_inner(),
             // Spread evenly: consecutive streams 61 ms apart, modulo the spread.
-            n.wrapping_mul(61) % REFRESH_SPREAD_MS,
+            Duration::from_millis(n.wrapping_mul(61) % REFRESH_SPREAD_MS),
             parent,
         );
         let responses = futures_util::stream::unfold(session, |mut session| async move {
@@ -104,7 +105,7 @@ struct Session<S> {
     inbound: Streaming<RateLimitQuotaUsageReports>,
     ended: bool,
     /// How long after a window's end this stream refreshes (< [`REFRESH_SPREAD_MS`]).
-    phase_ms: u64,
+    phase: Duration,
     /// The tracer and the stream's parent context, when tracing is on.
     parent: Option<(Arc<Tracer>, Context)>,
 }
@@ -114,7 +115,7 @@ impl<S: CounterStore> Session<S> {
         state: Arc<ServiceState<S>>,
         quota: QuotaStream,
         inbound: Streaming<RateLimitQuotaUsageReports>,
-        phase_ms: u64,
+        phase: Duration,
         parent: Option<(Arc<Tracer>, Context)>,
     ) -> Self {
         state.metrics.rlqs.stream_opened();
@@ -123,7 +124,7 @@ impl<S: CounterStore> Session<S> {
             quota,
             inbound,
             ended: false,
-            phase_ms,
+            phase,
             parent,
         }
     }
@@ -168,18 +169,18 @@ impl<S: CounterStore> Session<S> {
     /// [`CLOCK_RECHECK`], so that a clock that steps (NTP, or a test's) is followed.
     fn wake_at(&self) -> Option<Duration> {
         let at = self.refresh_at()?;
-        let now = self.state.limiter.now_millis();
-        Some(Duration::from_millis(at.saturating_sub(now)).min(CLOCK_RECHECK))
+        let now = self.state.limiter.now();
+        Some(at.since(now).min(CLOCK_RECHECK))
     }
 
     /// When this stream refreshes next: its phase after the next window's end.
-    fn refresh_at(&self) -> Option<u64> {
-        Some(self.quota.next_window_end_ms()? + self.phase_ms)
+    fn refresh_at(&self) -> Option<UnixMillis> {
+        Some(self.quota.next_window_end()?.after(self.phase))
     }
 
     /// Assignments that change because a window has ended; `None` when none did.
     fn refresh(&mut self) -> Option<RateLimitQuotaResponse> {
-        let now = self.state.limiter.now_millis();
+        let now = self.state.limiter.now();
         if self.refresh_at().is_none_or(|at| now < at) {
             return None;
         }
@@ -264,7 +265,7 @@ impl<S: CounterStore> Session<S> {
         let before = self.quota.buckets();
         let decided = self
             .quota
-            .on_report(&domain, usages, &rules, limiter, limiter.now_millis())
+            .on_report(&domain, usages, &rules, limiter, limiter.now())
             .await;
         metrics.rlqs.buckets_added(self.quota.buckets() - before);
         let decided = match decided {

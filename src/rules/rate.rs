@@ -109,6 +109,11 @@ impl Period {
     pub fn seconds(self) -> u64 {
         self.unit.seconds() * u64::from(self.multiplier)
     }
+
+    /// The length.
+    pub fn length(self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.seconds())
+    }
 }
 
 /// How hits are counted against a limit.

@@ -82,7 +82,7 @@ impl MemoryStore {
 
     /// Drops every expired counter; returns how many were dropped.
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         self.shards
             .iter()
             .map(|shard| lock(shard).drop_expired(now))
@@ -200,12 +200,12 @@ impl MemoryStore {
 
 impl CounterStore for MemoryStore {
     async fn apply_ops(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         hits.iter().map(|hit| self.apply(hit, now)).collect()
     }
 
     async fn take_tokens(&self, steps: &[TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
-        let now = self.clock.now();
+        let now = self.clock.now_secs();
         steps.iter().map(|step| self.step(step, now)).collect()
     }
 

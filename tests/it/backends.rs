@@ -57,7 +57,7 @@ impl Backend {
                 let mc = Memcached::start()?;
                 // memcached expires items in real time, so the frozen test clock stands at the
                 // real present (absolute expiry times beyond 30 days must be in the future).
-                let clock = ManualClock::new(SystemClock.now());
+                let clock = ManualClock::new(SystemClock.now_secs());
                 let store = memcached_store(&[&mc], &clock, Duration::from_millis(500));
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
@@ -67,7 +67,7 @@ impl Backend {
             }
             Backend::Redis => {
                 let redis = RedisProcess::start()?;
-                let clock = ManualClock::new(SystemClock.now());
+                let clock = ManualClock::new(SystemClock.now_secs());
                 let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
                 let mut options = options;
                 options.limiter.key_layout = KeyLayout::Reference;
@@ -79,7 +79,7 @@ impl Backend {
             }
             Backend::RedisSentinel => {
                 let set = RedisSentinel::start()?;
-                let clock = ManualClock::new(SystemClock.now());
+                let clock = ManualClock::new(SystemClock.now_secs());
                 let store = redis_store(set.target(), &clock);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
@@ -89,7 +89,7 @@ impl Backend {
             }
             Backend::RedisCluster => {
                 let cluster = RedisCluster::start()?;
-                let clock = ManualClock::new(SystemClock.now());
+                let clock = ManualClock::new(SystemClock.now_secs());
                 let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,

@@ -68,7 +68,7 @@ async fn windows_that_outlive_2038_count_on_memcached_as_in_memory() {
         return missing("memcached");
     };
     // memcached reads absolute expiries with its own clock: the service's is the real one.
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let memory = MemoryStore::new(10_000, std::sync::Arc::new(clock.clone()));
     let in_memory = long_windows(&server(memory, clock.clone()).await).await;
     assert_eq!(
@@ -100,7 +100,7 @@ async fn huge_hits_saturate(s: &TestServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_hits_addend_saturates_on_memory() {
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = MemoryStore::new(10_000, std::sync::Arc::new(clock.clone()));
     huge_hits_saturate(&server(store, clock).await).await;
 }
@@ -110,7 +110,7 @@ async fn a_huge_hits_addend_saturates_on_memcached() {
     let Some(mc) = Memcached::start() else {
         return missing("memcached");
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(500));
     huge_hits_saturate(&server(store, clock).await).await;
 }
@@ -120,7 +120,7 @@ async fn a_huge_hits_addend_saturates_on_redis() {
     let Some(redis) = RedisProcess::start() else {
         return missing("redis-server");
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
     huge_hits_saturate(&server(store, clock).await).await;
 }

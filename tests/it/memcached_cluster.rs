@@ -23,7 +23,7 @@ async fn concurrent_burst_over_two_replicas_admits_exactly_the_limit() {
     let (Some(mc1), Some(mc2)) = (Memcached::start(), Memcached::start()) else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     // The replicas list the servers in different orders: the ring maps keys the same way.
     let store_a = memcached_store(&[&mc1, &mc2], &clock, Duration::from_secs(2));
     let store_b = memcached_store(&[&mc2, &mc1], &clock, Duration::from_secs(2));
@@ -122,7 +122,7 @@ async fn killing_memcached_is_unavailable_and_a_restart_restores_service() {
     let Some(mut mc) = Memcached::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let timeout = Duration::from_millis(100);
     let store = memcached_store(&[&mc], &clock, timeout);
     let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;
@@ -168,7 +168,7 @@ async fn fail_open_globally_or_per_rule() {
         return;
     };
     let rules = "domain: d\ndescriptors:\n  - key: open\n    rate_limit: { unit: minute, requests_per_unit: 5, fail_open: true }\n  - key: closed\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let per_rule = start_with(
         memcached_store(&[&mc], &clock, Duration::from_millis(100)),
         clock.clone(),
@@ -221,7 +221,7 @@ async fn a_memcached_restart_between_calls_fails_no_call() {
     let Some(mut mc) = Memcached::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(200));
     let watched = store.clone();
     let s = start_with(store, clock, &[("b.yaml", BURST)], Options::default()).await;

@@ -31,12 +31,12 @@ async fn burst(calls: usize) -> Vec<String> {
     let Some(mc) = Memcached::start() else {
         return Vec::new();
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = one_connection(mc.addr(), &clock);
     let prefix = unique("burst");
     let tasks: Vec<_> = (0..calls)
         .map(|i| {
-            let (store, now) = (store.clone(), clock.now());
+            let (store, now) = (store.clone(), clock.now_secs());
             let key = CounterKey::checked(format!("{prefix}_{}", i % 50)).expect("key");
             tokio::spawn(async move {
                 let hit = CounterOp {
@@ -61,7 +61,7 @@ async fn burst(calls: usize) -> Vec<String> {
         let read = CounterOp {
             key,
             change: Change::READ,
-            expires_at: clock.now() + 60,
+            expires_at: clock.now_secs() + 60,
         };
         counted += store.apply_ops(&[read]).await.expect("read")[0];
     }
@@ -100,12 +100,12 @@ async fn a_connection_closed_with_answers_awaited_says_so() {
             let _ = std::io::BufReader::new(&stream).read_line(&mut line);
         }
     });
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = one_connection(addr.to_string(), &clock);
     let hit = CounterOp {
         key: CounterKey::checked(unique("owed")).expect("key"),
         change: Change::Add(1),
-        expires_at: clock.now() + 60,
+        expires_at: clock.now_secs() + 60,
     };
     let error = store.apply_ops(&[hit]).await.expect_err("no answer came");
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");

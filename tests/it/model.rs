@@ -56,7 +56,7 @@ proptest! {
                 Step::Advance(secs) => clock.advance(secs),
                 Step::Call { key, value, hits, refund } => {
                     let (limit, period) = if key == "k" { (5u64, 60u64) } else { (2, 1) };
-                    let now = clock.now();
+                    let now = clock.now_secs();
                     let window = now - now % period;
                     let count = model.entry((key, value, window)).or_insert(0);
                     *count = if refund { count.saturating_sub(hits) } else { *count + hits };

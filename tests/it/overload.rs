@@ -31,10 +31,10 @@ fn up(gauges: &[Gauge]) -> bool {
 #[tokio::test(flavor = "current_thread")]
 async fn a_stalled_turnstile_does_not_mark_a_healthy_memcached_down() {
     let Some(mc) = Memcached::start() else { return };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(10));
     let key = unique("stall");
-    let now = clock.now();
+    let now = clock.now_secs();
     assert_eq!(store.apply_ops(&[hit(&key, now)]).await, Ok(vec![1]));
 
     // The stall: the only runtime thread is blocked for 50 ms right after the call queues.
@@ -72,11 +72,11 @@ async fn a_refused_connection_still_marks_memcached_down() {
     let Some(mut mc) = Memcached::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = memcached_store(&[&mc], &clock, Duration::from_millis(100));
     mc.kill();
     let err = store
-        .apply_ops(&[hit(&unique("dead"), clock.now())])
+        .apply_ops(&[hit(&unique("dead"), clock.now_secs())])
         .await
         .expect_err("memcached is gone");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err:?}");
@@ -98,7 +98,7 @@ async fn a_slow_memcached_is_late_not_overload() {
         return crate::support::missing("memcached");
     };
     let relay = slow_relay(mc.port, Duration::from_millis(400)).await;
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let options = turnstile::storage::memcached::MemcachedOptions {
         servers: vec![format!("127.0.0.1:{relay}")],
         pool_size: 1,
@@ -117,7 +117,7 @@ async fn a_slow_memcached_is_late_not_overload() {
     // The first call connects; every call then waits 400 ms for its answer.
     let mut late = 0;
     for _ in 0..3 {
-        match store.apply_ops(&[hit(&key, clock.now())]).await {
+        match store.apply_ops(&[hit(&key, clock.now_secs())]).await {
             Err(e) if e.kind() == ErrorKind::Timeout => late += 1,
             Err(e) if e.kind() == ErrorKind::Unavailable => {}
             other => panic!("a 400 ms relay against an 80 ms deadline is lateness, not {other:?}"),
@@ -173,7 +173,7 @@ async fn a_stalled_turnstile_does_not_blame_redis() {
     let Some(redis) = crate::support::redis_server::RedisProcess::start() else {
         return crate::support::missing("redis-server");
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let options = RedisOptions {
         target: RedisTarget::Tcp(redis.addr()),
         auth: None,
@@ -183,7 +183,7 @@ async fn a_stalled_turnstile_does_not_blame_redis() {
     };
     let store = RedisStore::new(options, std::sync::Arc::new(clock.clone()));
     let key = unique("stall");
-    let now = clock.now();
+    let now = clock.now_secs();
     // Connected and the script loaded, within a generous first attempt or two.
     let mut first = store.apply_ops(&[hit(&key, now)]).await;
     for _ in 0..3 {

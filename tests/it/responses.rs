@@ -30,7 +30,7 @@ async fn response_headers(backend: Backend) {
     else {
         return;
     };
-    let reset = (60 - s.clock.now() % 60).to_string();
+    let reset = (60 - s.clock.now_secs() % 60).to_string();
     let resp = s
         .call(req(
             "test-domain",
@@ -42,7 +42,7 @@ async fn response_headers(backend: Backend) {
         .iter()
         .map(|h| (h.key.clone(), h.value.clone()))
         .collect();
-    let hour_reset = (3600 - s.clock.now() % 3600).to_string();
+    let hour_reset = (3600 - s.clock.now_secs() % 3600).to_string();
     assert_eq!(
         headers,
         vec![

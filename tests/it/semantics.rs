@@ -198,7 +198,7 @@ async fn counting_and_reset(backend: Backend) {
     else {
         return;
     };
-    let now = s.clock.now();
+    let now = s.clock.now_secs();
     for i in 0..25u32 {
         let resp = s.call(req1("test-domain", &[("key2", "R")])).await;
         let st = &resp.statuses[0];

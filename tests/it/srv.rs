@@ -79,7 +79,7 @@ async fn discovery_refresh_and_failed_lookups() {
         transport: Default::default(),
         tls: None,
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = MemcachedStore::discover(
         "_memcache._tcp.mc.test",
         &resolver,
@@ -93,7 +93,7 @@ async fn discovery_refresh_and_failed_lookups() {
     let hit = |n| CounterOp {
         key: key.clone(),
         change: Change::Add(n),
-        expires_at: clock.now() + 60,
+        expires_at: clock.now_secs() + 60,
     };
     assert_eq!(
         store

@@ -1,6 +1,11 @@
 //! Unit tests of `fold`.
 use super::*;
 
+/// The moment `n` milliseconds after the epoch.
+fn ms(n: u64) -> UnixMillis {
+    UnixMillis::new(n)
+}
+
 fn usage(allowed: u64, denied: u64, elapsed_ms: u64) -> Usage {
     Usage {
         bucket: BucketId::new([("user".to_owned(), "a".to_owned())]).expect("bucket"),
@@ -12,7 +17,12 @@ fn usage(allowed: u64, denied: u64, elapsed_ms: u64) -> Usage {
 
 #[test]
 fn a_report_inside_its_window_counts_whole() {
-    let split = WindowParts::at(&usage(8, 2, 5_000), 60_000, 70_000, Coverage::default());
+    let split = WindowParts::at(
+        &usage(8, 2, 5_000),
+        ms(60_000),
+        ms(70_000),
+        Coverage::default(),
+    );
     assert_eq!(
         split,
         WindowParts {
@@ -23,7 +33,7 @@ fn a_report_inside_its_window_counts_whole() {
     );
     // Unknown elapsed time: all of it in the report's window.
     assert_eq!(
-        WindowParts::at(&usage(8, 2, 0), 60_000, 60_000, Coverage::default()).demand,
+        WindowParts::at(&usage(8, 2, 0), ms(60_000), ms(60_000), Coverage::default()).demand,
         10
     );
 }
@@ -31,7 +41,12 @@ fn a_report_inside_its_window_counts_whole() {
 #[test]
 fn a_report_straddling_a_window_start_counts_its_part_after_it() {
     // 5 s covered, 2 s of them in the new window: 2/5 of 10 allowed, of 20 demand.
-    let split = WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, Coverage::default());
+    let split = WindowParts::at(
+        &usage(10, 10, 5_000),
+        ms(60_000),
+        ms(62_000),
+        Coverage::default(),
+    );
     assert_eq!(
         split,
         WindowParts {
@@ -41,7 +56,12 @@ fn a_report_straddling_a_window_start_counts_its_part_after_it() {
         }
     );
     // Reported right at the start: all of it before.
-    let at_start = WindowParts::at(&usage(10, 10, 5_000), 60_000, 60_000, Coverage::default());
+    let at_start = WindowParts::at(
+        &usage(10, 10, 5_000),
+        ms(60_000),
+        ms(60_000),
+        Coverage::default(),
+    );
     assert_eq!((at_start.allowed, at_start.earlier_demand), (0, 20));
 }
 
@@ -50,17 +70,17 @@ fn the_time_covered_is_measured_from_the_previous_report_when_envoy_truncated_it
     // Envoy says 4 s for a report 4.9 s after its previous one: 2 s of 4.9 are in the new
     // window, not 2 of 4 (10 allowed of 20: 4, not 5; demand 8, not 10).
     let known = Coverage {
-        previous_report_ms: Some(57_100),
+        previous_report: Some(ms(57_100)),
         ..Coverage::default()
     };
-    let split = WindowParts::at(&usage(10, 10, 4_000), 60_000, 62_000, known);
+    let split = WindowParts::at(&usage(10, 10, 4_000), ms(60_000), ms(62_000), known);
     assert_eq!((split.allowed, split.demand), (4, 8));
     // A previous report further back than the truncation explains: the data plane's own word.
     let long_ago = Coverage {
-        previous_report_ms: Some(50_000),
+        previous_report: Some(ms(50_000)),
         ..Coverage::default()
     };
-    let split = WindowParts::at(&usage(10, 10, 4_000), 60_000, 62_000, long_ago);
+    let split = WindowParts::at(&usage(10, 10, 4_000), ms(60_000), ms(62_000), long_ago);
     assert_eq!((split.allowed, split.demand), (5, 10));
 }
 
@@ -69,7 +89,7 @@ fn extreme_times_and_rates_saturate_instead_of_overflowing() {
     // A client may say its report covers u64::MAX ms; an assignment may refill u32::MAX a
     // second for a year.
     let known = Coverage {
-        previous_report_ms: Some(0),
+        previous_report: Some(ms(0)),
         since_start: Some(Assignment::TokenBucket {
             max_tokens: u32::MAX,
             tokens_per_fill: u32::MAX,
@@ -77,7 +97,7 @@ fn extreme_times_and_rates_saturate_instead_of_overflowing() {
             ttl_seconds: u64::MAX,
         }),
     };
-    let split = WindowParts::at(&usage(10, 10, u64::MAX), 60_000, 62_000, known);
+    let split = WindowParts::at(&usage(10, 10, u64::MAX), ms(60_000), ms(62_000), known);
     assert_eq!(
         (split.allowed, split.demand, split.earlier_demand),
         (0, 0, 20)
@@ -100,7 +120,7 @@ fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed()
         }),
         ..Coverage::default()
     };
-    let split = WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, slow);
+    let split = WindowParts::at(&usage(10, 10, 5_000), ms(60_000), ms(62_000), slow);
     assert_eq!(
         (split.allowed, split.demand, split.earlier_demand),
         (2, 8, 12)
@@ -111,7 +131,7 @@ fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed()
         ..Coverage::default()
     };
     assert_eq!(
-        WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, denied).allowed,
+        WindowParts::at(&usage(10, 10, 5_000), ms(60_000), ms(62_000), denied).allowed,
         0
     );
     // Allow-all says nothing: the even share.
@@ -120,7 +140,7 @@ fn allowed_requests_after_a_window_end_are_at_most_what_its_assignment_allowed()
         ..Coverage::default()
     };
     assert_eq!(
-        WindowParts::at(&usage(10, 10, 5_000), 60_000, 62_000, open).allowed,
+        WindowParts::at(&usage(10, 10, 5_000), ms(60_000), ms(62_000), open).allowed,
         4
     );
 }
@@ -136,7 +156,7 @@ fn demand_rolls_into_the_previous_window_only_when_windows_follow() {
     t.add_demand(60, 0, s(30, 0));
     t.add_demand(60, 60, s(5, 7));
     assert_eq!(t.demand, (5, 37));
-    assert_eq!(t.window_end_ms(), Some(120_000));
+    assert_eq!(t.window_end(), Some(ms(120_000)));
     // A gap of a window: the old demand is not the previous window's.
     t.add_demand(60, 240, s(1, 0));
     assert_eq!(t.demand, (1, 0));
@@ -148,7 +168,7 @@ fn a_new_window_starts_unused_with_the_demand_last_read() {
     t.add_demand(
         60,
         60,
-        WindowParts::at(&usage(3, 1, 0), 60_000, 70_000, Coverage::default()),
+        WindowParts::at(&usage(3, 1, 0), ms(60_000), ms(70_000), Coverage::default()),
     );
     t.seen_all = 50;
     let before = |period, now| t.carried_over(Window::of(period, now)).demand_before;
@@ -176,11 +196,11 @@ fn counted(demand_now: u64, demand_before: u64, used: u64) -> GlobalCounts {
 /// `report`, heard at `at_ms`, counted as the stream's first in the 60 s window from 60 s,
 /// with the store's `counts` of that window.
 fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: GlobalCounts) {
-    t.heard(report, at_ms);
+    t.heard(report, ms(at_ms));
     t.add_demand(
         60,
         60,
-        WindowParts::at(report, 60_000, at_ms, Coverage::default()),
+        WindowParts::at(report, ms(60_000), ms(at_ms), Coverage::default()),
     );
     t.note_unseen(&counts);
 }
@@ -188,8 +208,13 @@ fn count_first_window(t: &mut Tracked, report: &Usage, at_ms: u64, counts: Globa
 /// `report`, heard at `at_ms` in the 60 s window from `start` s, counted as the stream's next
 /// report, with the store's `counts` after it.
 fn count_next(t: &mut Tracked, report: &Usage, at_ms: u64, start: u64, counts: GlobalCounts) {
-    t.heard(report, at_ms);
-    let split = WindowParts::at(report, start * 1_000, at_ms, Coverage::default());
+    t.heard(report, ms(at_ms));
+    let split = WindowParts::at(
+        report,
+        UnixMillis::from_secs(start),
+        ms(at_ms),
+        Coverage::default(),
+    );
     t.add_demand(60, start, split);
     t.add_unseen(&counts, split.demand + split.earlier_demand);
 }
@@ -270,7 +295,7 @@ fn a_new_bucket_or_one_heard_of_before_has_nothing_unseen() {
     // Later reports covering time are not the first the stream hears.
     let mut t = Tracked::default();
     let report = usage(8, 2, 5_000);
-    t.heard(&usage(1, 0, 0), 64_000);
+    t.heard(&usage(1, 0, 0), ms(64_000));
     count_first_window(&mut t, &report, 70_000, store);
     count_next(&mut t, &report, 75_000, 60, counted(1_010, 1_000, 1_008));
     assert_eq!((t.demand, t.allowed), ((20, 0), 16));

@@ -4,10 +4,13 @@
 //!
 //! Must not touch: the store, protobuf types (`fold` computes the assignment from this).
 
+use std::time::Duration;
+
 use super::{Coverage, GlobalCounts, Placed, WindowParts};
+use crate::clock::{UnixMillis, millis_of};
 use crate::limiter::Window;
 use crate::quota::Assignment;
-use crate::quota::share::FILL_INTERVAL_SECONDS;
+use crate::quota::share::FILL_INTERVAL;
 use crate::quota::usage::Usage;
 
 /// A bucket's demand in its current and previous window, and the assignment it holds.
@@ -17,7 +20,7 @@ pub(in crate::quota) struct Tracked {
     /// `held` was pushed when a window ended, and no report has come since.
     refreshed: bool,
     /// When the stream's latest report of the bucket came (ms since the epoch).
-    reported_ms: Option<u64>,
+    reported: Option<UnixMillis>,
     period: u64,
     window_start: u64,
     pub(super) demand: (u64, u64),
@@ -133,7 +136,8 @@ impl Tracked {
             1.0
         };
         let of = |beyond: u64| (beyond as f64 * part).round() as u64;
-        let (start_ms, period_ms) = (first.window_start * 1_000, self.period * 1_000);
+        let start_ms = UnixMillis::from_secs(first.window_start).millis();
+        let period_ms = millis_of(Duration::from_secs(self.period));
         let (in_first, allowed) = unseen.between(start_ms, u64::MAX);
         let (before_first, _) = unseen.between(start_ms.saturating_sub(period_ms), start_ms);
         let (beyond_now, beyond_before, beyond_used) = first.beyond;
@@ -153,18 +157,17 @@ impl Tracked {
     /// `time_elapsed`; 0, as in a bucket's first report, says nothing), and whether the
     /// stream's first report of the bucket covers time before it (the bucket came from
     /// elsewhere).
-    pub(in crate::quota) fn heard(&mut self, usage: &Usage, now_ms: u64) {
+    pub(in crate::quota) fn heard(&mut self, usage: &Usage, now: UnixMillis) {
         let first = !std::mem::replace(&mut self.heard_of, true);
         if usage.elapsed_ms == 0 {
             return;
         }
         let demand = usage.allowed.saturating_add(usage.denied) as f64;
-        let interval_ms = f64::from(FILL_INTERVAL_SECONDS) * 1_000.0;
-        self.pace = demand * interval_ms / usage.elapsed_ms as f64;
+        self.pace = demand * FILL_INTERVAL.as_millis() as f64 / usage.elapsed_ms as f64;
         if first {
             let elapsed = usage.elapsed_ms as f64;
             self.unseen = Some(Unseen {
-                since_ms: now_ms.saturating_sub(usage.elapsed_ms),
+                since_ms: now.millis().saturating_sub(usage.elapsed_ms),
                 demand_per_ms: demand / elapsed,
                 allowed_per_ms: usage.allowed as f64 / elapsed,
                 first: None,
@@ -176,16 +179,16 @@ impl Tracked {
     /// after a window-end refresh, the assignment held since the window's start.
     pub(in crate::quota) fn known(&self) -> Coverage {
         Coverage {
-            previous_report_ms: self.reported_ms,
+            previous_report: self.reported,
             since_start: self.refreshed.then_some(self.held).flatten(),
         }
     }
 
-    /// Notes a report's assignment, sent at `now_ms`.
-    pub(in crate::quota) fn reported(&mut self, assignment: Assignment, now_ms: u64) {
+    /// Notes a report's assignment, sent at `now`.
+    pub(in crate::quota) fn reported(&mut self, assignment: Assignment, now: UnixMillis) {
         self.held = Some(assignment);
         self.refreshed = false;
-        self.reported_ms = Some(now_ms);
+        self.reported = Some(now);
     }
 
     /// Notes the assignment worked out when a window ended (pushed if it changed).
@@ -194,10 +197,10 @@ impl Tracked {
         self.refreshed = true;
     }
 
-    /// When the window of the last counted report ends (ms since the epoch); `None` for a
-    /// bucket that is not counted.
-    pub(in crate::quota) fn window_end_ms(&self) -> Option<u64> {
-        (self.period > 0).then(|| (self.window_start + self.period).saturating_mul(1_000))
+    /// When the window of the last counted report ends; `None` for a bucket that is not
+    /// counted.
+    pub(in crate::quota) fn window_end(&self) -> Option<UnixMillis> {
+        (self.period > 0).then(|| UnixMillis::from_secs(self.window_start + self.period))
     }
 
     /// The counts of `window` as they stand at its start, from what this stream last read:
@@ -205,7 +208,7 @@ impl Tracked {
     /// tracked one.
     pub(in crate::quota) fn carried_over(&self, window: Window) -> GlobalCounts {
         let follows =
-            self.period == window.period && window.start == self.window_start + window.period;
+            self.period == window.period() && window.start() == self.window_start + window.period();
         GlobalCounts {
             placed: Placed {
                 window,
@@ -224,7 +227,7 @@ impl Tracked {
         *self = Tracked {
             held: self.held,
             refreshed: self.refreshed,
-            reported_ms: self.reported_ms,
+            reported: self.reported,
             heard_of: self.heard_of,
             ..Tracked::default()
         };

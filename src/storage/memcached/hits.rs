@@ -46,7 +46,7 @@ impl MemcachedStore {
 
     /// The counts after `hits`, as memcached answers them.
     async fn apply_hits(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
-        let now = self.inner.clock.now();
+        let now = self.inner.clock.now_secs();
         // Held across the calls below, so an owned handle: an `arc_swap` guard held across an
         // await takes one of the thread's few fast slots per call in flight, and with more
         // calls in flight than slots every load takes the slow path (0.8 % of the server's

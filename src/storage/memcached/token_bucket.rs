@@ -129,7 +129,7 @@ impl Inner {
             let Some((value, expires_at)) = changed else {
                 return Ok(answers);
             };
-            let exptime = self.exptime(key, expires_at, self.clock.now());
+            let exptime = self.exptime(key, expires_at, self.clock.now_secs());
             let sent = Sent::default();
             let cas = state.map(|(_, cas)| cas);
             let write = server

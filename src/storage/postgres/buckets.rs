@@ -32,7 +32,7 @@ pub(super) async fn step(
         amounts.push(signed(n.min(crate::storage::MAX_DELTA)));
         refunds.push(refund);
     }
-    let now = signed(store.inner.clock.now());
+    let now = signed(store.inner.clock.now_secs());
     let sql = &store.inner.bucket_sql;
     let row = store
         .within(|client| async move {

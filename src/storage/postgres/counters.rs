@@ -105,7 +105,7 @@ pub(super) async fn adds_statement(
     let keys: Vec<&str> = wanted.iter().map(|r| r.0).collect();
     let amounts: Vec<i64> = wanted.iter().map(|r| signed(r.1)).collect();
     let expires: Vec<i64> = wanted.iter().map(|r| signed(r.2)).collect();
-    let (ceiling, now) = (signed(COUNT_CEILING), signed(store.inner.clock.now()));
+    let (ceiling, now) = (signed(COUNT_CEILING), signed(store.inner.clock.now_secs()));
     let sql = &store.inner.sql.adds;
     let rows = store
         .within(|client| async move {
@@ -146,7 +146,7 @@ async fn general(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, 
         amounts.push(signed(n));
         expires.push(signed(h.expires_at));
     }
-    let (now, ceiling) = (signed(store.inner.clock.now()), signed(COUNT_CEILING));
+    let (now, ceiling) = (signed(store.inner.clock.now_secs()), signed(COUNT_CEILING));
     let sql = &store.inner.sql.general;
     let row = store
         .within(|client| async move {

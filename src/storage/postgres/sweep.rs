@@ -43,7 +43,7 @@ async fn sweep(store: &PostgresStore, table: &str) -> Result<u64, crate::storage
     );
     let mut total = 0;
     loop {
-        let now = super::signed(store.inner.clock.now());
+        let now = super::signed(store.inner.clock.now_secs());
         let sql = &sql;
         let n = store
             .within(|client| async move {

@@ -258,7 +258,7 @@ impl CounterStore for RedisStore {
 
 impl RedisStore {
     async fn hit_all(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
-        let now = self.inner.clock.now();
+        let now = self.inner.clock.now_secs();
         let all: Vec<&CounterOp> = hits.iter().collect();
         if !self.inner.connector.is_cluster() {
             let breaker = self.admit(b"")?;

@@ -55,7 +55,7 @@ type Replicas = (
 
 /// Two servers over one shared store, frozen at the start of a minute.
 async fn replicas(shared: Shared) -> Option<Replicas> {
-    let now = SystemClock.now();
+    let now = SystemClock.now_secs();
     let clock = ManualClock::new(now - now % 60 + 60);
     let files = [("exact.yaml", RULES)];
     match shared {

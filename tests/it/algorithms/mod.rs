@@ -122,7 +122,7 @@ fn run_with_share<S: CounterStore>(
             } => (key, value, hits, refund),
         };
         let value = format!("{case}-{value}");
-        let now = clock.now_millis();
+        let now = clock.now().millis();
         let counted = hits * share;
         let want: Answer = match key {
             "sw" => models.sliding.call(&value, now, counted, refund),
@@ -180,7 +180,7 @@ proptest! {
         let Some(memcached) = shared_memcached() else { return Ok(()) };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         // memcached expires on real time: the test clock starts at the real present.
-        let clock = ManualClock::new(SystemClock.now());
+        let clock = ManualClock::new(SystemClock.now_secs());
         let store = runtime.block_on(async { memcached_store(&[memcached], &clock, Duration::from_secs(2)) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
         run(&runtime, &limiter, &clock, 3_600_000, steps)?;
@@ -212,7 +212,7 @@ proptest! {
                 .block_on(limiter.check(&rules, &request("sw", "bound", 1, false)))
                 .expect("memory store");
             if verdict.statuses[0].code == Code::Ok {
-                let t = clock.now_millis();
+                let t = clock.now().millis();
                 admitted.push(t);
                 let in_period = admitted.iter().filter(|&&a| a + period > t).count() as u64;
                 let e = t % period;
@@ -233,7 +233,7 @@ fn models_on_redis(target: turnstile::storage::redis::RedisTarget, cases: u32) {
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases));
     let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
         // Redis expires on real time: the test clock starts at the real present.
-        let clock = ManualClock::new(SystemClock.now());
+        let clock = ManualClock::new(SystemClock.now_secs());
         let store = runtime
             .block_on(async { crate::support::redis_server::redis_store(target.clone(), &clock) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());

@@ -62,7 +62,7 @@ fn status(response: RateLimitResponse) -> (Code, u32, Duration) {
 
 /// Moves the server's clock to `into` ms after the start of the next window of `period` s.
 fn align(s: &Harness, period: u64, into: u64) {
-    let now = s.clock.now();
+    let now = s.clock.now_secs();
     s.clock
         .set_millis((now - now % period + period) * 1000 + into);
 }

@@ -105,7 +105,7 @@ async fn load(
     let end = Instant::now() + length;
     let mut callers = Vec::new();
     for _ in 0..16 {
-        let (store, now) = (store.clone(), clock.now());
+        let (store, now) = (store.clone(), clock.now_secs());
         callers.push(tokio::spawn(async move {
             let mut phase = Phase::default();
             while Instant::now() < end {
@@ -179,7 +179,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     ns.start_memcached();
     let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let relay = delaying_relay(Arc::clone(&delay)).await;
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let options = MemcachedOptions {
         servers: vec![relay.to_string()],
         pool_size: 4,
@@ -212,7 +212,7 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     let hit = |n| CounterOp {
         key: key.clone(),
         change: Change::Add(n),
-        expires_at: clock.now() + 60,
+        expires_at: clock.now_secs() + 60,
     };
     crate::support::wait::until_some(Duration::from_secs(5), "recovery after healing", || async {
         store.apply_ops(&[hit(0)]).await.ok()

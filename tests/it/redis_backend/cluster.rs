@@ -24,7 +24,7 @@ async fn cluster_node_killed_and_restarted() {
     let Some(mut cluster) = RedisCluster::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
     let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
     let users: Vec<String> = (0..24).map(|i| unique(&format!("node{i}"))).collect();
@@ -147,7 +147,7 @@ async fn cluster_slot_migration_under_load_loses_nothing() {
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
-    let now = SystemClock.now();
+    let now = SystemClock.now_secs();
     let clock = ManualClock::new(now);
     let rules = "domain: cut\ndescriptors:\n  - key: user\n    rate_limit: { unit: day, requests_per_unit: 1000000 }\n";
     let options = Options {

@@ -25,7 +25,7 @@ async fn reference_and_turnstile_share_one_count() {
     let Some(redis) = RedisProcess::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
     let options = Options::from(LimiterSettings {
         key_prefix: "rl_".into(),
@@ -38,7 +38,7 @@ async fn reference_and_turnstile_share_one_count() {
     assert_eq!(s.call(request.clone()).await.statuses[0].limit_remaining, 4);
 
     // The reference's key for this window, and the reference's own commands for 3 more hits.
-    let now = clock.now();
+    let now = clock.now_secs();
     let key = format!("rl_cut_user_{user}_{}", now - now % 60);
     assert_eq!(
         cli(redis.port, &["GET", &key]).map(|v| v.trim().to_owned()),
@@ -121,7 +121,7 @@ async fn survives_redis_dying_and_coming_back() {
         return;
     };
     let port = redis.port;
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
     let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
     let request = req1("cut", &[("user", &unique("fault"))]);

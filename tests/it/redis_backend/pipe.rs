@@ -19,10 +19,10 @@ fn add(key: &str, n: u64, expires_at: u64) -> CounterOp {
 
 /// Two adds and a read of one key, then the same key's count as Redis holds it.
 async fn counts_through(target: RedisTarget, auth: Option<RedisAuth>, port: u16) {
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store_as(target.clone(), auth, &clock);
     let key = unique("pipe");
-    let until = clock.now() + 60;
+    let until = clock.now_secs() + 60;
     let counts = store
         .apply_ops(&[
             add(&key, 2, until),
@@ -66,11 +66,11 @@ async fn the_pipe_authenticates_and_counts_over_tcp_and_a_unix_socket() {
     let user = RedisAuth::parse("limiter:pw");
     counts_through(RedisTarget::Tcp(redis.addr()), user, redis.port).await;
 
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let wrong = RedisAuth::parse("limiter:nope");
     let store = redis_store_as(RedisTarget::Tcp(redis.addr()), wrong, &clock);
     let refused = store
-        .apply_ops(&[add(&unique("pipe"), 1, clock.now() + 60)])
+        .apply_ops(&[add(&unique("pipe"), 1, clock.now_secs() + 60)])
         .await
         .expect_err("a wrong password counts nothing");
     assert!(refused.to_string().contains("WRONGPASS"), "{refused}");

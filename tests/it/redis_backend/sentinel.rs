@@ -114,7 +114,7 @@ async fn sentinel_failover_under_load() {
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(set.target(), &clock);
     let s = start_with(store, clock, &[("cut.yaml", RULES)], Options::default()).await;
     let stop = Arc::new(AtomicBool::new(false));

@@ -220,7 +220,7 @@ async fn a_report_of_2_64_requests_saturates_the_count_rls_reads() {
     let Some(mc) = crate::support::Memcached::start() else {
         return crate::support::missing("memcached");
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = crate::support::memcached_store(&[&mc], &clock, Duration::from_millis(500));
     let s =
         crate::support::start_with(store, clock, &[("rlqs.yaml", RULES)], Options::default()).await;

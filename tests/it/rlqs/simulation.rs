@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use turnstile::clock::{Clock, ManualClock};
+use turnstile::clock::{Clock, ManualClock, UnixMillis};
 use turnstile::limiter::{Limiter, LimiterSettings};
 use turnstile::quota::{Assignment, BucketId, QuotaStream, Usage};
 use turnstile::rules::RuleSet;
@@ -180,7 +180,7 @@ impl SimEnvoy {
         };
         let decided = self
             .stream
-            .on_report("rlqs", vec![usage], rules, limiter, now_ms)
+            .on_report("rlqs", vec![usage], rules, limiter, UnixMillis::new(now_ms))
             .await
             .expect("report");
         self.take(decided[0].assignment, now_ms);
@@ -195,12 +195,14 @@ impl SimEnvoy {
     ) {
         if self
             .stream
-            .next_window_end_ms()
-            .is_none_or(|end| end > now_ms)
+            .next_window_end()
+            .is_none_or(|end| end > UnixMillis::new(now_ms))
         {
             return;
         }
-        let decided = self.stream.refresh(rules, limiter.shadow_mode(), now_ms);
+        let decided = self
+            .stream
+            .refresh(rules, limiter.shadow_mode(), UnixMillis::new(now_ms));
         if let Some(d) = decided.first() {
             self.take(d.assignment, now_ms);
         }

@@ -12,7 +12,7 @@ use crate::support::{Memcached, memcached_store_with, unique};
 /// Two stores on one memcached: two Turnstile processes racing on one counter or bucket.
 async fn fixture(transport: MemcachedTransport) -> Option<Fixture<MemcachedStore>> {
     let mc = Memcached::start()?;
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = |clock: &ManualClock| {
         memcached_store_with(transport, &[&mc], clock, Duration::from_millis(500))
     };
@@ -45,7 +45,7 @@ contract_cases!(classic, super::classic, counts, race, saturation, past_2038);
 /// refused in words (classic), and counters expire in real time.
 async fn memcached(transport: MemcachedTransport) {
     let Some(mc) = Memcached::start() else { return };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = memcached_store_with(transport, &[&mc], &clock, Duration::from_millis(500));
     if transport == MemcachedTransport::Classic {
         classic_refuses_what_it_cannot_do_atomically(&store, &clock).await;
@@ -55,7 +55,7 @@ async fn memcached(transport: MemcachedTransport) {
     // Expiry in real time: the TTL is the end of the window + 1 s (memcached may expire up to a
     // second early, never later than asked).
     let key = unique("exp");
-    let end = clock.now() + 1;
+    let end = clock.now_secs() + 1;
     assert_eq!(
         store
             .apply_ops(&[hit(&key, Change::Add(1), end)])
@@ -86,14 +86,14 @@ async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
 ) {
     let key = unique("classic");
     let err = store
-        .apply_ops(&[hit(&key, Change::Lease(1), clock.now() + 60)])
+        .apply_ops(&[hit(&key, Change::Lease(1), clock.now_secs() + 60)])
         .await
         .expect_err("lease");
     assert!(
         err.kind() == ErrorKind::Protocol && err.what().contains("meta commands"),
         "{err}"
     );
-    let now = u128::from(clock.now_millis());
+    let now = u128::from(clock.now().millis());
     let err = store
         .take_tokens(&[step(&key, now, Take::Take(1))])
         .await
@@ -108,7 +108,7 @@ async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
 /// renewed for an hour outlives a control counter that was given the same 2 s.
 async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
     let (key, control) = (unique("lease-ttl"), unique("control"));
-    let soon = clock.now() + 1;
+    let soon = clock.now_secs() + 1;
     store
         .apply_ops(&[
             hit(&key, Change::Lease(1), soon),
@@ -117,7 +117,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
         .await
         .expect("leases");
     store
-        .apply_ops(&[hit(&key, Change::Lease(1), clock.now() + 3_600)])
+        .apply_ops(&[hit(&key, Change::Lease(1), clock.now_secs() + 3_600)])
         .await
         .expect("renew");
     // memcached's own clock decides: poll the control counter until it is gone.

@@ -28,7 +28,7 @@ async fn memory_store_expiry_and_sweeping() {
     let store = Arc::new(MemoryStore::new(100_000, Arc::new(clock.clone())));
     // Expiry: a counter is gone once its window has ended, and the sweeper drops it.
     let key = unique("exp");
-    let end = clock.now() + 2;
+    let end = clock.now_secs() + 2;
     assert_eq!(
         store
             .apply_ops(&[hit(&key, Change::Add(1), end)])
@@ -49,7 +49,7 @@ async fn memory_store_expiry_and_sweeping() {
     );
     // A lease lives as long after its last change; a read does not move it.
     let key = unique("lease-exp");
-    let at = |secs: u64| clock.now() + secs;
+    let at = |secs: u64| clock.now_secs() + secs;
     store
         .apply_ops(&[hit(&key, Change::Lease(1), at(2))])
         .await
@@ -90,7 +90,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let clock = ManualClock::new(crate::support::T0);
     // 64 shards of one counter each.
     let store = MemoryStore::new(64, Arc::new(clock.clone()));
-    let now = clock.now();
+    let now = clock.now_secs();
     let mut held = Vec::new();
     let mut refused = 0;
     for i in 0..1_000 {
@@ -120,7 +120,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     let lease = held[0].clone();
     clock.advance(5);
     store
-        .apply_ops(&[hit(&lease, Change::Lease(1), clock.now() + 100)])
+        .apply_ops(&[hit(&lease, Change::Lease(1), clock.now_secs() + 100)])
         .await
         .expect("lease moved");
     clock.advance(6);
@@ -128,7 +128,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     for i in 0..1_000 {
         let key = unique(&format!("again{i}"));
         if store
-            .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 10)])
+            .apply_ops(&[hit(&key, Change::Add(1), clock.now_secs() + 10)])
             .await
             .is_ok()
         {
@@ -138,7 +138,7 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     assert_eq!(taken, 63, "every shard but the lease's made room");
     assert_eq!(
         store
-            .apply_ops(&[hit(&lease, Change::Lease(0), clock.now() + 100)])
+            .apply_ops(&[hit(&lease, Change::Lease(0), clock.now_secs() + 100)])
             .await
             .expect("read"),
         vec![3],

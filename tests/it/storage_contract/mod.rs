@@ -98,7 +98,7 @@ pub(super) fn hit(key: &str, change: Change, expires_at: u64) -> CounterOp {
 /// Reads, adds and refunds in one batch: counts after each hit, in order, floored at zero; a
 /// read or refund creates nothing; the longest key counts.
 pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
-    let now = clock.now();
+    let now = clock.now_secs();
     let end = now + 60;
     let (a, b) = (unique("a"), unique("b"));
     assert_eq!(
@@ -162,7 +162,7 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
 /// Atomic under concurrency: 64 callers × 25 hits, over every store given, see every count from
 /// 1 to 1600 exactly once.
 pub(super) async fn race<S: CounterStore + Clone + 'static>(stores: &[S], clock: &ManualClock) {
-    let end = clock.now() + 60;
+    let end = clock.now_secs() + 60;
     let key = unique("race");
     let mut tasks = Vec::new();
     for i in 0..64 {
@@ -190,7 +190,7 @@ pub(super) async fn race<S: CounterStore + Clone + 'static>(stores: &[S], clock:
 
 /// Leases (concurrency): add or subtract and move the expiry on every change.
 pub(super) async fn leases<S: CounterStore>(store: &S, clock: &ManualClock) {
-    let end = clock.now() + 3_600;
+    let end = clock.now_secs() + 3_600;
     let key = unique("lease");
     let lease = |op| hit(&key, op, end);
     assert_eq!(
@@ -235,7 +235,7 @@ pub(super) fn step(key: &str, now: u128, take: Take) -> TokenStep {
 /// Token-bucket steps: applied atomically, in order, and exactly once each under a race.
 pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clock: &ManualClock) {
     let store = &stores[0];
-    let now = u128::from(clock.now_millis());
+    let now = u128::from(clock.now().millis());
     let key = unique("bucket");
     let steps: Vec<TokenStep> = [
         Take::Take(1),

@@ -39,7 +39,7 @@ async fn postgres_rows_reused_in_place() {
 
     // An expired row is reused in place by the next hit, with the new window's expiry.
     let key = unique("reuse");
-    let end = clock.now() + 2;
+    let end = clock.now_secs() + 2;
     store
         .apply_ops(&[hit(&key, Change::Add(5), end)])
         .await
@@ -55,7 +55,7 @@ async fn postgres_rows_reused_in_place() {
     );
     assert_eq!(
         store
-            .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 60)])
+            .apply_ops(&[hit(&key, Change::Add(1), clock.now_secs() + 60)])
             .await
             .expect("hit"),
         vec![1],
@@ -64,7 +64,7 @@ async fn postgres_rows_reused_in_place() {
     let rows = pg.psql(&format!(
         "SELECT count(*) || ':' || max(expires_at) FROM {schema}.counters WHERE key = '{key}'"
     ));
-    assert_eq!(rows, format!("1:{}", clock.now() + 60));
+    assert_eq!(rows, format!("1:{}", clock.now_secs() + 60));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,7 +73,7 @@ async fn the_sweeper_deletes_expired_rows_in_batches_and_keeps_live_ones() {
     let clock = ManualClock::new(crate::support::T0);
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     let (store, schema) = pg.store(&shared);
-    let end = clock.now() + 5;
+    let end = clock.now_secs() + 5;
     let ended: Vec<_> = (0..12_000)
         .map(|i| hit(&format!("old-{i}"), Change::Add(1), end))
         .collect();

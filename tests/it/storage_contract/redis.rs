@@ -14,7 +14,7 @@ use crate::support::unique;
 /// Redis: the same cases on one server, on a 3-master cluster, and through Sentinel; plus the
 /// reference's TTL rule (every counter has a TTL, set when it is created) and a failover.
 fn fixture(target: RedisTarget, server: Box<dyn std::any::Any + Send>) -> Fixture<RedisStore> {
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(target, &clock);
     Fixture {
         stores: vec![store.clone(), store],
@@ -52,19 +52,19 @@ async fn redis_single_ttl_is_set_at_creation() {
     let Some(redis) = RedisProcess::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
     // A counter is created with its TTL, and the TTL is not pushed back by later hits.
     let key = unique("ttl");
     store
-        .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 60)])
+        .apply_ops(&[hit(&key, Change::Add(1), clock.now_secs() + 60)])
         .await
         .expect("hit");
     let ttl = |k: &str| cli(redis.port, &["TTL", k]).and_then(|t| t.trim().parse::<i64>().ok());
     let first = ttl(&key).expect("ttl");
     assert!((59..=62).contains(&first), "TTL {first}");
     store
-        .apply_ops(&[hit(&key, Change::Add(1), clock.now() + 600)])
+        .apply_ops(&[hit(&key, Change::Add(1), clock.now_secs() + 600)])
         .await
         .expect("hit");
     assert!(
@@ -79,12 +79,12 @@ async fn redis_sentinel_failover() {
     let Some(mut set) = RedisSentinel::start() else {
         return;
     };
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = ManualClock::new(SystemClock.now_secs());
     let store = redis_store(set.target(), &clock);
     // Failover: the master dies, Sentinel promotes the replica, and the same store finds the
     // new master without a restart (calls fail meanwhile; none is answered wrongly).
     let key = unique("failover");
-    let end = clock.now() + 600;
+    let end = clock.now_secs() + 600;
     store
         .apply_ops(&[hit(&key, Change::Add(1), end)])
         .await
