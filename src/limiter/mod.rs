@@ -15,6 +15,7 @@ mod batch;
 mod failure_modes;
 mod key;
 mod local_cache;
+mod matching;
 mod ops;
 mod outage;
 mod replicas;
@@ -32,12 +33,14 @@ pub use verdict::{Applied, Code, Counting, Limited, Status, Verdict};
 pub(crate) use window::Window;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::{Clock, UnixMillis};
-use crate::rules::{Rate, RuleSet};
+use crate::rules::RuleSet;
 use crate::storage::{CounterStore, StorageError, Take};
 use batch::Batch;
 use key::Keys;
+use matching::{matched, replaced};
 pub use ops::{CountSlot, Destination, Operations, StepSlot};
 
 /// Process-wide limiter settings.
@@ -65,15 +68,21 @@ pub struct LimiterSettings {
     pub stop_increment_when_over_limit: bool,
 }
 
+/// The durable store (`POSTGRES_FROM_UNIT`) and the shortest period it counts.
+#[derive(Debug)]
+struct Durable<S> {
+    store: S,
+    from: Duration,
+}
+
 /// Decides requests against rules, counting in a store.
 #[derive(Debug)]
 pub struct Limiter<S> {
     store: S,
     /// `REDIS_PERSECOND`: where the counters of SECOND limits are kept instead.
     per_second: Option<S>,
-    /// `POSTGRES_FROM_UNIT`: where the counters of limits at least this many seconds long are
-    /// kept instead.
-    durable: Option<(S, u64)>,
+    /// `POSTGRES_FROM_UNIT`: where the counters of long limits are kept instead.
+    durable: Option<Durable<S>>,
     clock: Arc<dyn Clock>,
     settings: LimiterSettings,
     local_cache: Option<local_cache::OverLimitCache>,
@@ -106,8 +115,8 @@ impl<S: CounterStore> Limiter<S> {
         if let Some(second) = &self.per_second {
             gauges.extend(second.gauges());
         }
-        if let Some((durable, _)) = &self.durable {
-            gauges.extend(durable.gauges());
+        if let Some(durable) = &self.durable {
+            gauges.extend(durable.store.gauges());
         }
         gauges
     }
@@ -121,7 +130,10 @@ impl<S: CounterStore> Limiter<S> {
     /// Keeps the counters of limits at least `from_seconds` long in `store` instead
     /// (`POSTGRES_FROM_UNIT`).
     pub fn with_durable_store(mut self, store: S, from_seconds: u64) -> Self {
-        self.durable = Some((store, from_seconds));
+        self.durable = Some(Durable {
+            store,
+            from: Duration::from_secs(from_seconds),
+        });
         self
     }
 
@@ -130,7 +142,7 @@ impl<S: CounterStore> Limiter<S> {
     /// else the main store. RLS and RLQS route by this one rule.
     pub fn destination(&self, rate: &crate::rules::PerUnit) -> Destination {
         match &self.durable {
-            Some((_, from)) if rate.period.seconds() >= *from => Destination::Durable,
+            Some(durable) if rate.period.length() >= durable.from => Destination::Durable,
             _ if self.per_second.is_some() && rate.unit() == crate::rules::Unit::Second => {
                 Destination::PerSecond
             }
@@ -157,7 +169,7 @@ impl<S: CounterStore> Limiter<S> {
             second.ready().await?;
         }
         match &self.durable {
-            Some((durable, _)) => durable.ready().await,
+            Some(durable) => durable.store.ready().await,
             None => Ok(()),
         }
     }
@@ -166,7 +178,7 @@ impl<S: CounterStore> Limiter<S> {
         ops::Stores {
             main: &self.store,
             per_second: self.per_second.as_ref(),
-            durable: self.durable.as_ref().map(|(store, _)| store),
+            durable: self.durable.as_ref().map(|durable| &durable.store),
         }
     }
 
@@ -344,52 +356,4 @@ impl<S: CounterStore> Limiter<S> {
     pub fn shadow_mode(&self) -> bool {
         self.settings.shadow_mode
     }
-}
-
-/// Each descriptor's limit: an override wins over the configuration and keeps the matched
-/// rule's algorithm (a fixed window when none matched); `None` when nothing matched.
-fn matched<'r>(
-    domain: &'r crate::rules::Domain,
-    request: &Request<'_>,
-) -> Vec<Option<Applied<'r>>> {
-    request
-        .descriptors
-        .iter()
-        .map(|d| {
-            let rule = domain.lookup(d.entries.iter().map(|e| (&*e.key, &*e.value)));
-            match d.limit_override {
-                Some(o) => Some(Applied::Override(LimitOverride {
-                    algorithm: rule
-                        .and_then(|l| match l.rate {
-                            Rate::Limited(rate) => Some(rate.algorithm),
-                            Rate::Unlimited { .. } => None,
-                        })
-                        .unwrap_or_default(),
-                    ..o
-                })),
-                None => rule.map(Applied::Rule),
-            }
-        })
-        .collect()
-}
-
-/// The names the matched limits replace, as the numbers the rule set gave them: a limit so
-/// named is dropped and not counted.
-struct Replaced(Vec<u32>);
-
-impl Replaced {
-    fn replaces(&self, limit: &crate::rules::Limit) -> bool {
-        limit.replaceable_as.is_some_and(|id| self.0.contains(&id))
-    }
-}
-
-fn replaced(applied: &[Option<Applied<'_>>]) -> Replaced {
-    Replaced(
-        applied
-            .iter()
-            .flatten()
-            .filter_map(Applied::rule)
-            .flat_map(|l| l.replaces_ids.iter().copied())
-            .collect(),
-    )
 }

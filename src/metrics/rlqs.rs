@@ -13,6 +13,13 @@ use super::label::escape;
 /// The kinds of assignment, as labelled.
 const KINDS: [&str; 3] = ["allow_all", "deny_all", "token_bucket"];
 
+/// A rule's global usage in its current window, and its limit.
+#[derive(Debug, Clone, Copy)]
+struct WindowUsage {
+    used: u64,
+    limit: u64,
+}
+
 /// RLQS counters and gauges.
 #[derive(Debug, Default)]
 pub struct RlqsMetrics {
@@ -23,7 +30,7 @@ pub struct RlqsMetrics {
     refused: AtomicU64,
     store_errors: AtomicU64,
     refreshes: AtomicU64,
-    usage: Mutex<BTreeMap<String, (u64, u64)>>,
+    usage: Mutex<BTreeMap<String, WindowUsage>>,
 }
 
 impl RlqsMetrics {
@@ -79,7 +86,7 @@ impl RlqsMetrics {
             return;
         };
         if usage.len() < max_rules || usage.contains_key(rule) {
-            usage.insert(rule.to_owned(), (used, limit));
+            usage.insert(rule.to_owned(), WindowUsage { used, limit });
         }
     }
 
@@ -161,7 +168,7 @@ impl RlqsMetrics {
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (rule, (used, limit)) in usage.iter() {
+            for (rule, WindowUsage { used, limit }) in usage.iter() {
                 let value = if pick == 0 { used } else { limit };
                 let _ = writeln!(
                     out,

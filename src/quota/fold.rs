@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::share::ShareInput;
+use super::share::{Demand, ShareInput};
 use super::usage::{GlobalUsage, Usage};
 use super::{Assignment, BucketId, Resolution};
 use crate::clock::{UnixMillis, millis_of};
@@ -251,7 +251,10 @@ pub(super) fn assign(
         period_ms: millis_of(window.length()),
         elapsed_ms: millis_of(now.since(window.started())),
         own_demand: tracked.demand,
-        all_demand: (demand_now, demand_before),
+        all_demand: Demand {
+            now: demand_now,
+            before: demand_before,
+        },
         own_allowed: tracked.allowed,
         last_demand: tracked.last_demand,
         others_per_own: tracked.others_per_own,

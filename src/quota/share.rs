@@ -55,6 +55,15 @@ fn whole_seconds_up(ms: u64) -> u64 {
     (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
 }
 
+/// Demand (allowed and denied requests) in the current window and in the one before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Demand {
+    /// In the current window.
+    pub now: u64,
+    /// In the window before it.
+    pub before: u64,
+}
+
 /// What the share of one bucket for one stream depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShareInput {
@@ -67,9 +76,9 @@ pub struct ShareInput {
     /// How far into the window now is (ms, `< period_ms`).
     pub elapsed_ms: u64,
     /// This stream's demand in the current and the previous window.
-    pub own_demand: (u64, u64),
+    pub own_demand: Demand,
     /// Every stream's demand in the current and the previous window.
-    pub all_demand: (u64, u64),
+    pub all_demand: Demand,
     /// Requests this stream reported allowed in the current window.
     pub own_allowed: u64,
     /// This stream's demand in its latest report, in the current window: the most the
@@ -92,8 +101,9 @@ impl ShareInput {
     pub fn share(&self) -> f64 {
         let left = self.period_ms.saturating_sub(self.elapsed_ms) as f64;
         let weight = left / self.period_ms.max(1) as f64;
-        let own = self.own_demand.0 as f64 + self.own_demand.1 as f64 * weight;
-        let all = self.own_demand.0 as f64 + self.others_now() + self.all_demand.1 as f64 * weight;
+        let own = self.own_demand.now as f64 + self.own_demand.before as f64 * weight;
+        let all =
+            self.own_demand.now as f64 + self.others_now() + self.all_demand.before as f64 * weight;
         let share = if all > 0.0 { own / all } else { 1.0 };
         share.max(self.min_share).min(1.0)
     }
@@ -109,13 +119,13 @@ impl ShareInput {
     /// first request, and taken as it stands it let two Envoys of a bucket that appeared late
     /// in a window each pace the whole budget (159 of 120 admitted in the simulation).
     fn others_now(&self) -> f64 {
-        let counted = self.all_demand.0.saturating_sub(self.own_demand.0) as f64;
+        let counted = self.all_demand.now.saturating_sub(self.own_demand.now) as f64;
         if self.others_per_own == 0.0 && counted > 0.0 {
             // Others it has not seen before: their pace is unknown, taken as its own over
             // one report.
             return counted + self.last_demand as f64;
         }
-        let expected = self.own_demand.0 as f64 * self.others_per_own;
+        let expected = self.own_demand.now as f64 * self.others_per_own;
         let at_most = self.last_demand as f64 * self.others_per_own;
         let unreported = (expected - counted).max(0.0).min(at_most);
         counted + unreported
@@ -125,12 +135,15 @@ impl ShareInput {
     /// in the current window, else as counted in the previous one; 0 with no demand of its
     /// own): what the stream remembers for its next report.
     pub fn others_per_own_now(&self) -> f64 {
-        let (own_now, own_before) = self.own_demand;
+        let Demand {
+            now: own_now,
+            before: own_before,
+        } = self.own_demand;
         if own_now > 0 {
             return self.others_now() / own_now as f64;
         }
         if own_before > 0 {
-            return self.all_demand.1.saturating_sub(own_before) as f64 / own_before as f64;
+            return self.all_demand.before.saturating_sub(own_before) as f64 / own_before as f64;
         }
         0.0
     }

@@ -29,6 +29,7 @@
 mod controller;
 mod deadline;
 mod layer;
+mod measuring;
 mod places;
 
 pub(super) use layer::AdmissionLayer;

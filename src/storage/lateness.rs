@@ -32,7 +32,8 @@ const RECENT: Duration = Duration::from_millis(200);
 /// polled again, behind every other ready task (the wait a store's reader task has too).
 #[derive(Debug)]
 pub(crate) struct SchedulingDelay {
-    epoch: Instant,
+    /// Tokio's clock, so that a test on a paused runtime moves it.
+    epoch: tokio::time::Instant,
     /// The worst delay of the current period (µs), and when that period began (ms since
     /// `epoch`).
     worst_us: AtomicU64,
@@ -59,7 +60,7 @@ const SAMPLER_GONE_MS: u64 = 100;
 impl SchedulingDelay {
     fn new() -> SchedulingDelay {
         SchedulingDelay {
-            epoch: Instant::now(),
+            epoch: tokio::time::Instant::now(),
             worst_us: AtomicU64::new(0),
             since_ms: AtomicU64::new(0),
             previous_us: AtomicU64::new(0),
@@ -206,33 +207,24 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_stall_just_before_a_period_ends_stays_recent() {
-        // A measure that began ten seconds ago, so that periods can be placed in its past.
-        let delay = SchedulingDelay {
-            epoch: Instant::now() - Duration::from_secs(10),
-            ..SchedulingDelay::new()
-        };
+    /// On a paused clock: a stall measured just before a period ends is still recent in the
+    /// next period; a period that ended long before counts for nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_just_before_a_period_ends_stays_recent() {
+        let delay = SchedulingDelay::new();
         delay.record(Duration::from_millis(40));
-        // The period began long enough ago that the next measurement opens a new one.
-        let recent = u64::try_from(super::RECENT.as_millis()).expect("ms");
-        let began = delay.now_ms().saturating_sub(recent + 1);
-        delay
-            .since_ms
-            .store(began, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::advance(super::RECENT + Duration::from_millis(1)).await;
         delay.record(Duration::from_micros(100));
         assert_eq!(
             delay.recent(),
             Duration::from_millis(40),
             "the 40 ms stall of the period just ended is still recent"
         );
-        // A period that ended long before counts for nothing.
-        let long_ago = delay.now_ms().saturating_sub(3 * recent);
-        delay
-            .since_ms
-            .store(long_ago, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::advance(3 * super::RECENT).await;
         delay.record(Duration::from_micros(100));
         assert_eq!(delay.recent(), Duration::from_micros(100));
+        tokio::time::advance(3 * super::RECENT).await;
+        assert_eq!(delay.recent(), Duration::ZERO, "nothing measured lately");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Unit tests of `fold`.
 use super::*;
 
+/// Demand `now` in the current window and `before` in the one before.
+fn demand(now: u64, before: u64) -> Demand {
+    Demand { now, before }
+}
+
 /// The moment `n` milliseconds after the epoch.
 fn ms(n: u64) -> UnixMillis {
     UnixMillis::new(n)
@@ -155,11 +160,11 @@ fn demand_rolls_into_the_previous_window_only_when_windows_follow() {
     };
     t.add_demand(60, 0, s(30, 0));
     t.add_demand(60, 60, s(5, 7));
-    assert_eq!(t.demand, (5, 37));
+    assert_eq!(t.demand, demand(5, 37));
     assert_eq!(t.window_end(), Some(ms(120_000)));
     // A gap of a window: the old demand is not the previous window's.
     t.add_demand(60, 240, s(1, 0));
-    assert_eq!(t.demand, (1, 0));
+    assert_eq!(t.demand, demand(1, 0));
 }
 
 #[test]
@@ -228,15 +233,15 @@ fn a_bucket_from_elsewhere_brings_its_unseen_demand_at_its_pace() {
     let report = usage(8, 2, 5_000);
     count_first_window(&mut t, &report, 70_000, counted(1_000, 1_000, 1_000));
     // Nothing is added until the next report says what part of the demand is its own.
-    assert_eq!((t.demand, t.allowed), ((10, 0), 8));
+    assert_eq!((t.demand, t.allowed), (demand(10, 0), 8));
     // Half of every stream's demand since (10 of 20): at most half of the 990 requests beyond
     // its own, and at most its pace over the time before: the pace.
     count_next(&mut t, &report, 75_000, 60, counted(1_020, 1_000, 1_016));
-    assert_eq!(t.demand, (10 + 10 + 10, 120));
+    assert_eq!(t.demand, demand(10 + 10 + 10, 120));
     assert_eq!(t.allowed, 8 + 8 + 8);
     // The next window is seen whole.
     count_next(&mut t, &report, 125_000, 120, counted(10, 2_000, 8));
-    assert_eq!((t.demand, t.allowed), ((10, 30), 8));
+    assert_eq!((t.demand, t.allowed), (demand(10, 30), 8));
 }
 
 #[test]
@@ -249,7 +254,7 @@ fn a_bucket_only_seconds_old_when_its_stream_broke_brings_only_its_part() {
     let report = usage(6, 14, 5_000);
     count_first_window(&mut t, &report, 110_000, counted(102, 0, 27));
     count_next(&mut t, &report, 115_000, 60, counted(202, 0, 60));
-    assert_eq!(t.demand, (20 + 20 + 16, 0));
+    assert_eq!(t.demand, demand(20 + 20 + 16, 0));
     // Allowed: a fifth of the 21 beyond its own.
     assert_eq!(t.allowed, 6 + 6 + 4);
     // The next report in the following window (at 123 s, 3 of its 5 s in it): what was
@@ -258,7 +263,7 @@ fn a_bucket_only_seconds_old_when_its_stream_broke_brings_only_its_part() {
     let mut t = Tracked::default();
     count_first_window(&mut t, &report, 118_000, counted(102, 0, 27));
     count_next(&mut t, &report, 123_000, 120, counted(60, 102 + 40, 12));
-    assert_eq!(t.demand, (12, 20 + 8 + 16));
+    assert_eq!(t.demand, demand(12, 20 + 8 + 16));
     assert_eq!(t.allowed, 3);
 }
 
@@ -276,12 +281,12 @@ fn unseen_demand_is_never_more_than_the_store_holds_beyond_the_streams_own() {
         60,
         counted(10 + 4 + 10, 50, 8 + 3 + 8),
     );
-    assert_eq!((t.demand, t.allowed), ((20 + 4, 50), 16 + 3));
+    assert_eq!((t.demand, t.allowed), (demand(20 + 4, 50), 16 + 3));
     // A store with nothing but this report: the data plane had no bucket before it.
     let mut t = Tracked::default();
     count_first_window(&mut t, &report, 70_000, counted(10, 0, 8));
     count_next(&mut t, &report, 75_000, 60, counted(20, 0, 16));
-    assert_eq!((t.demand, t.allowed), ((20, 0), 16));
+    assert_eq!((t.demand, t.allowed), (demand(20, 0), 16));
 }
 
 #[test]
@@ -291,12 +296,12 @@ fn a_new_bucket_or_one_heard_of_before_has_nothing_unseen() {
     let mut t = Tracked::default();
     count_first_window(&mut t, &usage(1, 0, 0), 70_000, store);
     count_next(&mut t, &usage(0, 0, 0), 71_000, 60, store);
-    assert_eq!((t.demand, t.allowed), ((1, 0), 1));
+    assert_eq!((t.demand, t.allowed), (demand(1, 0), 1));
     // Later reports covering time are not the first the stream hears.
     let mut t = Tracked::default();
     let report = usage(8, 2, 5_000);
     t.heard(&usage(1, 0, 0), ms(64_000));
     count_first_window(&mut t, &report, 70_000, store);
     count_next(&mut t, &report, 75_000, 60, counted(1_010, 1_000, 1_008));
-    assert_eq!((t.demand, t.allowed), ((20, 0), 16));
+    assert_eq!((t.demand, t.allowed), (demand(20, 0), 16));
 }

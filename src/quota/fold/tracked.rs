@@ -10,7 +10,7 @@ use super::{Coverage, GlobalCounts, Placed, WindowParts};
 use crate::clock::{UnixMillis, millis_of};
 use crate::limiter::Window;
 use crate::quota::Assignment;
-use crate::quota::share::FILL_INTERVAL;
+use crate::quota::share::{Demand, FILL_INTERVAL};
 use crate::quota::usage::Usage;
 
 /// A bucket's demand in its current and previous window, and the assignment it holds.
@@ -23,7 +23,7 @@ pub(in crate::quota) struct Tracked {
     reported: Option<UnixMillis>,
     period: u64,
     window_start: u64,
-    pub(super) demand: (u64, u64),
+    pub(super) demand: Demand,
     pub(super) allowed: u64,
     /// Every stream's demand in the tracked window, as last read from the store.
     pub(super) seen_all: u64,
@@ -65,17 +65,29 @@ struct FirstCounts {
     window_start: u64,
     /// Every stream's demand in that window, this report's included.
     all: u64,
-    /// Beyond the stream's own: demand in that window, in the one before, allowed in it.
-    beyond: (u64, u64, u64),
+    /// Beyond the stream's own: demand in that window and the one before.
+    beyond: Demand,
+    /// Beyond the stream's own: allowed in that window.
+    beyond_allowed: u64,
+}
+
+/// An estimate of what a stream did not see in a stretch of time.
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    demand: u64,
+    allowed: u64,
 }
 
 impl Unseen {
-    /// The estimate before `since_ms` in `[from_ms, to_ms)`: demand, allowed.
-    fn between(&self, from_ms: u64, to_ms: u64) -> (u64, u64) {
+    /// The estimate of what came before `since_ms` in `[from_ms, to_ms)`.
+    fn between(&self, from_ms: u64, to_ms: u64) -> Estimate {
         let ms = to_ms.min(self.since_ms).saturating_sub(from_ms) as f64;
         // Rounded: the pace is exact only to a request per report.
         let estimate = |per_ms: f64| (per_ms * ms).round() as u64;
-        (estimate(self.demand_per_ms), estimate(self.allowed_per_ms))
+        Estimate {
+            demand: estimate(self.demand_per_ms),
+            allowed: estimate(self.allowed_per_ms),
+        }
     }
 }
 
@@ -84,13 +96,16 @@ impl Tracked {
     pub(super) fn add_demand(&mut self, period: u64, start: u64, split: WindowParts) {
         if (self.period, self.window_start) != (period, start) {
             let follows = self.period == period && start == self.window_start + period;
-            self.demand = (0, if follows { self.demand.0 } else { 0 });
+            self.demand = Demand {
+                now: 0,
+                before: if follows { self.demand.now } else { 0 },
+            };
             self.allowed = 0;
             self.period = period;
             self.window_start = start;
         }
-        self.demand.0 = self.demand.0.saturating_add(split.demand);
-        self.demand.1 = self.demand.1.saturating_add(split.earlier_demand);
+        self.demand.now = self.demand.now.saturating_add(split.demand);
+        self.demand.before = self.demand.before.saturating_add(split.earlier_demand);
         self.allowed = self.allowed.saturating_add(split.allowed);
         self.last_demand = split.demand;
     }
@@ -104,11 +119,11 @@ impl Tracked {
         unseen.first = Some(FirstCounts {
             window_start: self.window_start,
             all: counts.demand_now,
-            beyond: (
-                counts.demand_now.saturating_sub(self.demand.0),
-                counts.demand_before.saturating_sub(self.demand.1),
-                counts.used.saturating_sub(self.allowed),
-            ),
+            beyond: Demand {
+                now: counts.demand_now.saturating_sub(self.demand.now),
+                before: counts.demand_before.saturating_sub(self.demand.before),
+            },
+            beyond_allowed: counts.used.saturating_sub(self.allowed),
         });
     }
 
@@ -138,18 +153,21 @@ impl Tracked {
         let of = |beyond: u64| (beyond as f64 * part).round() as u64;
         let start_ms = UnixMillis::from_secs(first.window_start).millis();
         let period_ms = millis_of(Duration::from_secs(self.period));
-        let (in_first, allowed) = unseen.between(start_ms, u64::MAX);
-        let (before_first, _) = unseen.between(start_ms.saturating_sub(period_ms), start_ms);
-        let (beyond_now, beyond_before, beyond_used) = first.beyond;
+        let in_first = unseen.between(start_ms, u64::MAX);
+        let before_first = unseen.between(start_ms.saturating_sub(period_ms), start_ms);
         let add = |to: &mut u64, estimate: u64, beyond: u64| {
             *to = to.saturating_add(estimate.min(of(beyond)));
         };
         if same {
-            add(&mut self.demand.0, in_first, beyond_now);
-            add(&mut self.demand.1, before_first, beyond_before);
-            add(&mut self.allowed, allowed, beyond_used);
+            add(&mut self.demand.now, in_first.demand, first.beyond.now);
+            add(
+                &mut self.demand.before,
+                before_first.demand,
+                first.beyond.before,
+            );
+            add(&mut self.allowed, in_first.allowed, first.beyond_allowed);
         } else {
-            add(&mut self.demand.1, in_first, beyond_now);
+            add(&mut self.demand.before, in_first.demand, first.beyond.now);
         }
     }
 

@@ -4,12 +4,13 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
-use super::WINDOW;
-use super::controller::{Controller, Measured};
+use super::controller::Controller;
+use super::measuring::{Measuring, micros};
 use crate::metrics::AdmissionReadings;
 use crate::peers::{Fair, Peer, PeerId, Peers, ShedReason, Stream};
 use crate::settings::AdaptiveConcurrency;
@@ -40,14 +41,8 @@ pub(super) struct Shared {
     fastest_recent_us: AtomicU64,
     /// In slow start, a window also ends after this many calls (`u64::MAX`: by time only).
     round: AtomicU64,
-    /// The current window: its start (µs since `epoch`), calls finished, their summed and
-    /// fastest latency (µs), the most in flight.
-    window_start_us: AtomicU64,
-    calls: AtomicU64,
-    sum_us: AtomicU64,
-    fastest_us: AtomicU64,
-    peak: AtomicU32,
-    epoch: Instant,
+    /// The window being measured.
+    measuring: Measuring,
     controller: Mutex<Controller>,
     readings: Arc<AdmissionReadings>,
 }
@@ -85,12 +80,7 @@ impl Shared {
             expected_us: AtomicU64::new(0),
             fastest_recent_us: AtomicU64::new(0),
             round: AtomicU64::new(controller.round().unwrap_or(u64::MAX)),
-            window_start_us: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
-            sum_us: AtomicU64::new(0),
-            fastest_us: AtomicU64::new(u64::MAX),
-            peak: AtomicU32::new(0),
-            epoch: Instant::now(),
+            measuring: Measuring::new(),
             controller: Mutex::new(controller),
             readings,
         }
@@ -109,10 +99,9 @@ pub(in crate::server) struct Permit {
 impl Permit {
     pub(super) fn new(shared: &Arc<Shared>, place: OwnedSemaphorePermit) -> Permit {
         let in_flight = shared.readings.enter();
-        shared.peak.fetch_max(
-            u32::try_from(in_flight).unwrap_or(u32::MAX),
-            Ordering::Relaxed,
-        );
+        shared
+            .measuring
+            .entered(u32::try_from(in_flight).unwrap_or(u32::MAX));
         Permit {
             shared: Arc::clone(shared),
             place: Some(place),
@@ -124,21 +113,9 @@ impl Permit {
     /// passed: it took at least this long): its latency joins the window, which may end here.
     fn finished(&self) {
         let now = Instant::now();
-        let us = micros(now.saturating_duration_since(self.admitted));
         let shared = &self.shared;
-        let calls = shared.calls.fetch_add(1, Ordering::Relaxed) + 1;
-        shared.sum_us.fetch_add(us, Ordering::Relaxed);
-        shared.fastest_us.fetch_min(us, Ordering::Relaxed);
-        let now_us = micros(now.saturating_duration_since(shared.epoch));
-        let start = shared.window_start_us.load(Ordering::Relaxed);
-        let over = now_us.saturating_sub(start) >= micros(WINDOW)
-            || calls >= shared.round.load(Ordering::Relaxed);
-        if over
-            && shared
-                .window_start_us
-                .compare_exchange(start, now_us, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        let round = shared.round.load(Ordering::Relaxed);
+        if shared.measuring.finished(self.admitted, now, round) {
             shared.end_window(now);
         }
     }
@@ -270,23 +247,14 @@ impl Shared {
     /// Takes the window's measurements (the one caller that won the window's end) and sets
     /// the next limit.
     fn end_window(&self, now: Instant) {
-        let calls = self.calls.swap(0, Ordering::Relaxed);
-        let sum = self.sum_us.swap(0, Ordering::Relaxed);
-        let fastest = self.fastest_us.swap(u64::MAX, Ordering::Relaxed);
         let in_flight = u32::try_from(self.readings.in_flight()).unwrap_or(u32::MAX);
-        let peak = self.peak.swap(in_flight, Ordering::Relaxed);
-        let window = Measured {
-            calls,
-            mean: Duration::from_micros(sum.checked_div(calls).unwrap_or(0)),
-            fastest: (fastest != u64::MAX).then(|| Duration::from_micros(fastest)),
-            peak_in_flight: peak,
-        };
+        let window = self.measuring.take(in_flight);
         let Ok(mut controller) = self.controller.lock() else {
             // A panic elsewhere while updating: keep the limit as it was.
             return;
         };
         let before = controller.limit();
-        let limit = controller.update(&window, now);
+        let limit = controller.update(&window, now.into_std());
         self.resize(before, limit);
         self.round
             .store(controller.round().unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -303,6 +271,63 @@ impl Shared {
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::PeerReadings;
+    use crate::peers::ConnectionLimits;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    fn shared() -> Arc<Shared> {
+        let limits = ConnectionLimits {
+            max: 64,
+            per_peer: 64,
+        };
+        let peers = Peers::new(limits, 2, Arc::new(PeerReadings::default()));
+        let bounds = AdaptiveConcurrency {
+            enabled: true,
+            ..AdaptiveConcurrency::default()
+        };
+        let readings = Arc::new(AdmissionReadings::default());
+        Arc::new(Shared::new(
+            bounds,
+            64,
+            Duration::from_secs(1),
+            peers,
+            readings,
+        ))
+    }
+
+    /// On a paused clock: once a window of calls that each took 30 ms has closed, a call may
+    /// wait its deadline less those 30 ms and a tenth of the deadline; a caller whose deadline
+    /// the fastest call does not fit is told the store is too slow (`UNAVAILABLE`), any other
+    /// that Turnstile is overloaded (`RESOURCE_EXHAUSTED`).
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_window_sets_the_wait_and_the_refusal() {
+        let shared = shared();
+        let peer = shared.local_peer();
+        assert_eq!(
+            shared.wait_budget(Some(MS(100))),
+            MS(90),
+            "nothing measured yet"
+        );
+        assert_eq!(shared.wait_budget(None), MS(900), "the default timeout");
+        for _ in 0..5 {
+            let place = Arc::clone(&shared.places)
+                .try_acquire_owned()
+                .expect("a free place");
+            let permit = Permit::new(&shared, place);
+            tokio::time::advance(MS(30)).await;
+            drop(permit);
+        }
+        assert_eq!(shared.wait_budget(Some(MS(100))), MS(60));
+        let code = |deadline| shared.refusal(&peer, Some(MS(deadline))).code();
+        assert_eq!(code(30), tonic::Code::Unavailable);
+        assert_eq!(code(100), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            shared.refusal(&peer, None).code(),
+            tonic::Code::ResourceExhausted
+        );
+    }
 }

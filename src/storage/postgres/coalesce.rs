@@ -97,18 +97,27 @@ struct Part {
     amount: u64,
 }
 
+/// One key's hits of a batch: their sum, the latest expiry, and each hit's place.
+struct Row {
+    sum: u64,
+    expires: u64,
+    parts: Vec<Part>,
+}
+
 async fn run(store: PostgresStore, jobs: Vec<Job>) {
     // One row per key, in key order (the order rows are locked in); each key's parts in
     // arrival order.
-    let mut rows: BTreeMap<&str, (u64, u64, Vec<Part>)> = BTreeMap::new();
+    let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
     for (job, j) in jobs.iter().enumerate() {
         for (hit, (key, amount, expires)) in j.adds.iter().enumerate() {
-            let row = rows
-                .entry(key.as_str())
-                .or_insert((0, *expires, Vec::new()));
-            row.0 = row.0.saturating_add(*amount);
-            row.1 = row.1.max(*expires);
-            row.2.push(Part {
+            let row = rows.entry(key.as_str()).or_insert(Row {
+                sum: 0,
+                expires: *expires,
+                parts: Vec::new(),
+            });
+            row.sum = row.sum.saturating_add(*amount);
+            row.expires = row.expires.max(*expires);
+            row.parts.push(Part {
                 job,
                 hit,
                 amount: *amount,
@@ -117,14 +126,14 @@ async fn run(store: PostgresStore, jobs: Vec<Job>) {
     }
     let merged: Vec<(&str, u64, u64)> = rows
         .iter()
-        .map(|(k, (sum, exp, _))| (*k, *sum, *exp))
+        .map(|(k, row)| (*k, row.sum, row.expires))
         .collect();
     let totals = super::counters::adds_statement(&store, &merged).await;
     let mut answers: Vec<Vec<u64>> = jobs.iter().map(|j| vec![0; j.adds.len()]).collect();
     let outcome = totals.map(|totals| {
-        for ((_, (sum, _, parts)), total) in rows.iter().zip(totals) {
-            let mut running = total.saturating_sub(*sum);
-            for part in parts {
+        for (row, total) in rows.values().zip(totals) {
+            let mut running = total.saturating_sub(row.sum);
+            for part in &row.parts {
                 running = running.saturating_add(part.amount);
                 answers[part.job][part.hit] = running.min(COUNT_CEILING);
             }

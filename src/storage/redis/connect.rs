@@ -67,7 +67,8 @@ impl ConnectionLike for Conn {
 /// Retries of one cluster request (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a connection lost), and
 /// the bounds of the wait before each retry that waits (ms; redirections do not wait).
 const CLUSTER_RETRIES: u32 = 16;
-const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (5, 50);
+const CLUSTER_RETRY_WAIT_MIN_MS: u64 = 5;
+const CLUSTER_RETRY_WAIT_MAX_MS: u64 = 50;
 
 /// The current connection, or when the next attempt may be made.
 pub(super) struct Connector {
@@ -361,8 +362,8 @@ impl Connector {
                     .connection_timeout(o.timeout)
                     .response_timeout(o.timeout)
                     .retries(CLUSTER_RETRIES)
-                    .min_retry_wait(CLUSTER_RETRY_WAIT_MS.0)
-                    .max_retry_wait(CLUSTER_RETRY_WAIT_MS.1);
+                    .min_retry_wait(CLUSTER_RETRY_WAIT_MIN_MS)
+                    .max_retry_wait(CLUSTER_RETRY_WAIT_MAX_MS);
                 if let Some(tls) = &o.tls {
                     builder = builder.tls(tls_mode(tls)).certs(certificates(tls));
                 }
