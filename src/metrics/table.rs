@@ -146,37 +146,24 @@ pub(crate) struct LimitRow {
     pub(crate) read: fn(&LimitStats) -> u64,
 }
 
+/// A row whose statistic is named for its field of [`LimitStats`].
+macro_rules! limit_row {
+    ($stat:ident, $help:literal) => {
+        LimitRow {
+            stat: stringify!($stat),
+            help: $help,
+            read: |s| load(&s.$stat),
+        }
+    };
+}
+
 pub(crate) const LIMIT_STATS: &[LimitRow] = &[
-    LimitRow {
-        stat: "total_hits",
-        help: "hits on matched limits",
-        read: |s| load(&s.total_hits),
-    },
-    LimitRow {
-        stat: "over_limit",
-        help: "hits over the limit",
-        read: |s| load(&s.over_limit),
-    },
-    LimitRow {
-        stat: "near_limit",
-        help: "hits above the near-limit threshold",
-        read: |s| load(&s.near_limit),
-    },
-    LimitRow {
-        stat: "within_limit",
-        help: "hits within the limit",
-        read: |s| load(&s.within_limit),
-    },
-    LimitRow {
-        stat: "shadow_mode",
-        help: "hits over a shadow-mode limit",
-        read: |s| load(&s.shadow_mode),
-    },
-    LimitRow {
-        stat: "over_limit_with_local_cache",
-        help: "hits refused by the local over-limit cache",
-        read: |s| load(&s.over_limit_with_local_cache),
-    },
+    limit_row!(total_hits, "hits on matched limits"),
+    limit_row!(over_limit, "hits over the limit"),
+    limit_row!(near_limit, "hits above the near-limit threshold"),
+    limit_row!(within_limit, "hits within the limit"),
+    limit_row!(shadow_mode, "hits over a shadow-mode limit"),
+    limit_row!(over_limit_with_local_cache, "hits refused by the local over-limit cache"),
 ];
 
 /// The per-domain counter of requests for an unknown domain (Prometheus

@@ -1,6 +1,9 @@
-//! What the pipelined connections of our own (memcached's `pipeline`, Redis's `pipe`) share: a
-//! reader's wait for the next awaited answer that notices a connection the server closed while
-//! idle, and the flag that tells callers the reader has stopped.
+//! What the pipelined connections of our own (memcached's `pipelined::connection`, Redis's
+//! `pipe`) share: the reader's loop (the next awaited entry, its answers read and handed over,
+//! and on a broken stream every entry still awaited failed with the reason), its wait for the
+//! next entry that notices a connection the server closed while idle, and the flag that tells
+//! callers the reader has stopped. What an entry is and how its answers are read is each
+//! protocol's ([`Awaited`]).
 //!
 //! Must not touch: protocols, queues' contents, what an answer means.
 
@@ -20,10 +23,52 @@ impl Drop for Alive {
     }
 }
 
+/// An entry a reader awaits answers for: a protocol's own.
+pub(crate) trait Awaited: Sized {
+    /// What the reader keeps from one entry to the next (buffers).
+    type Scratch: Default;
+
+    /// Reads this entry's answers off `read` and hands them to its caller; an error ends the
+    /// connection (the entry's caller already told).
+    async fn answer<R: AsyncBufRead + Unpin>(
+        self,
+        read: &mut R,
+        scratch: &mut Self::Scratch,
+    ) -> io::Result<()>;
+
+    /// The connection ended (`why`) before this entry was answered.
+    fn fail(self, why: &io::Error);
+}
+
+/// Reads answers until no caller is left (`None`) or the connection to `server` ends (why: it
+/// closed, an I/O error, or bytes that answer nothing). The entry being read and every one
+/// still awaited then fail with that reason; the writer stops at its next entry.
+pub(crate) async fn reader<T: Awaited, R: AsyncBufRead + Unpin>(
+    mut read: R,
+    mut pending: mpsc::Receiver<T>,
+    server: &str,
+) -> Option<io::Error> {
+    let mut scratch = T::Scratch::default();
+    loop {
+        let awaited = match next_awaited(&mut pending, &mut read, server).await {
+            Ok(Some(awaited)) => awaited,
+            Ok(None) => return None,
+            Err(why) => return Some(why),
+        };
+        if let Err(why) = awaited.answer(&mut read, &mut scratch).await {
+            pending.close();
+            while let Ok(awaited) = pending.try_recv() {
+                awaited.fail(&why);
+            }
+            return Some(why);
+        }
+    }
+}
+
 /// The next awaited entry (`None`: no caller is left), or why the connection ended while none
 /// was awaited: `server` closed it or sent bytes that answer nothing. Answers only ever follow
 /// their entry (a writer queues it before writing), so pending entries come first.
-pub(crate) async fn next_awaited<T, R: AsyncBufRead + Unpin>(
+async fn next_awaited<T, R: AsyncBufRead + Unpin>(
     pending: &mut mpsc::Receiver<T>,
     read: &mut R,
     server: &str,

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::resp::{Reply, command, read_reply};
 use super::{RedisAuth, RedisOptions, RedisTarget};
-use crate::storage::pipelined::{Alive, next_awaited};
+use crate::storage::pipelined::{Alive, Awaited, reader};
 use crate::storage::remote::lock;
 
 /// Requests that may wait for the writer.
@@ -115,7 +115,7 @@ impl Pipe {
         let reading = Alive(Arc::clone(&alive));
         tokio::spawn(async move {
             let _reading = reading;
-            if let Some(why) = reader(read, pending_rx).await {
+            if let Some(why) = reader(read, pending_rx, "Redis").await {
                 tracing::warn!(error = %why, "a Redis connection ended");
             }
         });
@@ -217,32 +217,28 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Reads replies until no caller is left (`None`) or the connection ends (why). The request
-/// being read and every one still awaited then fail with that reason.
-async fn reader<R: AsyncBufRead + Unpin>(
-    mut read: R,
-    mut pending: mpsc::Receiver<Pending>,
-) -> Option<io::Error> {
-    let mut line = Vec::new();
-    loop {
-        // The next request, noticing a connection Redis closed while idle (so the next caller
-        // reconnects instead of failing).
-        let awaited = match next_awaited(&mut pending, &mut read, "Redis").await {
-            Ok(Some(awaited)) => awaited,
-            Ok(None) => return None,
-            Err(why) => return Some(why),
-        };
-        match replies(&mut read, &mut line, awaited.replies).await {
-            Ok(replies) => drop(awaited.answer.send(Ok(replies))),
+impl Awaited for Pending {
+    type Scratch = Vec<u8>;
+
+    async fn answer<R: AsyncBufRead + Unpin>(
+        self,
+        read: &mut R,
+        line: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        match replies(read, line, self.replies).await {
+            Ok(replies) => {
+                drop(self.answer.send(Ok(replies)));
+                Ok(())
+            }
             Err(why) => {
-                drop(awaited.answer.send(Err(PipeError::Closed(why.to_string()))));
-                pending.close();
-                while let Ok(awaited) = pending.try_recv() {
-                    drop(awaited.answer.send(Err(PipeError::Closed(why.to_string()))));
-                }
-                return Some(why);
+                self.fail(&why);
+                Err(why)
             }
         }
+    }
+
+    fn fail(self, why: &io::Error) {
+        drop(self.answer.send(Err(PipeError::Closed(why.to_string()))));
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::gather::{Ticket, Written, closed};
 use super::reply::{Reply, read_reply};
 use crate::storage::memcached::transport::{Sent, TransportError};
-use crate::storage::pipelined::{Alive, next_awaited};
+use crate::storage::pipelined::{Alive, Awaited, reader};
 
 /// Callers' batches that may wait for the writer on one connection.
 const COMMAND_QUEUE: usize = 4_096;
@@ -105,7 +105,7 @@ impl Pipeline {
         tokio::spawn(async move {
             let _reading = reading;
             let read = BufReader::with_capacity(64 * 1024, read);
-            if let Some(why) = reader(read, pending_rx).await {
+            if let Some(why) = reader(read, pending_rx, "memcached").await {
                 tracing::warn!(server = %addr, error = %why, "a memcached connection ended");
             }
         });
@@ -218,30 +218,21 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Reads answers until no caller is left (`None`) or the connection ends (why: the server
-/// closed it, an I/O error, or bytes that answer nothing). The answer being read and every one
-/// still awaited then fail with that reason.
-async fn reader<R: AsyncBufRead + Unpin>(
-    mut read: R,
-    mut pending: mpsc::Receiver<Pending>,
-) -> Option<io::Error> {
-    let mut buffers = Buffers::default();
-    loop {
-        // The next caller, noticing a connection memcached closed while idle (so the next
-        // caller reconnects instead of failing).
-        let awaited = match next_awaited(&mut pending, &mut read, "memcached").await {
-            Ok(Some(awaited)) => awaited,
-            Ok(None) => return None,
-            Err(why) => return Some(why),
-        };
-        let read_whole = match awaited {
-            Pending::Replies(count, caller) => {
-                buffers.replies(&mut read, count).await.map(|replies| {
-                    // A caller that gave up (deadline) no longer listens; the order is kept.
-                    drop(caller.send(replies));
-                })
-            }
-            Pending::Part(ticket) => match buffers.counts(&mut read, ticket.count()).await {
+impl Awaited for Pending {
+    type Scratch = Buffers;
+
+    async fn answer<R: AsyncBufRead + Unpin>(
+        self,
+        read: &mut R,
+        buffers: &mut Buffers,
+    ) -> io::Result<()> {
+        match self {
+            // A caller that gave up (deadline) no longer listens; the order is kept.
+            Pending::Replies(count, caller) => buffers
+                .replies(read, count)
+                .await
+                .map(|replies| drop(caller.send(replies))),
+            Pending::Part(ticket) => match buffers.counts(read, ticket.count()).await {
                 Ok((counts, failure)) => {
                     ticket.answer(counts, failure);
                     Ok(())
@@ -251,17 +242,14 @@ async fn reader<R: AsyncBufRead + Unpin>(
                     Err(e)
                 }
             },
-        };
-        if let Err(why) = read_whole {
-            // What was written and not answered fails with the reason (a caller of its own
-            // lines sees its reply channel closed); the writer stops at its next entry.
-            pending.close();
-            while let Ok(awaited) = pending.try_recv() {
-                if let Pending::Part(ticket) = awaited {
-                    ticket.fail(TransportError::Io(copy(&why)));
-                }
-            }
-            return Some(why);
+        }
+    }
+
+    /// A call's part fails with the reason; a caller of its own lines sees its reply channel
+    /// closed.
+    fn fail(self, why: &io::Error) {
+        if let Pending::Part(ticket) = self {
+            ticket.fail(TransportError::Io(copy(why)));
         }
     }
 }
