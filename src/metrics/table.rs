@@ -163,7 +163,10 @@ pub(crate) const LIMIT_STATS: &[LimitRow] = &[
     limit_row!(near_limit, "hits above the near-limit threshold"),
     limit_row!(within_limit, "hits within the limit"),
     limit_row!(shadow_mode, "hits over a shadow-mode limit"),
-    limit_row!(over_limit_with_local_cache, "hits refused by the local over-limit cache"),
+    limit_row!(
+        over_limit_with_local_cache,
+        "hits refused by the local over-limit cache"
+    ),
 ];
 
 /// The per-domain counter of requests for an unknown domain (Prometheus

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::transport::{Sent, Transport};
+use super::transport::{Sent, StateWrite, Transport};
 use super::{Inner, MemcachedStore};
 use crate::storage::{CounterKey, StorageError, TokenAnswer, TokenStep};
 
@@ -113,7 +113,7 @@ impl Inner {
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
             let state = server.guarded(&self.deadline, &sent, read).await?;
-            let mut tat = state.map(|(value, _)| value);
+            let mut tat = state.map(|stored| stored.value);
             let mut changed = None;
             let answers: Vec<TokenAnswer> = steps
                 .iter()
@@ -131,10 +131,13 @@ impl Inner {
             };
             let exptime = self.exptime(key, expires_at, self.clock.now_secs());
             let sent = Sent::default();
-            let cas = state.map(|(_, cas)| cas);
-            let write = server
-                .transport
-                .write_state(key, value, cas, exptime, &sent);
+            let write = StateWrite {
+                key,
+                value,
+                cas: state.map(|stored| stored.cas),
+                exptime,
+            };
+            let write = server.transport.write_state(write, &sent);
             if server.guarded(&self.deadline, &sent, write).await? {
                 return Ok(answers);
             }

@@ -34,6 +34,26 @@ pub(super) struct Command<'a> {
     pub(super) exptime: u64,
 }
 
+/// A token bucket's state as stored: its value (the TAT) and the CAS token to replace it by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StoredState {
+    pub(super) value: u128,
+    pub(super) cas: u64,
+}
+
+/// A token bucket's state to write with TTL `exptime`: in place of the item whose CAS token is
+/// `cas`, or as a new item when `cas` is `None`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StateWrite<'a> {
+    pub(super) key: &'a str,
+    pub(super) value: u128,
+    pub(super) cas: Option<u64>,
+    pub(super) exptime: u64,
+}
+
+/// A transport's answer, or why there was none.
+pub(super) type Answer<T> = Result<T, TransportError>;
+
 /// Why a transport could not answer.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum TransportError {
@@ -113,18 +133,14 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
         &'a self,
         key: &'a str,
         sent: &'a Sent,
-    ) -> impl Future<Output = Result<Option<(u128, u64)>, TransportError>> + Send + 'a;
+    ) -> impl Future<Output = Answer<Option<StoredState>>> + Send + 'a;
 
-    /// Writes a bucket state with TTL `exptime`: in place of the item whose CAS token is `cas`,
-    /// or as a new item when `cas` is `None`. `false` when another writer got there first.
+    /// Writes a bucket state; `false` when another writer got there first.
     fn write_state<'a>(
         &'a self,
-        key: &'a str,
-        value: u128,
-        cas: Option<u64>,
-        exptime: u64,
+        write: StateWrite<'a>,
         sent: &'a Sent,
-    ) -> impl Future<Output = Result<bool, TransportError>> + Send + 'a;
+    ) -> impl Future<Output = Answer<bool>> + Send + 'a;
 
     /// One cheap round trip that proves the server answers.
     fn probe(&self) -> impl Future<Output = Result<(), TransportError>> + Send + '_;
@@ -164,28 +180,17 @@ impl ServerTransport {
 }
 
 impl Transport for ServerTransport {
-    async fn read_state<'a>(
-        &'a self,
-        key: &'a str,
-        sent: &'a Sent,
-    ) -> Result<Option<(u128, u64)>, TransportError> {
+    async fn read_state(&self, key: &str, sent: &Sent) -> Answer<Option<StoredState>> {
         match self {
             ServerTransport::Pipelined(t) => t.read_state(key, sent).await,
             ServerTransport::Pooled(t) => t.read_state(key, sent).await,
         }
     }
 
-    async fn write_state<'a>(
-        &'a self,
-        key: &'a str,
-        value: u128,
-        cas: Option<u64>,
-        exptime: u64,
-        sent: &'a Sent,
-    ) -> Result<bool, TransportError> {
+    async fn write_state(&self, write: StateWrite<'_>, sent: &Sent) -> Answer<bool> {
         match self {
-            ServerTransport::Pipelined(t) => t.write_state(key, value, cas, exptime, sent).await,
-            ServerTransport::Pooled(t) => t.write_state(key, value, cas, exptime, sent).await,
+            ServerTransport::Pipelined(t) => t.write_state(write, sent).await,
+            ServerTransport::Pooled(t) => t.write_state(write, sent).await,
         }
     }
 

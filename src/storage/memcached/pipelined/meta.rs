@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use crate::storage::Change;
-use crate::storage::memcached::transport::Command;
+use crate::storage::memcached::transport::{Command, StateWrite};
 
 /// Appends the key, base64-encoded, to `out` (no intermediate string).
 fn push_key(out: &mut Vec<u8>, key: &str) {
@@ -97,17 +97,11 @@ pub(super) fn push_read_state(out: &mut Vec<u8>, key: &str) {
 
 /// Appends `ms` writing a bucket state: compare-and-swap against `cas`, or add (create only if
 /// missing) when `cas` is `None`.
-pub(super) fn push_write_state(
-    out: &mut Vec<u8>,
-    key: &str,
-    value: u128,
-    cas: Option<u64>,
-    exptime: u64,
-) {
-    let data = value.to_string();
+pub(super) fn push_write_state(out: &mut Vec<u8>, write: StateWrite<'_>) {
+    let (data, exptime) = (write.value.to_string(), write.exptime);
     out.extend_from_slice(b"ms ");
-    push_key(out, key);
-    let _ = match cas {
+    push_key(out, write.key);
+    let _ = match write.cas {
         Some(cas) => write!(out, " {} b T{exptime} C{cas}\r\n{data}\r\n", data.len()),
         None => write!(out, " {} b T{exptime} ME\r\n{data}\r\n", data.len()),
     };
@@ -115,7 +109,7 @@ pub(super) fn push_write_state(
 
 #[cfg(test)]
 mod tests {
-    use super::{Change, Command, push_add, push_counter, push_sub};
+    use super::{Change, Command, StateWrite, push_add, push_counter, push_sub};
 
     fn add_line(key: &str, n: u64, exptime: u64) -> Vec<u8> {
         let mut out = Vec::new();
@@ -170,8 +164,14 @@ mod tests {
         super::push_lease(&mut out, "k", 1, 60);
         super::push_release(&mut out, "k", 1, 60);
         super::push_read_state(&mut out, "k");
-        super::push_write_state(&mut out, "k", 42, Some(7), 9);
-        super::push_write_state(&mut out, "k", 42, None, 9);
+        let write = |cas| StateWrite {
+            key: "k",
+            value: 42,
+            cas,
+            exptime: 9,
+        };
+        super::push_write_state(&mut out, write(Some(7)));
+        super::push_write_state(&mut out, write(None));
         assert_eq!(
             String::from_utf8_lossy(&out),
             "ma aw== b N60 J1 D1 T60 v\r\nma aw== b MD D1 T60 v\r\nmg aw== b v c\r\n\

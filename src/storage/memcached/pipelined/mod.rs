@@ -28,7 +28,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
 
-use crate::storage::memcached::transport::{Connections, Sent, Transport, TransportError};
+use crate::storage::memcached::transport::{
+    Answer, Connections, Sent, StateWrite, StoredState, Transport, TransportError,
+};
 use connection::Pipeline;
 use gather::Ticket;
 use meta::{push_read_state, push_write_state};
@@ -123,30 +125,19 @@ impl Pipelined {
 }
 
 impl Transport for Pipelined {
-    async fn read_state<'a>(
-        &'a self,
-        key: &'a str,
-        sent: &'a Sent,
-    ) -> Result<Option<(u128, u64)>, TransportError> {
+    async fn read_state(&self, key: &str, sent: &Sent) -> Answer<Option<StoredState>> {
         let mut line = Vec::with_capacity(64);
         push_read_state(&mut line, key);
         match self.one(line, sent).await? {
-            Reply::State { value, cas } => Ok(Some((value, cas))),
+            Reply::State { value, cas } => Ok(Some(StoredState { value, cas })),
             Reply::Miss => Ok(None),
             other => Err(other.unexpected("mg")),
         }
     }
 
-    async fn write_state<'a>(
-        &'a self,
-        key: &'a str,
-        value: u128,
-        cas: Option<u64>,
-        exptime: u64,
-        sent: &'a Sent,
-    ) -> Result<bool, TransportError> {
+    async fn write_state(&self, write: StateWrite<'_>, sent: &Sent) -> Answer<bool> {
         let mut line = Vec::with_capacity(96);
-        push_write_state(&mut line, key, value, cas, exptime);
+        push_write_state(&mut line, write);
         match self.one(line, sent).await? {
             Reply::Stored => Ok(true),
             Reply::NotStored | Reply::NotFound => Ok(false),

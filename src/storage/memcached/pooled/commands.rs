@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use crate::storage::Change;
-use crate::storage::memcached::transport::Command;
+use crate::storage::memcached::transport::{Command, StateWrite, StoredState};
 
 /// Which command family a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +141,7 @@ pub(super) async fn lease(conn: &mut Client, command: &Command<'_>) -> Result<u6
 }
 
 /// Reads a bucket state and its CAS token.
-pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<(u128, u64)>, Error> {
+pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<StoredState>, Error> {
     let b64 = STANDARD.encode(key);
     let Some(value) = conn
         .meta_get(&b64, false, None, Some(&["b", "v", "c"]))
@@ -155,7 +155,7 @@ pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<(u
         .map(|d| String::from_utf8_lossy(d).trim().to_owned())
         .unwrap_or_default();
     match (text.parse::<u128>(), value.cas) {
-        (Ok(state), Some(cas)) => Ok(Some((state, cas))),
+        (Ok(value), Some(cas)) => Ok(Some(StoredState { value, cas })),
         _ => Err(Error::Protocol(Status::Error(
             async_memcached::ErrorKind::Protocol(Some(format!("not a bucket state: {text:?}"))),
         ))),
@@ -163,17 +163,13 @@ pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<(u
 }
 
 /// Writes a bucket state by compare-and-swap (or add when new); `false` if another won.
-pub(super) async fn write_state(
-    conn: &mut Client,
-    key: &str,
-    value: u128,
-    cas: Option<u64>,
-    exptime: u64,
-) -> Result<bool, Error> {
-    let b64 = STANDARD.encode(key);
-    let ttl = format!("T{exptime}");
-    let mode = cas.map_or_else(|| "ME".to_owned(), |c| format!("C{c}"));
-    let data = value.to_string();
+pub(super) async fn write_state(conn: &mut Client, write: StateWrite<'_>) -> Result<bool, Error> {
+    let b64 = STANDARD.encode(write.key);
+    let ttl = format!("T{}", write.exptime);
+    let mode = write
+        .cas
+        .map_or_else(|| "ME".to_owned(), |c| format!("C{c}"));
+    let data = write.value.to_string();
     match conn
         .meta_set(&b64, data.as_str(), false, None, Some(&["b", &ttl, &mode]))
         .await

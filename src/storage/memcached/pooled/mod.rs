@@ -11,7 +11,9 @@ use std::time::Duration;
 use async_memcached::{Client, Error};
 use bb8::Pool;
 
-use super::transport::{Command, Connections, Sent, Transport, TransportError};
+use super::transport::{
+    Answer, Command, Connections, Sent, StateWrite, StoredState, Transport, TransportError,
+};
 use crate::storage::Change;
 use crate::storage::remote::in_key_order;
 pub(in crate::storage::memcached) use commands::Protocol;
@@ -136,29 +138,18 @@ impl Pooled {
 }
 
 impl Transport for Pooled {
-    async fn read_state<'a>(
-        &'a self,
-        key: &'a str,
-        sent: &'a Sent,
-    ) -> Result<Option<(u128, u64)>, TransportError> {
+    async fn read_state(&self, key: &str, sent: &Sent) -> Answer<Option<StoredState>> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
         sent.mark(std::time::Instant::now());
         Ok(read_state(&mut conn, key).await?)
     }
 
-    async fn write_state<'a>(
-        &'a self,
-        key: &'a str,
-        value: u128,
-        cas: Option<u64>,
-        exptime: u64,
-        sent: &'a Sent,
-    ) -> Result<bool, TransportError> {
+    async fn write_state(&self, write: StateWrite<'_>, sent: &Sent) -> Answer<bool> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
         sent.mark(std::time::Instant::now());
-        Ok(write_state(&mut conn, key, value, cas, exptime).await?)
+        Ok(write_state(&mut conn, write).await?)
     }
 
     async fn probe(&self) -> Result<(), TransportError> {
