@@ -42,7 +42,7 @@ fn answer(status: StatusCode, body: Value) -> Response {
 
 /// A call refused: its status and why, answered as `{"error": why}`.
 #[derive(Debug)]
-struct Refusal(StatusCode, String);
+pub(super) struct Refusal(StatusCode, String);
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
@@ -228,15 +228,10 @@ pub(super) async fn read<S: CounterStore>(
     State((state, token)): State<Counters<S>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Response {
-    let (domain, entries) = match admitted(&token, &headers, query.as_deref()) {
-        Ok(parsed) => parsed,
-        Err(refusal) => return refusal.into_response(),
-    };
-    match run(&state, domain, descriptor(entries, false)).await {
-        Ok(body) => answer(StatusCode::OK, body),
-        Err(refusal) => refusal.into_response(),
-    }
+) -> Result<Response, Refusal> {
+    let (domain, entries) = admitted(&token, &headers, query.as_deref())?;
+    let body = run(&state, domain, descriptor(entries, false)).await?;
+    Ok(answer(StatusCode::OK, body))
 }
 
 /// `DELETE /counters`: resets, then answers the state after.
@@ -245,14 +240,9 @@ pub(super) async fn reset<S: CounterStore>(
     ConnectInfo(caller): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Response {
-    let (domain, entries) = match admitted(&token, &headers, query.as_deref()) {
-        Ok(parsed) => parsed,
-        Err(refusal) => return refusal.into_response(),
-    };
-    if let Err(refusal) = run(&state, domain.clone(), descriptor(entries.clone(), true)).await {
-        return refusal.into_response();
-    }
+) -> Result<Response, Refusal> {
+    let (domain, entries) = admitted(&token, &headers, query.as_deref())?;
+    run(&state, domain.clone(), descriptor(entries.clone(), true)).await?;
     // The audit line names who reset which domain's counters and their keys; the values (request
     // data, up to the size of a query) only at debug, as everywhere in the logs.
     let keys: Vec<&str> = entries.iter().map(|e| e.key.as_ref()).collect();
@@ -265,13 +255,9 @@ pub(super) async fn reset<S: CounterStore>(
         tracing::debug!(%caller, %domain, entries = ?shown, "counters reset: the entries");
     }
     state.metrics.counters_reset();
-    match run(&state, domain, descriptor(entries, false)).await {
-        Ok(mut body) => {
-            body["reset"] = json!(true);
-            answer(StatusCode::OK, body)
-        }
-        Err(refusal) => refusal.into_response(),
-    }
+    let mut body = run(&state, domain, descriptor(entries, false)).await?;
+    body["reset"] = json!(true);
+    Ok(answer(StatusCode::OK, body))
 }
 
 #[cfg(test)]
@@ -296,25 +282,14 @@ mod tests {
             crate::rls::text(b"\xff\xfe x"),
             "the text gRPC makes of the same bytes"
         );
-        assert!(
-            parse(Some("entry=a=b"))
-                .expect_err("no domain")
-                .contains("domain is required")
-        );
-        assert!(
-            parse(Some("domain=d"))
-                .expect_err("no entry")
-                .contains("entry=key=value")
-        );
-        assert!(
-            parse(Some("domain=d&entry=novalue"))
-                .expect_err("bad")
-                .contains("key=value")
-        );
-        assert!(
-            parse(Some("domain=d&entry=a=b&x=1"))
-                .expect_err("unknown")
-                .contains("\"x\"")
-        );
+        for (query, says) in [
+            ("entry=a=b", "domain is required"),
+            ("domain=d", "entry=key=value"),
+            ("domain=d&entry=novalue", "key=value"),
+            ("domain=d&entry=a=b&x=1", "\"x\""),
+        ] {
+            let error = parse(Some(query)).expect_err(query);
+            assert!(error.contains(says), "{query}: {error}");
+        }
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! Must not touch: protocols, queues' contents, what an answer means.
 
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::mpsc;
 
 /// Marks a connection dead when its reader stops, however it stops.
-pub(crate) struct Alive(pub(crate) Arc<AtomicBool>);
+struct Alive(Arc<AtomicBool>);
 
 impl Drop for Alive {
     fn drop(&mut self) {
@@ -26,24 +27,48 @@ impl Drop for Alive {
 /// An entry a reader awaits answers for: a protocol's own.
 pub(crate) trait Awaited: Sized {
     /// What the reader keeps from one entry to the next (buffers).
-    type Scratch: Default;
+    type Scratch: Default + Send;
 
     /// Reads this entry's answers off `read` and hands them to its caller; an error ends the
     /// connection (the entry's caller already told).
-    async fn answer<R: AsyncBufRead + Unpin>(
+    fn answer<R: AsyncBufRead + Unpin + Send>(
         self,
         read: &mut R,
         scratch: &mut Self::Scratch,
-    ) -> io::Result<()>;
+    ) -> impl Future<Output = io::Result<()>> + Send;
 
     /// The connection ended (`why`) before this entry was answered.
     fn fail(self, why: &io::Error);
 }
 
+/// Starts the reader task of a connection to `server` (`peer`, its address, for the log):
+/// [`reader`] until no caller is left or the connection ends. The flag it returns turns false
+/// when the reader stops, however it stops.
+pub(crate) fn spawn_reader<T, R>(
+    read: R,
+    pending: mpsc::Receiver<T>,
+    server: &'static str,
+    peer: String,
+) -> Arc<AtomicBool>
+where
+    T: Awaited + Send + 'static,
+    R: AsyncBufRead + Unpin + Send + 'static,
+{
+    let alive = Arc::new(AtomicBool::new(true));
+    let reading = Alive(Arc::clone(&alive));
+    tokio::spawn(async move {
+        let _reading = reading;
+        if let Some(why) = reader(read, pending, server).await {
+            tracing::warn!(server = %peer, error = %why, "a {server} connection ended");
+        }
+    });
+    alive
+}
+
 /// Reads answers until no caller is left (`None`) or the connection to `server` ends (why: it
 /// closed, an I/O error, or bytes that answer nothing). The entry being read and every one
 /// still awaited then fail with that reason; the writer stops at its next entry.
-pub(crate) async fn reader<T: Awaited, R: AsyncBufRead + Unpin>(
+async fn reader<T: Awaited + Send, R: AsyncBufRead + Unpin + Send>(
     mut read: R,
     mut pending: mpsc::Receiver<T>,
     server: &str,

@@ -1,14 +1,19 @@
 //! Unit tests of the fair-share arithmetic.
 use super::*;
 
+/// Demand `now` in the current window and `before` in the one before.
+fn demand(now: u64, before: u64) -> Demand {
+    Demand { now, before }
+}
+
 fn input() -> ShareInput {
     ShareInput {
         limit: 120,
         used: 0,
         period_ms: 60_000,
         elapsed_ms: 0,
-        own_demand: Demand { now: 0, before: 0 },
-        all_demand: Demand { now: 0, before: 0 },
+        own_demand: demand(0, 0),
+        all_demand: demand(0, 0),
         own_allowed: 0,
         last_demand: 0,
         others_per_own: 0.0,
@@ -35,11 +40,8 @@ fn the_rate_is_what_is_left_of_the_streams_part_paced_over_the_time_left() {
     let i = ShareInput {
         used: 60,
         elapsed_ms: 30_000,
-        own_demand: Demand { now: 80, before: 0 },
-        all_demand: Demand {
-            now: 100,
-            before: 0,
-        },
+        own_demand: demand(80, 0),
+        all_demand: demand(100, 0),
         own_allowed: 48,
         ..input()
     };
@@ -61,11 +63,8 @@ fn a_stream_behind_its_part_catches_up_and_one_ahead_slows_down() {
     let behind = ShareInput {
         used: 60,
         elapsed_ms: 30_000,
-        own_demand: Demand { now: 50, before: 0 },
-        all_demand: Demand {
-            now: 100,
-            before: 0,
-        },
+        own_demand: demand(50, 0),
+        all_demand: demand(100, 0),
         own_allowed: 20,
         ..input()
     };
@@ -99,11 +98,8 @@ fn a_stream_behind_its_part_catches_up_and_one_ahead_slows_down() {
 #[test]
 fn a_quiet_stream_gets_the_floor() {
     let i = ShareInput {
-        own_demand: Demand { now: 0, before: 0 },
-        all_demand: Demand {
-            now: 1_000,
-            before: 0,
-        },
+        own_demand: demand(0, 0),
+        all_demand: demand(1_000, 0),
         ..input()
     };
     assert!((i.share() - 0.05).abs() < 1e-9);
@@ -114,11 +110,8 @@ fn the_previous_window_counts_by_how_much_of_it_the_span_still_covers() {
     // A quarter into the window: the previous window weighs 3/4.
     let i = ShareInput {
         elapsed_ms: 15_000,
-        own_demand: Demand { now: 0, before: 40 },
-        all_demand: Demand {
-            now: 10,
-            before: 40,
-        },
+        own_demand: demand(0, 40),
+        all_demand: demand(10, 40),
         ..input()
     };
     assert!((i.share() - 30.0 / 40.0).abs() < 1e-9);
@@ -128,14 +121,8 @@ fn the_previous_window_counts_by_how_much_of_it_the_span_still_covers() {
 fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last_seen() {
     // At the window's start (nothing of it reported), the ratio is the previous window's.
     let start = ShareInput {
-        own_demand: Demand {
-            now: 0,
-            before: 240,
-        },
-        all_demand: Demand {
-            now: 0,
-            before: 1_200,
-        },
+        own_demand: demand(0, 240),
+        all_demand: demand(0, 1_200),
         ..input()
     };
     assert!((start.others_per_own_now() - 4.0).abs() < 1e-9);
@@ -143,14 +130,8 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     // others are taken to have asked four times as much meanwhile.
     let first = ShareInput {
         elapsed_ms: 4_500,
-        own_demand: Demand {
-            now: 18,
-            before: 240,
-        },
-        all_demand: Demand {
-            now: 18,
-            before: 1_200,
-        },
+        own_demand: demand(18, 240),
+        all_demand: demand(18, 1_200),
         last_demand: 18,
         others_per_own: start.others_per_own_now(),
         ..input()
@@ -159,10 +140,7 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     assert!((first.others_per_own_now() - 4.0).abs() < 1e-9);
     // Once they have reported more than that, their count is used.
     let counted = ShareInput {
-        all_demand: Demand {
-            now: 18 + 90,
-            before: 1_200,
-        },
+        all_demand: demand(18 + 90, 1_200),
         ..first
     };
     let expected = (18.0 + 240.0 * 0.925) / (108.0 + 1_200.0 * 0.925);
@@ -170,14 +148,8 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     // 30 s in, the others' count is one report behind (4 × 20 short): topped up to 4 × 120.
     let lagging = ShareInput {
         elapsed_ms: 30_000,
-        own_demand: Demand {
-            now: 120,
-            before: 240,
-        },
-        all_demand: Demand {
-            now: 120 + 400,
-            before: 1_200,
-        },
+        own_demand: demand(120, 240),
+        all_demand: demand(120 + 400, 1_200),
         last_demand: 20,
         ..first
     };
@@ -185,10 +157,7 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     assert!((lagging.share() - fair).abs() < 1e-9, "{}", lagging.share());
     // They have gone (no count this window): only one report's worth is assumed, not 4 × 120.
     let gone = ShareInput {
-        all_demand: Demand {
-            now: 120,
-            before: 1_200,
-        },
+        all_demand: demand(120, 1_200),
         ..lagging
     };
     let assumed = (120.0 + 240.0 * 0.5) / (120.0 + 80.0 + 1_200.0 * 0.5);
@@ -196,13 +165,13 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     // A bucket that has just appeared in two Envoys (each reported its first request): the
     // other is taken to be as busy as this one until it reports, not absent.
     let created = ShareInput {
-        own_demand: Demand { now: 1, before: 0 },
-        all_demand: Demand { now: 2, before: 0 },
+        own_demand: demand(1, 0),
+        all_demand: demand(2, 0),
         ..input()
     };
     let cold = ShareInput {
-        own_demand: Demand { now: 18, before: 0 },
-        all_demand: Demand { now: 19, before: 0 },
+        own_demand: demand(18, 0),
+        all_demand: demand(19, 0),
         others_per_own: created.others_per_own_now(),
         ..first
     };
@@ -220,7 +189,7 @@ fn the_others_lagging_count_is_topped_up_by_at_most_one_report_of_the_ratio_last
     );
     // Alone (nobody else counted), it is all of the demand.
     let alone = ShareInput {
-        all_demand: Demand { now: 18, before: 0 },
+        all_demand: demand(18, 0),
         ..unknown
     };
     assert!((alone.share() - 1.0).abs() < 1e-9, "{}", alone.share());
@@ -237,8 +206,8 @@ fn the_held_bucket_is_kept_while_it_ends_the_window_less_than_a_token_ahead_or_h
     // Half a window left, 100 of this stream's part still to use: 200 a minute.
     let half = ShareInput {
         elapsed_ms: 30_000,
-        own_demand: Demand { now: 1, before: 0 },
-        all_demand: Demand { now: 1, before: 0 },
+        own_demand: demand(1, 0),
+        all_demand: demand(1, 0),
         own_allowed: 20,
         ..input()
     };

@@ -1,25 +1,8 @@
 //! Unit tests of `unary`: reading a message however it is split, the refusals tonic gives, and
 //! the answer's frames. (The exchange itself is tested on the wire: `tests/it/`.)
-use std::collections::VecDeque;
-
 use http_body::Body as _;
 
 use super::*;
-
-/// A request body of these chunks.
-struct Chunks(VecDeque<Bytes>);
-
-impl http_body::Body for Chunks {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Poll::Ready(self.get_mut().0.pop_front().map(|c| Ok(Frame::data(c))))
-    }
-}
 
 fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
     let mut out = vec![flag];
@@ -29,7 +12,11 @@ fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
 }
 
 async fn read(chunks: &[&[u8]]) -> Result<Bytes, Status> {
-    let body = Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect());
+    let frames = chunks
+        .iter()
+        .map(|c| Ok::<_, Status>(Frame::data(Bytes::copy_from_slice(c))));
+    let body =
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames.collect::<Vec<_>>()));
     read_message(body).await
 }
 

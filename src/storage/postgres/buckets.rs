@@ -34,26 +34,17 @@ pub(super) async fn step(
     }
     let now = signed(store.inner.clock.now_secs());
     let sql = &store.inner.bucket_sql;
-    let row = store
-        .within(|client| async move {
-            let result = async {
-                let statement = client.prepare_cached(sql).await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                    &keys,
-                    &nows,
-                    &intervals,
-                    &capacities,
-                    &amounts,
-                    &refunds,
-                    &ticks,
-                    &now,
-                ];
-                client.query_one(&statement, &params).await
-            }
-            .await;
-            (client, result)
-        })
-        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+        &keys,
+        &nows,
+        &intervals,
+        &capacities,
+        &amounts,
+        &refunds,
+        &ticks,
+        &now,
+    ];
+    let row = store.query_one(sql, &params).await?;
     let protocol = |e: String| StorageError::protocol(format!("{}: {e}", store.place()));
     let admitted: Vec<bool> = row.try_get(0).map_err(|e| protocol(e.to_string()))?;
     let tats: Vec<String> = row.try_get(1).map_err(|e| protocol(e.to_string()))?;

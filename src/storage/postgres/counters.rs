@@ -108,16 +108,7 @@ pub(super) async fn adds_statement(
     let (ceiling, now) = (signed(COUNT_CEILING), signed(store.inner.clock.now_secs()));
     let sql = &store.inner.sql.adds;
     let rows = store
-        .within(|client| async move {
-            let result = async {
-                let statement = client.prepare_cached(sql).await?;
-                client
-                    .query(&statement, &[&keys, &amounts, &expires, &ceiling, &now])
-                    .await
-            }
-            .await;
-            (client, result)
-        })
+        .query(sql, &[&keys, &amounts, &expires, &ceiling, &now])
         .await?;
     let mut by_key = HashMap::with_capacity(rows.len());
     for row in &rows {
@@ -149,19 +140,7 @@ async fn general(store: &PostgresStore, hits: &[CounterOp]) -> Result<Vec<u64>, 
     let (now, ceiling) = (signed(store.inner.clock.now_secs()), signed(COUNT_CEILING));
     let sql = &store.inner.sql.general;
     let row = store
-        .within(|client| async move {
-            let result = async {
-                let statement = client.prepare_cached(sql).await?;
-                client
-                    .query_one(
-                        &statement,
-                        &[&keys, &ops, &amounts, &expires, &now, &ceiling],
-                    )
-                    .await
-            }
-            .await;
-            (client, result)
-        })
+        .query_one(sql, &[&keys, &ops, &amounts, &expires, &now, &ceiling])
         .await?;
     let counts: Vec<i64> = row.try_get(0).map_err(|e| protocol(store, &e))?;
     Ok(counts

@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 use crate::clock::Clock;
 use crate::storage::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
@@ -188,6 +190,36 @@ impl PostgresStore {
             Ok(result) => result,
             Err(_) => Err(self.late()),
         }
+    }
+
+    /// The rows of `sql` (prepared once per connection) with `params`, within the deadline.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StorageError> {
+        self.within(|client| async move {
+            let result = async {
+                let statement = client.prepare_cached(sql).await?;
+                client.query(&statement, params).await
+            }
+            .await;
+            (client, result)
+        })
+        .await
+    }
+
+    /// The one row of `sql` with `params` (a function's answer).
+    async fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, StorageError> {
+        self.query(sql, params)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| StorageError::protocol(format!("{} answered no row", self.place())))
     }
 
     /// A connection from the pool, as it is (the schema not checked).

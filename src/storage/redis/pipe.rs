@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::resp::{Reply, command, read_reply};
 use super::{RedisAuth, RedisOptions, RedisTarget};
-use crate::storage::pipelined::{Alive, Awaited, reader};
+use crate::storage::pipelined::{Awaited, spawn_reader};
 use crate::storage::remote::lock;
 
 /// Requests that may wait for the writer.
@@ -75,11 +75,11 @@ impl Pipe {
                 let stream = tokio::net::TcpStream::connect(address.as_str()).await?;
                 stream.set_nodelay(true)?;
                 let (read, write) = stream.into_split();
-                Self::start(read, write, auth).await
+                Self::start(read, write, auth, address.clone()).await
             }
             RedisTarget::Unix(path) => {
                 let (read, write) = tokio::net::UnixStream::connect(path).await?.into_split();
-                Self::start(read, write, auth).await
+                Self::start(read, write, auth, path.clone()).await
             }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -88,7 +88,12 @@ impl Pipe {
         }
     }
 
-    async fn start<R, W>(read: R, mut write: W, auth: Option<&RedisAuth>) -> io::Result<Pipe>
+    async fn start<R, W>(
+        read: R,
+        mut write: W,
+        auth: Option<&RedisAuth>,
+        peer: String,
+    ) -> io::Result<Pipe>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -111,14 +116,7 @@ impl Pipe {
         let (requests, queue) = mpsc::channel::<Request>(REQUEST_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
-        let alive = Arc::new(AtomicBool::new(true));
-        let reading = Alive(Arc::clone(&alive));
-        tokio::spawn(async move {
-            let _reading = reading;
-            if let Some(why) = reader(read, pending_rx, "Redis").await {
-                tracing::warn!(error = %why, "a Redis connection ended");
-            }
-        });
+        let alive = spawn_reader(read, pending_rx, "Redis", peer);
         Ok(Pipe { requests, alive })
     }
 
@@ -220,7 +218,7 @@ async fn writer<W: AsyncWrite + Unpin>(
 impl Awaited for Pending {
     type Scratch = Vec<u8>;
 
-    async fn answer<R: AsyncBufRead + Unpin>(
+    async fn answer<R: AsyncBufRead + Unpin + Send>(
         self,
         read: &mut R,
         line: &mut Vec<u8>,

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::gather::{Ticket, Written, closed};
 use super::reply::{Reply, read_reply};
 use crate::storage::memcached::transport::{Sent, TransportError};
-use crate::storage::pipelined::{Alive, Awaited, reader};
+use crate::storage::pipelined::{Awaited, spawn_reader};
 
 /// Callers' batches that may wait for the writer on one connection.
 const COMMAND_QUEUE: usize = 4_096;
@@ -100,15 +100,8 @@ impl Pipeline {
         let (commands, queue) = mpsc::channel::<Outgoing>(COMMAND_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
-        let alive = Arc::new(AtomicBool::new(true));
-        let reading = Alive(Arc::clone(&alive));
-        tokio::spawn(async move {
-            let _reading = reading;
-            let read = BufReader::with_capacity(64 * 1024, read);
-            if let Some(why) = reader(read, pending_rx, "memcached").await {
-                tracing::warn!(server = %addr, error = %why, "a memcached connection ended");
-            }
-        });
+        let read = BufReader::with_capacity(64 * 1024, read);
+        let alive = spawn_reader(read, pending_rx, "memcached", addr.to_string());
         Pipeline { commands, alive }
     }
 
@@ -221,7 +214,7 @@ async fn writer<W: AsyncWrite + Unpin>(
 impl Awaited for Pending {
     type Scratch = Buffers;
 
-    async fn answer<R: AsyncBufRead + Unpin>(
+    async fn answer<R: AsyncBufRead + Unpin + Send>(
         self,
         read: &mut R,
         buffers: &mut Buffers,
