@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
@@ -216,14 +216,12 @@ fn a_second_signal_ends_the_drain_and_start_up_logs_are_info() {
     let mut p = Binary::start(&[("SHUTDOWN_DRAIN_SECONDS", "600"), ("LOG_FORMAT", "json")]);
     p.signal("-INT");
     p.wait_for_log("shutting down");
-    let started = Instant::now();
     p.signal("-INT");
+    // Not the 600 s drain: the second signal ends it (else this line never comes, and the log
+    // ends without it when the drain runs out).
+    p.wait_for_log("drain cut short");
     let (code, logs) = p.wait();
     assert_eq!(code, Some(0), "{logs}");
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "a second signal stops at once, not after the 600 s drain"
-    );
     for event in ["rate limit configuration loaded", "\"@message\":\"serving"] {
         let line = logs
             .lines()

@@ -10,6 +10,7 @@ use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::process::{Process, rules_root};
 use crate::support::postgres_server::Postgres;
+use crate::support::wait::until_some;
 use crate::support::{req1, unique, until};
 
 const RULES: &str = "\
@@ -79,20 +80,13 @@ async fn a_demoted_primary_is_left_for_the_promoted_standby() {
     assert!(status.message().contains("PostgreSQL"), "{status:?}");
 
     standby.ctl(&["promote", "-w", "-t", "30"]);
-    let mut after = None;
-    let started = std::time::Instant::now();
-    while after.is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "counting on the promoted standby"
-        );
-        after = call().await.ok();
-    }
-    assert_eq!(
-        after,
-        Some((Code::Ok, 6)),
-        "the replicated counts, then this hit"
-    );
+    let after = until_some(
+        Duration::from_secs(10),
+        "counting on the promoted standby",
+        || async { call().await.ok() },
+    )
+    .await;
+    assert_eq!(after, (Code::Ok, 6), "the replicated counts, then this hit");
     assert_eq!(
         standby.psql(&format!(
             "SELECT max(count) FROM {schema}.counters WHERE key LIKE '%{key}%'"

@@ -13,11 +13,15 @@ use crate::support::{Options, req1, start_with};
 
 use super::RULES;
 
+/// A caller's deadline: Turnstile's `REDIS_TIMEOUT` (2 s) and a margin.
+const CALLER_DEADLINE: Duration = Duration::from_millis(2_500);
+
 /// One caller's calls: (ms since the test started, answered OK, latency in ms) each.
 type CallLog = Vec<(u128, bool, u128)>;
 
-/// Caller `i`: calls until `stop`, counting its answers in `answered[i]`; every failure must be
-/// `UNAVAILABLE` (and is followed by a 20 ms pause, as a client backs off).
+/// Caller `i`: calls until `stop`, counting its answers in `answered[i]`; every call must be
+/// answered within [`CALLER_DEADLINE`], and every failure must be `UNAVAILABLE` (and is
+/// followed by a 20 ms pause, as a client backs off).
 async fn keep_calling(
     mut client: RateLimitServiceClient<Channel>,
     i: usize,
@@ -28,9 +32,11 @@ async fn keep_calling(
     let mut log = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
-        let result = client
-            .should_rate_limit(req1("cut", &[("user", &format!("load{i}"))]))
-            .await;
+        let call = client.should_rate_limit(req1("cut", &[("user", &format!("load{i}"))]));
+        // A caller's deadline: every call answered, OK or UNAVAILABLE, within it.
+        let result = tokio::time::timeout(CALLER_DEADLINE, call)
+            .await
+            .unwrap_or_else(|_| panic!("caller {i}: no answer within {CALLER_DEADLINE:?}"));
         let latency = t.elapsed().as_millis();
         match result {
             Ok(_) => {
@@ -168,10 +174,6 @@ async fn sentinel_failover_under_load() {
          ({} ms), {during} calls meanwhile ({errors} UNAVAILABLE), slowest answer {slowest} ms, \
          after: {after_ok} OK, {after_err} errors",
         recovered_at - killed_at,
-    );
-    assert!(
-        slowest < 2_500,
-        "answers stayed timely (REDIS_TIMEOUT 2 s): {slowest} ms"
     );
     assert!(
         callers_back == 8 && after_err == 0,
