@@ -12,10 +12,10 @@
 //!
 //! Must not touch: the decision, storage, listeners.
 
-mod backoff;
 mod coalesce;
 mod connect;
 mod convert;
+mod reconnect;
 
 pub use connect::{ConnectError, channel};
 pub use convert::{TYPE_URL, compile};
@@ -36,7 +36,7 @@ use crate::pb::google::rpc::Status;
 use crate::reload::RulesHandle;
 use crate::settings::XdsSettings;
 use crate::telemetry::LIFECYCLE;
-use backoff::Backoff;
+use reconnect::Reconnect;
 
 /// The xDS client and what it updates.
 #[derive(Debug)]
@@ -79,13 +79,13 @@ impl XdsSource {
             version: String::new(),
             first,
         };
-        let mut backoff = Backoff::new(self.settings.backoff);
+        let mut reconnect = Reconnect::new(self.settings.backoff);
         loop {
-            let ended = self.stream(&mut accepted, &mut backoff).await;
+            let ended = self.stream(&mut accepted, &mut reconnect).await;
             self.metrics.source.set_connected(false);
             let pause = match &ended {
-                Ended::Connect(_) => backoff.after_failed_connection(),
-                Ended::Stream(_) | Ended::Closed => backoff.after_stream(),
+                Ended::Connect(_) => reconnect.after_failed_connection(),
+                Ended::Stream(_) | Ended::Closed => reconnect.after_stream(),
             };
             tracing::warn!(
                 server = %self.settings.server,
@@ -98,7 +98,7 @@ impl XdsSource {
     }
 
     /// One connection and stream, until it ends.
-    async fn stream(&self, accepted: &mut Accepted, backoff: &mut Backoff) -> Ended {
+    async fn stream(&self, accepted: &mut Accepted, reconnect: &mut Reconnect) -> Ended {
         let channel = match channel(&self.settings).await {
             Ok(channel) => channel,
             Err(e) => return e.into(),
@@ -125,7 +125,7 @@ impl XdsSource {
             Err(status) => return status.into(),
         };
         self.metrics.source.set_connected(true);
-        backoff.connected();
+        reconnect.connected();
         tracing::info!(target: LIFECYCLE, server = %self.settings.server, node = %self.settings.node_id, "xDS: subscribed to rate limit configurations");
         let mut ready_at = tokio::time::Instant::now();
         loop {

@@ -2,7 +2,8 @@
 //! (from `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL`, ×1.6 as gRPC's own backoff, up to
 //! `XDS_CLIENT_BACKOFF_MAX_INTERVAL`), the fixed `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`
 //! after a stream that was up; each pause spread by up to `XDS_CLIENT_BACKOFF_RANDOM_FACTOR`
-//! either way when `XDS_CLIENT_BACKOFF_JITTER` is on, so replicas do not reconnect in step.
+//! either way when `XDS_CLIENT_BACKOFF_JITTER` is on, so replicas do not reconnect in step. The
+//! schedule and the spread are `crate::backoff`'s; this module owns when each applies.
 
 use std::time::Duration;
 
@@ -13,14 +14,14 @@ use crate::settings::XdsBackoff;
 const MULTIPLIER: f64 = 1.6;
 
 #[derive(Debug)]
-pub(super) struct Backoff {
+pub(super) struct Reconnect {
     settings: XdsBackoff,
     schedule: Schedule,
     /// Failed connections since the last one that succeeded.
     failures: u32,
 }
 
-impl Backoff {
+impl Reconnect {
     pub(super) fn new(settings: XdsBackoff) -> Self {
         Self {
             schedule: Schedule::new(settings.initial, settings.max, MULTIPLIER),
@@ -69,7 +70,7 @@ mod tests {
 
     #[test]
     fn failed_connections_back_off_to_the_maximum_and_start_over_when_connected() {
-        let mut b = Backoff::new(settings(false));
+        let mut b = Reconnect::new(settings(false));
         let pauses: Vec<u64> = (0..6)
             .map(|_| b.after_failed_connection().as_millis() as u64)
             .collect();
@@ -81,7 +82,7 @@ mod tests {
 
     #[test]
     fn jitter_spreads_within_the_random_factor() {
-        let b = Backoff::new(settings(true));
+        let b = Reconnect::new(settings(true));
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..200 {
             let pause = b.after_stream();
