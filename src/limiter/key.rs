@@ -8,7 +8,7 @@
 //! [`Keys`] writes a descriptor's part once, sized up front, and each key is that part plus a
 //! tail; the last key takes the buffer itself, so a fixed window's key costs one allocation.
 
-use crate::storage::{CounterKey, KeyWriter, Separator, Tag};
+use crate::storage::{CounterKey, KeyWriter, MAX_REFERENCE_KEY_LEN, Separator, Tag};
 
 /// What ends a counter key after the descriptor's part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +48,27 @@ pub(crate) struct Keys {
     writer: KeyWriter,
     /// How long the current descriptor's part (prefix, domain, entries) is in `writer`.
     base: usize,
+    /// Whether `writer` holds the current descriptor's part: not when every key asked for is
+    /// a window's in the reference's layout (within its bound), where it would go unused.
+    written: bool,
     /// The reference's bytes up to the window start, when that layout is on.
     reference: Option<String>,
 }
 
+/// Which keys a descriptor will be asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tails {
+    /// Windows' only (fixed and sliding windows).
+    Windows,
+    /// Any (leases, token buckets, RLQS demand).
+    Any,
+}
+
 /// Room for the longest tail: two 20-digit numbers and their separators.
 const TAIL_ROOM: usize = 48;
+
+/// The most digits of a window start (a `u64`).
+const MAX_DIGITS: usize = 20;
 
 impl Keys {
     /// No descriptor yet (nothing allocated).
@@ -61,18 +76,20 @@ impl Keys {
         Keys {
             writer: KeyWriter::with_capacity(0),
             base: 0,
+            written: false,
             reference: None,
         }
     }
 
     /// Starts the keys of `entries` (the request's values, or a wildcard pattern where
-    /// `share_threshold` shares one counter) in `layout`.
+    /// `share_threshold` shares one counter) in `layout`, for the `tails` it will be asked for.
     pub(crate) fn start<'a>(
         &mut self,
         layout: KeyLayout,
         prefix: &str,
         domain: &str,
         entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+        tails: Tails,
     ) {
         // Unescaped lengths: one allocation unless a component needs escaping.
         let raw = entries
@@ -80,6 +97,19 @@ impl Keys {
             .fold(prefix.len() + domain.len(), |n, (k, v)| {
                 n + k.len() + v.len() + 2
             });
+        self.reference = match layout {
+            KeyLayout::Turnstile => None,
+            KeyLayout::Reference => Some(reference_base(prefix, domain, entries.clone(), raw)),
+        };
+        self.written = match (&self.reference, tails) {
+            (Some(reference), Tails::Windows) => {
+                reference.len() + MAX_DIGITS > MAX_REFERENCE_KEY_LEN
+            }
+            _ => true,
+        };
+        if !self.written {
+            return;
+        }
         let w = &mut self.writer;
         *w = KeyWriter::with_capacity(raw + TAIL_ROOM);
         w.component(prefix).keep().component(domain);
@@ -91,10 +121,6 @@ impl Keys {
         }
         w.separator(Separator::Part);
         self.base = w.len();
-        self.reference = match layout {
-            KeyLayout::Turnstile => None,
-            KeyLayout::Reference => Some(reference_base(prefix, domain, entries)),
-        };
     }
 
     /// The current descriptor's key for a tail, keeping its part for another key.
@@ -108,6 +134,15 @@ impl Keys {
     /// The current descriptor's last key: its buffer becomes the key. Start the next descriptor
     /// before asking for another.
     pub(crate) fn last_key(&mut self, tail: Tail) -> CounterKey {
+        if let Tail::Window { start, .. } = tail
+            && let Some(mut text) = self.reference.take()
+        {
+            // The reference's part becomes the key (the next descriptor starts its own).
+            text.push_str(itoa::Buffer::new().format(start));
+            if let Ok(key) = CounterKey::reference(text) {
+                return key;
+            }
+        }
         match self.reference_key(tail) {
             Some(key) => key,
             None => {
@@ -122,8 +157,7 @@ impl Keys {
     fn reference_key(&self, tail: Tail) -> Option<CounterKey> {
         match (tail, &self.reference) {
             (Tail::Window { start, .. }, Some(reference)) => {
-                // The window start has at most 20 digits.
-                let mut text = String::with_capacity(reference.len() + 20);
+                let mut text = String::with_capacity(reference.len() + MAX_DIGITS);
                 text.push_str(reference);
                 text.push_str(itoa::Buffer::new().format(start));
                 CounterKey::reference(text).ok()
@@ -133,6 +167,15 @@ impl Keys {
     }
 
     fn write_tail(&mut self, tail: Tail) -> &mut KeyWriter {
+        if !self.written {
+            // Asked for a tail `start` was not told of: the reference's part stands in, as
+            // one escaped component (a key still distinct per descriptor).
+            let part = self.reference.clone().unwrap_or_default();
+            self.writer = KeyWriter::with_capacity(part.len() + TAIL_ROOM);
+            self.writer.component(&part).separator(Separator::Part);
+            self.base = self.writer.len();
+            self.written = true;
+        }
         let w = &mut self.writer;
         w.truncate(self.base);
         match tail {
@@ -160,12 +203,18 @@ impl Keys {
 
 /// The reference's bytes up to the window start: `prefix + domain + "_" + (key + "_" + value +
 /// "_")…`.
+/// The reference's key up to the window start, `raw` bytes of components long before its
+/// separators, with room for the start's digits.
 fn reference_base<'a>(
     prefix: &str,
     domain: &str,
     entries: impl Iterator<Item = (&'a str, &'a str)>,
+    raw: usize,
 ) -> String {
-    let mut text = format!("{prefix}{domain}_");
+    let mut text = String::with_capacity(raw + 1 + MAX_DIGITS);
+    text.push_str(prefix);
+    text.push_str(domain);
+    text.push('_');
     for (k, v) in entries {
         text.push_str(k);
         text.push('_');
@@ -184,7 +233,7 @@ pub fn counter_key<'a>(
     window_start: u64,
 ) -> CounterKey {
     let mut keys = Keys::new();
-    keys.start(KeyLayout::Turnstile, prefix, domain, entries);
+    keys.start(KeyLayout::Turnstile, prefix, domain, entries, Tails::Any);
     keys.last_key(Tail::Window {
         period,
         start: window_start,
@@ -229,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_reference_layout_within_its_bound_and_turnstiles_beyond() {
-        use super::{KeyLayout, Keys, Tail};
+        use super::{KeyLayout, Keys, Tail, Tails};
         use crate::storage::MAX_REFERENCE_KEY_LEN;
         let window = Tail::Window {
             period: 60,
@@ -237,21 +286,46 @@ mod tests {
         };
         let mut keys = Keys::new();
         let entries = [("k", "a b"), ("k2", "v")];
-        keys.start(KeyLayout::Reference, "p:", "d", entries.iter().copied());
-        assert_eq!(keys.key(window).as_str(), "p:d_k_a b_k2_v_1200");
+        for tails in [Tails::Any, Tails::Windows] {
+            keys.start(
+                KeyLayout::Reference,
+                "p:",
+                "d",
+                entries.iter().copied(),
+                tails,
+            );
+            assert_eq!(keys.key(window).as_str(), "p:d_k_a b_k2_v_1200");
+            assert_eq!(keys.last_key(window).as_str(), "p:d_k_a b_k2_v_1200");
+        }
         // Other tails keep Turnstile's layout.
-        let lease = keys.key(Tail::Lease { period: 60 });
-        assert_eq!(lease.as_str(), "p:d|k=a%20b|k2=v|60~c");
-        let long = "x".repeat(MAX_REFERENCE_KEY_LEN);
         keys.start(
             KeyLayout::Reference,
             "p:",
             "d",
-            [("k", long.as_str())].into_iter(),
+            entries.iter().copied(),
+            Tails::Any,
         );
-        let key = keys.key(window);
-        assert!(key.len() <= MAX_KEY_LEN, "{}", key.len());
-        assert!(key.starts_with("p:#"), "{key}");
+        let lease = keys.key(Tail::Lease { period: 60 });
+        assert_eq!(lease.as_str(), "p:d|k=a%20b|k2=v|60~c");
+        // Asked for one after saying windows only: still a key of its own.
+        keys.start(
+            KeyLayout::Reference,
+            "p:",
+            "d",
+            entries.iter().copied(),
+            Tails::Windows,
+        );
+        let lease = keys.key(Tail::Lease { period: 60 });
+        assert!(lease.as_str().ends_with("|60~c"), "{lease}");
+        let long = "x".repeat(MAX_REFERENCE_KEY_LEN);
+        for tails in [Tails::Any, Tails::Windows] {
+            let entries = [("k", long.as_str())].into_iter();
+            keys.start(KeyLayout::Reference, "p:", "d", entries, tails);
+            for key in [keys.key(window), keys.last_key(window)] {
+                assert!(key.len() <= MAX_KEY_LEN, "{}", key.len());
+                assert!(key.starts_with("p:#"), "{key}");
+            }
+        }
     }
 
     proptest! {

@@ -2,9 +2,9 @@
 //! layout (Turnstile's or the reference's), wildcard values that share one counter, and the
 //! tails. Must not touch: the store, the decision.
 
-use super::key::{Keys, Tail};
+use super::key::{Keys, Tail, Tails};
 use super::{Applied, Descriptor, Limiter};
-use crate::rules::{LevelMatch, Limit, PathLevel};
+use crate::rules::{Algorithm, LevelMatch, Limit, PathLevel};
 use crate::storage::CounterKey;
 
 impl<S> Limiter<S> {
@@ -18,7 +18,11 @@ impl<S> Limiter<S> {
     ) {
         let path = limit.rule().map(|l| l.path.as_slice()).unwrap_or(&[]);
         let entries = descriptor.entries.iter().map(|e| (&*e.key, &*e.value));
-        self.start_for(keys, domain, entries, path);
+        let tails = match limit.rate().map(|rate| rate.algorithm) {
+            Some(Algorithm::FixedWindow | Algorithm::SlidingWindow) => Tails::Windows,
+            _ => Tails::Any,
+        };
+        self.start_for(keys, domain, entries, path, tails);
     }
 
     /// The keys RLQS counts a bucket in, for `entries` (in path order) under `rule` and the
@@ -35,7 +39,13 @@ impl<S> Limiter<S> {
         start: u64,
     ) -> [CounterKey; 3] {
         let mut keys = Keys::new();
-        self.start_for(&mut keys, domain, entries.iter().copied(), &rule.path);
+        self.start_for(
+            &mut keys,
+            domain,
+            entries.iter().copied(),
+            &rule.path,
+            Tails::Any,
+        );
         let before = start.saturating_sub(period);
         [
             keys.key(Tail::Window { period, start }),
@@ -53,6 +63,7 @@ impl<S> Limiter<S> {
         domain: &str,
         entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
         path: &[PathLevel],
+        tails: Tails,
     ) {
         let entries = entries.enumerate().map(|(i, (key, value))| {
             let value = match path.get(i).map(|p| &p.matched) {
@@ -69,6 +80,7 @@ impl<S> Limiter<S> {
             &self.settings.key_prefix,
             domain,
             entries,
+            tails,
         );
     }
 }
