@@ -72,28 +72,20 @@ impl Inner {
         // Each hit's two commands: its key twice and under 96 bytes of framing and numbers.
         let size = hits.iter().map(|hit| 2 * hit.key.len() + 96).sum();
         let mut bytes = Vec::with_capacity(size);
-        let mut number = itoa::Buffer::new();
         let mut sets = 0;
         for hit in hits
             .iter()
             .filter(|hit| hit.change.bounded() != Change::READ)
         {
             let ttl = self.ttl(&hit.key, hit.expires_at, now);
-            let ttl = resp::number(&mut number, ttl);
-            resp::command(
-                &mut bytes,
-                &[b"SET", hit.key.as_bytes(), b"0", b"NX", b"EX", ttl],
-            );
+            resp::set_zero_nx_ex(&mut bytes, hit.key.as_bytes(), ttl);
             sets += 1;
         }
         for hit in hits {
             let key = hit.key.as_bytes();
             match hit.change.bounded() {
-                Change::READ => resp::command(&mut bytes, &[b"GET", key]),
-                change => {
-                    let amount = resp::number(&mut number, change.amount());
-                    resp::command(&mut bytes, &[b"INCRBY", key, amount]);
-                }
+                Change::READ => resp::get(&mut bytes, key),
+                change => resp::incrby(&mut bytes, key, change.amount()),
             }
         }
         (bytes, sets)

@@ -60,17 +60,39 @@ pub(super) fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
     out.extend_from_slice(itoa::Buffer::new().format(args.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     for arg in args {
-        out.push(b'$');
-        out.extend_from_slice(itoa::Buffer::new().format(arg.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
+        bulk(out, arg);
     }
 }
 
-/// The bulk strings of a number, for [`command`].
-pub(super) fn number(buffer: &mut itoa::Buffer, n: u64) -> &[u8] {
-    buffer.format(n).as_bytes()
+/// One bulk string: `$<len>\r\n<bytes>\r\n`.
+fn bulk(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(itoa::Buffer::new().format(arg.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `SET key 0 NX EX ttl`, as [`command`] writes it, its fixed parts written whole: a
+/// request's hot path writes one per added counter.
+pub(super) fn set_zero_nx_ex(out: &mut Vec<u8>, key: &[u8], ttl: u64) {
+    out.extend_from_slice(b"*6\r\n$3\r\nSET\r\n");
+    bulk(out, key);
+    out.extend_from_slice(b"$1\r\n0\r\n$2\r\nNX\r\n$2\r\nEX\r\n");
+    bulk(out, itoa::Buffer::new().format(ttl).as_bytes());
+}
+
+/// `INCRBY key n`, as [`command`] writes it.
+pub(super) fn incrby(out: &mut Vec<u8>, key: &[u8], n: u64) {
+    out.extend_from_slice(b"*3\r\n$6\r\nINCRBY\r\n");
+    bulk(out, key);
+    bulk(out, itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// `GET key`, as [`command`] writes it.
+pub(super) fn get(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
+    bulk(out, key);
 }
 
 /// Bulk strings longer than this are refused (no command here is answered with one).
@@ -196,8 +218,24 @@ mod tests {
     #[test]
     fn commands_are_arrays_of_bulk_strings() {
         let mut out = Vec::new();
-        let mut n = itoa::Buffer::new();
-        command(&mut out, &[b"INCRBY", b"k\r\nx", number(&mut n, 12)]);
+        command(&mut out, &[b"INCRBY", b"k\r\nx", b"12"]);
         assert_eq!(out, b"*3\r\n$6\r\nINCRBY\r\n$4\r\nk\r\nx\r\n$2\r\n12\r\n");
+    }
+
+    #[test]
+    fn the_hot_commands_are_written_as_command_writes_them() {
+        let key = b"ratelimit_bench_k\r\n_1733300000";
+        for n in [0, 1, 9, 10, 12_345, u64::MAX] {
+            let digits = n.to_string();
+            let (mut fixed, mut general) = (Vec::new(), Vec::new());
+            set_zero_nx_ex(&mut fixed, key, n);
+            let set: [&[u8]; 6] = [b"SET", key, b"0", b"NX", b"EX", digits.as_bytes()];
+            command(&mut general, &set);
+            incrby(&mut fixed, key, n);
+            command(&mut general, &[b"INCRBY", key, digits.as_bytes()]);
+            get(&mut fixed, key);
+            command(&mut general, &[b"GET", key]);
+            assert_eq!(fixed, general, "{n}");
+        }
     }
 }
