@@ -201,10 +201,8 @@ impl Keys {
     }
 }
 
-/// The reference's bytes up to the window start: `prefix + domain + "_" + (key + "_" + value +
-/// "_")…`.
-/// The reference's key up to the window start, `raw` bytes of components long before its
-/// separators, with room for the start's digits.
+/// The reference's bytes up to the window start, `prefix + domain + "_" + (key + "_" + value +
+/// "_")…`, sized from `raw` (the components' bytes) with room for the start's digits.
 fn reference_base<'a>(
     prefix: &str,
     domain: &str,
