@@ -46,11 +46,10 @@ pub enum KeyLayout {
 #[derive(Debug)]
 pub(crate) struct Keys {
     writer: KeyWriter,
-    /// How long the current descriptor's part (prefix, domain, entries) is in `writer`.
+    /// How long the current descriptor's part (prefix, domain, entries) is in `writer`; 0 when
+    /// it is not written there (a written part ends in a separator): when every key asked for
+    /// is a window's in the reference's layout (within its bound), where it would go unused.
     base: usize,
-    /// Whether `writer` holds the current descriptor's part: not when every key asked for is
-    /// a window's in the reference's layout (within its bound), where it would go unused.
-    written: bool,
     /// The reference's bytes up to the window start, when that layout is on.
     reference: Option<String>,
 }
@@ -76,7 +75,6 @@ impl Keys {
         Keys {
             writer: KeyWriter::with_capacity(0),
             base: 0,
-            written: false,
             reference: None,
         }
     }
@@ -101,13 +99,14 @@ impl Keys {
             KeyLayout::Turnstile => None,
             KeyLayout::Reference => Some(reference_base(prefix, domain, entries.clone(), raw)),
         };
-        self.written = match (&self.reference, tails) {
+        let write = match (&self.reference, tails) {
             (Some(reference), Tails::Windows) => {
                 reference.len() + MAX_DIGITS > MAX_REFERENCE_KEY_LEN
             }
             _ => true,
         };
-        if !self.written {
+        if !write {
+            self.base = 0;
             return;
         }
         let w = &mut self.writer;
@@ -167,14 +166,13 @@ impl Keys {
     }
 
     fn write_tail(&mut self, tail: Tail) -> &mut KeyWriter {
-        if !self.written {
+        if self.base == 0 {
             // Asked for a tail `start` was not told of: the reference's part stands in, as
             // one escaped component (a key still distinct per descriptor).
             let part = self.reference.clone().unwrap_or_default();
             self.writer = KeyWriter::with_capacity(part.len() + TAIL_ROOM);
             self.writer.component(&part).separator(Separator::Part);
             self.base = self.writer.len();
-            self.written = true;
         }
         let w = &mut self.writer;
         w.truncate(self.base);
