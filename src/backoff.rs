@@ -2,8 +2,8 @@
 //! service (a remote store's circuit breaker, the xDS client's reconnection): an exponential
 //! [`Schedule`] (a first pause, multiplied after each further failure, up to a ceiling) and a
 //! random [`spread`] of each pause, so that replicas that lost a peer together do not retry it
-//! in step. The random draw is fastrand's per-thread generator (seeded once per thread; no lock, no
-//! system call per draw).
+//! in step. The random draw is fastrand's per-thread generator (seeded once per thread; no
+//! lock, no system call per draw).
 //!
 //! Must not touch: what a failure is, when to retry, clocks (callers keep their own state).
 

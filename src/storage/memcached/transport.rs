@@ -152,7 +152,8 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
     fn connections(&self) -> Connections;
 }
 
-/// The transport of one server, of the configured kind (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`).
+/// The transport of one server, of the configured kind (`MEMCACHE_CLIENT`,
+/// `MEMCACHE_CLASSIC_PROTOCOL`).
 #[derive(Debug)]
 pub(super) enum ServerTransport {
     /// Shared pipelined connections (the default).

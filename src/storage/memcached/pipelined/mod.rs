@@ -2,10 +2,10 @@
 //! robin, connected on first use and again after they break.
 //!
 //! How many (`MEMCACHE_PIPELINED_CONNECTIONS`) is the app's choice; by default one per runtime
-//! worker thread, at most four. memcached serves a connection on one of its worker threads, so a replica's
-//! load reaches as many of them as the replica has cores to send from; on one core a second
-//! connection only splits every write in two (one `sendto` a batch, and one wake of memcached,
-//! is most of what a batch costs): measured in BENCHMARKS.md.
+//! worker thread, at most four. memcached serves a connection on one of its worker threads, so
+//! a replica's load reaches as many of them as the replica has cores to send from; on one core
+//! a second connection only splits every write in two (one `sendto` a batch, and one wake of
+//! memcached, is most of what a batch costs): measured in BENCHMARKS.md.
 //!
 //! Inside: `connection` (one shared connection, its writer and reader), `meta` (the command
 //! lines), `reply` (the answers' parser), `gather` (one call's parts across servers, answered in
