@@ -1,6 +1,6 @@
 //! The limit's shared state: the places (a semaphore resized as the limit moves), the
-//! permits that hold them and time their calls, the window's measurements and their hand-over
-//! to the [`Controller`], the wait a call may have, and the refusal.
+//! permits that hold them and time their calls, the hand-over of a closed window's
+//! measurements (`measuring`) to the [`Controller`], the wait a call may have, and the refusal.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
