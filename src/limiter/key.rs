@@ -134,11 +134,10 @@ impl Keys {
     /// before asking for another.
     pub(crate) fn last_key(&mut self, tail: Tail) -> CounterKey {
         if let Tail::Window { start, .. } = tail
-            && let Some(mut text) = self.reference.take()
+            && let Some(text) = self.reference.take()
         {
             // The reference's part becomes the key (the next descriptor starts its own).
-            text.push_str(itoa::Buffer::new().format(start));
-            if let Ok(key) = CounterKey::reference(text) {
+            if let Some(key) = reference_window(text, start) {
                 return key;
             }
         }
@@ -158,8 +157,7 @@ impl Keys {
             (Tail::Window { start, .. }, Some(reference)) => {
                 let mut text = String::with_capacity(reference.len() + MAX_DIGITS);
                 text.push_str(reference);
-                text.push_str(itoa::Buffer::new().format(start));
-                CounterKey::reference(text).ok()
+                reference_window(text, start)
             }
             _ => None,
         }
@@ -197,6 +195,13 @@ impl Keys {
                 .number(rate),
         }
     }
+}
+
+/// The reference's key of the window starting at `start`, from its part `text`; `None` beyond
+/// the reference layout's bound.
+fn reference_window(mut text: String, start: u64) -> Option<CounterKey> {
+    text.push_str(itoa::Buffer::new().format(start));
+    CounterKey::reference(text).ok()
 }
 
 /// The reference's bytes up to the window start, `prefix + domain + "_" + (key + "_" + value +

@@ -18,6 +18,7 @@ use futures_util::future::try_join_all;
 use super::StorageError;
 use super::lateness::{SchedulingDelay, saturated_runtime};
 use crate::backoff::{Schedule, spread};
+use crate::clock::millis_of;
 
 /// The waits of a store that failed: 50 ms after the first failure, doubling with each further
 /// one, at most 1 s; each spread by up to a quarter either way.
@@ -65,7 +66,7 @@ impl Backoff {
                 .down_until_ms
                 .compare_exchange(
                     until,
-                    now + millis(self.wait()),
+                    now + millis_of(self.wait()),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -75,7 +76,7 @@ impl Backoff {
     /// Records a failure; `true` for the first one (the server just went down).
     pub(crate) fn record_failure(&self) -> bool {
         let first = self.failures.fetch_add(1, Ordering::AcqRel) == 0;
-        let until = self.now_ms() + millis(self.wait());
+        let until = self.now_ms() + millis_of(self.wait());
         self.down_until_ms.store(until, Ordering::Release);
         first
     }
@@ -86,7 +87,7 @@ impl Backoff {
     }
 
     fn now_ms(&self) -> u64 {
-        millis(self.epoch.elapsed())
+        millis_of(self.epoch.elapsed())
     }
 
     /// The wait after the current run of failures: [`Backoff::base`], spread.
@@ -98,11 +99,6 @@ impl Backoff {
     fn base(&self) -> Duration {
         SCHEDULE.after(self.failures.load(Ordering::Acquire))
     }
-}
-
-/// Whole milliseconds of `d`, saturating.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Extra seconds of life for the counter `key` (`EXPIRATION_JITTER_MAX_SECONDS`), below
