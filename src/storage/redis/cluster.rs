@@ -98,9 +98,10 @@ impl RedisStore {
         let pipe = inner.connector.node_pipe(node).await.map_err(|e| {
             StorageError::unavailable(format!("redis node {node}: {e}")).caused_by(e)
         })?;
-        let replies = inner
-            .exchange(&pipe, bytes, sets + hits.len(), Some(node))
-            .await?;
+        let answered = pipe
+            .queue(bytes, sets + hits.len())
+            .map_err(|why| inner.refused(why, Some(node)))?;
+        let replies = inner.replies(answered, Some(node)).await?;
         let (sets, counts) = replies.split_at(sets);
         let refused = |said: &str| StorageError::protocol(format!("redis node {node}: {said}"));
         if let Some(said) = sets.iter().filter_map(Reply::said).find(|s| !redirected(s)) {
@@ -115,7 +116,7 @@ impl RedisStore {
                 reply => {
                     let count = reply.count().ok_or_else(|| inner.unexpected(hits.len()))?;
                     if count > COUNT_CEILING {
-                        over.push(hit);
+                        over.push(*hit);
                     }
                     out.push(Some(count.min(COUNT_CEILING)));
                 }

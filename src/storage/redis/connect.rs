@@ -222,14 +222,18 @@ impl Connector {
         single && self.options.tls.is_none()
     }
 
+    /// The live pipelined connection, if there is one (no waiting: a call's usual case).
+    pub(super) fn live_pipe(&self) -> Option<Arc<Pipe>> {
+        self.pipe.load_full().filter(|pipe| !pipe.is_closed())
+    }
+
     /// The live pipelined connection, connecting first when there is none (unless in backoff).
     pub(super) async fn pipe(&self) -> std::io::Result<Arc<Pipe>> {
-        let live = || self.pipe.load_full().filter(|pipe| !pipe.is_closed());
-        if let Some(pipe) = live() {
+        if let Some(pipe) = self.live_pipe() {
             return Ok(pipe);
         }
         let _connecting = self.connecting.lock().await;
-        if let Some(pipe) = live() {
+        if let Some(pipe) = self.live_pipe() {
             return Ok(pipe);
         }
         if !self.backoff.admit() {

@@ -15,37 +15,76 @@
 //!
 //! Must not touch: connections, breakers, a cluster's routing, key layout.
 
+use std::borrow::Borrow;
+
 use redis::Value;
 
-use super::pipe::{Pipe, PipeError};
+use super::pipe::{Answered, PipeError, closed};
 use super::resp::{self, Reply};
-use super::{Inner, Request};
+use super::{Inner, RedisStore, Request};
 use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
+
+impl RedisStore {
+    /// Adds and reads on one server over our own pipelined connection (`pipe`), one write,
+    /// behind the server's breaker. The hot path, so its future stays small (connecting and
+    /// saturating, rare, are boxed): the store's call then need not box it (`apply_ops`).
+    pub(super) async fn piped(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+        let breaker = self.admit(b"")?;
+        let inner = &self.inner;
+        let (bytes, sets) = inner.resp_commands(hits, inner.clock.now_secs());
+        let queued = match inner.connector.live_pipe() {
+            Some(pipe) => pipe.queue(bytes, sets + hits.len()),
+            None => match Box::pin(inner.connector.pipe()).await {
+                Ok(pipe) => pipe.queue(bytes, sets + hits.len()),
+                Err(e) => {
+                    let error = StorageError::unavailable(format!("{}: {e}", inner.name));
+                    return self.after(breaker, Err(error.caused_by(e)));
+                }
+            },
+        };
+        let outcome = match queued {
+            Ok(answered) => inner.replies(answered, None).await,
+            Err(refused) => Err(inner.refused(refused, None)),
+        };
+        let outcome = match outcome {
+            Ok(replies) => inner.counts(hits, &replies, sets),
+            Err(error) => Err(error),
+        };
+        let outcome = match outcome {
+            Ok((counts, over)) if !over.is_empty() => {
+                let over: Vec<&CounterOp> = over.into_iter().map(|at| &hits[at]).collect();
+                Box::pin(inner.saturate(&over)).await.map(|()| counts)
+            }
+            outcome => outcome.map(|(counts, _)| counts),
+        };
+        self.after(breaker, outcome)
+    }
+}
 
 impl Inner {
     /// The counts after `hits` on one server (or the master behind Sentinel), in order: plain
-    /// commands when every hit is an add or a read (over our own pipe without TLS, over
-    /// redis-rs's connection with it or behind Sentinel), one script call otherwise.
+    /// commands when every hit is an add or a read (over redis-rs's connection: with TLS or
+    /// behind Sentinel; to one server without them they go over our own, `RedisStore::piped`),
+    /// one script call otherwise.
     pub(super) async fn counters(
         &self,
         hits: &[&CounterOp],
         now: u64,
     ) -> Result<Vec<u64>, StorageError> {
         match plain(hits) {
-            true if self.connector.pipes() => self.piped(hits, now).await,
             true => self.adds(hits, now).await,
             false => self.scripted(hits, now).await,
         }
     }
 
-    /// Adds and reads over our own pipelined connection (`pipe`), one write.
-    async fn piped(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
-        let (bytes, sets) = self.resp_commands(hits, now);
-        let pipe =
-            self.connector.pipe().await.map_err(|e| {
-                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
-            })?;
-        let replies = self.exchange(&pipe, bytes, sets + hits.len(), None).await?;
+    /// The counts in the `replies` to `hits`' commands (the first `sets` of them the `SET …
+    /// NX`s), each at most the ceiling, and the hits whose count passed it (to be put back).
+    fn counts(
+        &self,
+        hits: &[CounterOp],
+        replies: &[Reply],
+        sets: usize,
+    ) -> Result<(Vec<u64>, Vec<usize>), StorageError> {
         if let Some(said) = replies.iter().find_map(Reply::said) {
             if said.starts_with("READONLY") {
                 self.connector.reset();
@@ -54,34 +93,39 @@ impl Inner {
         }
         let mut counts = Vec::with_capacity(hits.len());
         let mut over = Vec::new();
-        for (hit, reply) in hits.iter().zip(replies.into_iter().skip(sets)) {
+        for (at, reply) in replies.iter().skip(sets).enumerate() {
             let count = reply.count().ok_or_else(|| self.unexpected(hits.len()))?;
             if count > COUNT_CEILING {
-                over.push(hit);
+                over.push(at);
             }
             counts.push(count.min(COUNT_CEILING));
         }
-        self.saturate(&over).await?;
-        Ok(counts)
+        match counts.len() == hits.len() {
+            true => Ok((counts, over)),
+            false => Err(self.unexpected(hits.len())),
+        }
     }
 
     /// A request's commands in RESP, and how many of them come first as `SET … NX`: every
     /// add's `SET key 0 NX EX ttl`, then each hit's `INCRBY` or `GET` in order (so a read after
     /// an add of the same key reads what the add made, one before it the zero the `SET` made).
-    pub(super) fn resp_commands(&self, hits: &[&CounterOp], now: u64) -> (Vec<u8>, usize) {
+    pub(super) fn resp_commands<H: Borrow<CounterOp>>(
+        &self,
+        hits: &[H],
+        now: u64,
+    ) -> (Vec<u8>, usize) {
         // Each hit's two commands: its key twice and under 96 bytes of framing and numbers.
-        let size = hits.iter().map(|hit| 2 * hit.key.len() + 96).sum();
+        let size = hits.iter().map(|hit| 2 * hit.borrow().key.len() + 96).sum();
         let mut bytes = Vec::with_capacity(size);
         let mut sets = 0;
-        for hit in hits
-            .iter()
-            .filter(|hit| hit.change.bounded() != Change::READ)
-        {
-            let ttl = self.ttl(&hit.key, hit.expires_at, now);
-            resp::set_zero_nx_ex(&mut bytes, hit.key.as_bytes(), ttl);
-            sets += 1;
+        for hit in hits.iter().map(Borrow::borrow) {
+            if hit.change.bounded() != Change::READ {
+                let ttl = self.ttl(&hit.key, hit.expires_at, now);
+                resp::set_zero_nx_ex(&mut bytes, hit.key.as_bytes(), ttl);
+                sets += 1;
+            }
         }
-        for hit in hits {
+        for hit in hits.iter().map(Borrow::borrow) {
             let key = hit.key.as_bytes();
             match hit.change.bounded() {
                 Change::READ => resp::get(&mut bytes, key),
@@ -91,38 +135,46 @@ impl Inner {
         (bytes, sets)
     }
 
-    /// Sends `bytes` on `pipe` (to the server, or to cluster `node`) and waits for its
-    /// `replies` under the deadline. Not answered: Turnstile's overload, Redis gone (the
-    /// connection is dropped and the next call reconnects), or late.
-    pub(super) async fn exchange(
+    /// Waits under the deadline for the replies to a request queued on a pipe (to the server,
+    /// or to cluster `node`). Not answered: Redis gone (the connection is dropped and the next
+    /// call reconnects), or late.
+    pub(super) async fn replies(
         &self,
-        pipe: &Pipe,
-        bytes: Vec<u8>,
-        replies: usize,
+        answered: Answered,
         node: Option<&str>,
     ) -> Result<Vec<Reply>, StorageError> {
         let started = std::time::Instant::now();
-        match tokio::time::timeout(self.timeout, pipe.send(bytes, replies)).await {
-            Ok(Ok(replies)) => Ok(replies),
-            Ok(Err(PipeError::Overloaded)) => Err(StorageError::overloaded(format!(
+        match tokio::time::timeout(self.timeout, answered).await {
+            Ok(Ok(Ok(replies))) => Ok(replies),
+            Ok(Ok(Err(why))) => Err(self.refused(why, node)),
+            Ok(Err(_)) => Err(self.refused(closed(), node)),
+            Err(_) => Err(self.late(started)),
+        }
+    }
+
+    /// Why a pipe (to the server, or to cluster `node`) did not answer: Turnstile's overload
+    /// (its queue is full), or Redis gone (the connection is dropped and the next call
+    /// reconnects).
+    pub(super) fn refused(&self, why: PipeError, node: Option<&str>) -> StorageError {
+        match why {
+            PipeError::Overloaded => StorageError::overloaded(format!(
                 "too many requests already wait for the connection to {}",
                 node.unwrap_or(&self.name)
-            ))),
-            Ok(Err(PipeError::Closed(why))) => {
+            )),
+            PipeError::Closed(why) => {
                 match node {
                     Some(node) => self.connector.reset_node(node),
                     None => self.connector.reset(),
                 }
                 let name = node.map_or_else(|| self.name.clone(), |n| format!("redis node {n}"));
-                Err(StorageError::unavailable(format!("{name}: {why}")))
+                StorageError::unavailable(format!("{name}: {why}"))
             }
-            Err(_) => Err(self.late(started)),
         }
     }
 
     /// Puts counters that passed the ceiling back to it, keeping their TTL (one key a call:
     /// on a cluster their slots differ).
-    pub(super) async fn saturate(&self, over: &[&&CounterOp]) -> Result<(), StorageError> {
+    pub(super) async fn saturate(&self, over: &[&CounterOp]) -> Result<(), StorageError> {
         for hit in over {
             let mut command = redis::Pipeline::with_capacity(1);
             let key = hit.key.as_bytes();
@@ -152,7 +204,7 @@ impl Inner {
             }
             let count = count_of(answers.next()).ok_or_else(|| self.unexpected(hits.len()))?;
             if count > COUNT_CEILING {
-                over.push(hit);
+                over.push(*hit);
             }
             counts.push(count.min(COUNT_CEILING));
         }
@@ -200,9 +252,9 @@ impl Inner {
 }
 
 /// Whether every hit is an add or a read: what plain commands do.
-pub(super) fn plain(hits: &[&CounterOp]) -> bool {
+pub(super) fn plain<H: Borrow<CounterOp>>(hits: &[H]) -> bool {
     hits.iter()
-        .all(|hit| matches!(hit.change.bounded(), Change::Add(_)))
+        .all(|hit| matches!(hit.borrow().change.bounded(), Change::Add(_)))
 }
 
 /// Each hit's commands as a redis-rs pipeline, in order (`SET … NX` then `INCRBY` per add,

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use redis::{FromRedisValue, RedisError};
 
 use super::{CounterOp, CounterStore, StorageError, Take, TokenAnswer, TokenStep};
@@ -224,14 +225,21 @@ fn is_readonly(e: &RedisError) -> bool {
     e.code() == Some("READONLY")
 }
 
-/// The futures are boxed: redis-rs's are deep, and unboxed they push the service's request
-/// future past the compiler's layout depth limit in release builds.
+/// The futures are boxed: redis-rs's are deep (unboxed, they push the service's request future
+/// past the compiler's layout depth limit in release builds) and large.
 impl CounterStore for RedisStore {
+    /// The usual call (adds and reads on one server over our own pipe) has a future of its own
+    /// without redis-rs's: moving the general one (4.8 KB) into its box cost 2 % of the server
+    /// at saturation (perf, BENCHMARKS.md "Redis"), this one is 368 bytes. Unboxed, it would
+    /// grow the decision's future (`tests/future_size.rs`) by 56 bytes.
     fn apply_ops(
         &self,
         hits: &[CounterOp],
     ) -> impl Future<Output = Result<Vec<u64>, StorageError>> + Send {
-        Box::pin(self.hit_all(hits))
+        match self.inner.connector.pipes() && counters::plain(hits) {
+            true => Either::Left(Box::pin(self.piped(hits))),
+            false => Either::Right(Box::pin(self.hit_all(hits))),
+        }
     }
 
     fn take_tokens(

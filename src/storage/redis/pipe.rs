@@ -125,13 +125,10 @@ impl Pipe {
         self.requests.is_closed() || !self.alive.load(Ordering::Acquire)
     }
 
-    /// Sends `bytes` (commands) and waits for their `replies` (errors Redis answered among
-    /// them: what each command got).
-    pub(super) async fn send(
-        &self,
-        bytes: Vec<u8>,
-        replies: usize,
-    ) -> Result<Vec<Reply>, PipeError> {
+    /// Queues `bytes` (commands) for the writer: what it gives is the request's `replies`
+    /// once read (errors Redis answered among them: what each command got). Not async, so a
+    /// caller's future holds only the answer's receiver while it waits.
+    pub(super) fn queue(&self, bytes: Vec<u8>, replies: usize) -> Result<Answered, PipeError> {
         let (answer, answered) = oneshot::channel();
         let request = Request {
             bytes,
@@ -142,9 +139,12 @@ impl Pipe {
             mpsc::error::TrySendError::Full(_) => PipeError::Overloaded,
             mpsc::error::TrySendError::Closed(_) => closed(),
         })?;
-        answered.await.unwrap_or_else(|_| Err(closed()))
+        Ok(answered)
     }
 }
+
+/// A queued request's replies, once read; a dropped sender means the connection closed.
+pub(super) type Answered = oneshot::Receiver<Result<Vec<Reply>, PipeError>>;
 
 /// A cluster's pipelined connections, one per node (`host:port`), connected on first use. A
 /// node's breaker keeps calls away from one that does not answer, so a failed connect is not
@@ -178,7 +178,8 @@ impl NodePipes {
     }
 }
 
-fn closed() -> PipeError {
+/// The error of a request whose connection closed before it was answered.
+pub(super) fn closed() -> PipeError {
     PipeError::Closed("the connection to Redis closed".into())
 }
 
@@ -221,9 +222,9 @@ impl Awaited for Pending {
     async fn answer<R: AsyncBufRead + Unpin + Send>(
         self,
         read: &mut R,
-        line: &mut Vec<u8>,
+        partial: &mut Vec<u8>,
     ) -> io::Result<()> {
-        match replies(read, line, self.replies).await {
+        match replies(read, partial, self.replies).await {
             Ok(replies) => {
                 drop(self.answer.send(Ok(replies)));
                 Ok(())
@@ -240,15 +241,15 @@ impl Awaited for Pending {
     }
 }
 
-/// One request's `count` replies.
+/// One request's `count` replies (`partial`: `read_reply`'s buffer for a reply cut in two).
 async fn replies<R: AsyncBufRead + Unpin>(
     read: &mut R,
-    line: &mut Vec<u8>,
+    partial: &mut Vec<u8>,
     count: usize,
 ) -> io::Result<Vec<Reply>> {
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        out.push(read_reply(read, line).await?);
+        out.push(read_reply(read, partial).await?);
     }
     Ok(out)
 }

@@ -6,7 +6,7 @@
 
 use std::io;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::storage::COUNT_CEILING;
 
@@ -15,6 +15,8 @@ use crate::storage::COUNT_CEILING;
 pub(super) enum Reply {
     /// `:n`
     Int(i64),
+    /// `+OK`: a command done (a `SET` that made its key, `AUTH`).
+    Ok,
     /// A null bulk string (`$-1`): a missing key, or a `SET … NX` that found one.
     Nil,
     /// A simple (`+OK`) or bulk string's bytes.
@@ -34,13 +36,13 @@ impl Reply {
 
     /// The count an `INCRBY` or `GET` answered: a missing counter is 0, a value that is not a
     /// count reads as the ceiling (as the script reads it), a negative one as 0; `None` for
-    /// an error.
+    /// an error or an `OK` (neither command's answer).
     pub(super) fn count(&self) -> Option<u64> {
         match self {
             Reply::Int(count) => Some(u64::try_from(*count).unwrap_or(0)),
             Reply::Nil => Some(0),
             Reply::Text(bytes) => Some(stored_count(bytes)),
-            Reply::Error(_) => None,
+            Reply::Ok | Reply::Error(_) => None,
         }
     }
 }
@@ -98,48 +100,85 @@ pub(super) fn get(out: &mut Vec<u8>, key: &[u8]) {
 /// Bulk strings longer than this are refused (no command here is answered with one).
 const MAX_BULK: usize = 64 * 1024;
 
-/// Reads the next reply, reusing `line`. A stream that ends, or bytes that are no reply this
-/// connection expects (arrays, maps, oversized strings), are errors: the connection is then
-/// out of step and must close.
+/// Reads the next reply. A whole reply already in `read`'s buffer is parsed where it lies (no
+/// copy, no system call); one cut by the buffer's end is gathered in `partial` first. A stream
+/// that ends, or bytes that are no reply this connection expects (arrays, maps, oversized
+/// strings), are errors: the connection is then out of step and must close.
 pub(super) async fn read_reply<R: AsyncBufRead + Unpin>(
     read: &mut R,
-    line: &mut Vec<u8>,
+    partial: &mut Vec<u8>,
 ) -> io::Result<Reply> {
-    line.clear();
-    if read.read_until(b'\n', line).await? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "Redis closed the connection with answers awaited",
-        ));
+    partial.clear();
+    loop {
+        let buffered = read.fill_buf().await?;
+        if buffered.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "Redis closed the connection with answers awaited",
+            ));
+        }
+        let had = partial.len();
+        let parsed = match had {
+            0 => parse_reply(buffered)?,
+            _ => {
+                partial.extend_from_slice(buffered);
+                parse_reply(partial)?
+            }
+        };
+        let Some((reply, used)) = parsed else {
+            if had == 0 {
+                partial.extend_from_slice(buffered);
+            }
+            let taken = buffered.len();
+            read.consume(taken);
+            if partial.len() > MAX_BULK + 32 {
+                return Err(garbage("a reply of no sane length"));
+            }
+            continue;
+        };
+        read.consume(used - had);
+        return Ok(reply);
     }
-    let text = line
-        .strip_suffix(b"\r\n")
+}
+
+/// The first reply in `bytes` and how many bytes it took; `None` when it is not all there.
+fn parse_reply(bytes: &[u8]) -> io::Result<Option<(Reply, usize)>> {
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        return Ok(None);
+    };
+    let text = bytes[..end]
+        .strip_suffix(b"\r")
         .ok_or_else(|| garbage("a reply line without its CRLF"))?;
     let (&kind, rest) = text.split_first().ok_or_else(|| garbage("an empty line"))?;
-    match kind {
-        b':' => parse(rest).map(Reply::Int),
-        b'+' => Ok(Reply::Text(rest.to_vec())),
-        b'-' => Ok(Reply::Error(String::from_utf8_lossy(rest).into_owned())),
+    let after = end + 1;
+    let reply = match kind {
+        b':' => Reply::Int(parse(rest)?),
+        b'+' if rest == b"OK" => Reply::Ok,
+        b'+' => Reply::Text(rest.to_vec()),
+        b'-' => Reply::Error(String::from_utf8_lossy(rest).into_owned()),
         b'$' => match parse(rest)? {
-            -1 => Ok(Reply::Nil),
+            -1 => Reply::Nil,
             len => {
                 let len = usize::try_from(len)
                     .ok()
                     .filter(|len| *len <= MAX_BULK)
                     .ok_or_else(|| garbage("a bulk string of no sane length"))?;
-                let mut bytes = vec![0; len + 2];
-                read.read_exact(&mut bytes).await?;
-                if !bytes.ends_with(b"\r\n") {
-                    return Err(garbage("a bulk string without its CRLF"));
-                }
-                bytes.truncate(len);
-                Ok(Reply::Text(bytes))
+                let Some(body) = bytes.get(after..after + len + 2) else {
+                    return Ok(None);
+                };
+                let text = body
+                    .strip_suffix(b"\r\n")
+                    .ok_or_else(|| garbage("a bulk string without its CRLF"))?;
+                return Ok(Some((Reply::Text(text.to_vec()), after + len + 2)));
             }
         },
-        _ => Err(garbage(
-            "a reply of a kind no command here is answered with",
-        )),
-    }
+        _ => {
+            return Err(garbage(
+                "a reply of a kind no command here is answered with",
+            ));
+        }
+    };
+    Ok(Some((reply, after)))
 }
 
 fn parse(digits: &[u8]) -> io::Result<i64> {
@@ -183,13 +222,40 @@ mod tests {
             got,
             vec![
                 Reply::Int(42),
-                Reply::Text(b"OK".to_vec()),
+                Reply::Ok,
                 Reply::Nil,
                 Reply::Text(b"17".to_vec()),
                 Reply::Error("WRONGTYPE no".into()),
                 Reply::Int(-3),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn replies_cut_anywhere_by_the_buffer_read_the_same() {
+        let bytes = b":42\r\n+OK\r\n$-1\r\n$12\r\n170000000000\r\n-WRONGTYPE no\r\n:-3\r\n";
+        let whole: Vec<Reply> = replies(bytes).await.into_iter().flatten().collect();
+        assert_eq!(whole.len(), 6);
+        for capacity in [1, 2, 3, 5, 8, 13] {
+            let mut read = tokio::io::BufReader::with_capacity(capacity, &bytes[..]);
+            let mut partial = Vec::new();
+            for expected in &whole {
+                let got = read_reply(&mut read, &mut partial).await.expect("reply");
+                assert_eq!(&got, expected, "buffer of {capacity} bytes");
+            }
+            let end = read_reply(&mut read, &mut partial).await.expect_err("end");
+            assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_that_never_ends_is_refused_not_gathered_for_ever() {
+        let endless = vec![b'+'; MAX_BULK + 4_096];
+        let mut read = tokio::io::BufReader::with_capacity(1_024, &endless[..]);
+        let error = read_reply(&mut read, &mut Vec::new())
+            .await
+            .expect_err("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
     }
 
     #[tokio::test]
