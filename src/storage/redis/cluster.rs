@@ -45,6 +45,9 @@ impl RedisStore {
                 counts[at] = count;
             }
         }
+        if counts.iter().all(Option::is_some) {
+            return Ok(counts.into_iter().flatten().collect());
+        }
         // Redirected hits, again by the script path, in the request's order.
         let redirected: Vec<&CounterOp> = (0..hits.len())
             .filter(|&at| counts[at].is_none())

@@ -143,12 +143,13 @@ impl Inner {
         answered: Answered,
         node: Option<&str>,
     ) -> Result<Vec<Reply>, StorageError> {
-        let started = std::time::Instant::now();
-        match tokio::time::timeout(self.timeout, answered).await {
+        // One clock read gives the deadline and, for a late answer, when the wait started.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        match tokio::time::timeout_at(deadline, answered).await {
             Ok(Ok(Ok(replies))) => Ok(replies),
             Ok(Ok(Err(why))) => Err(self.refused(why, node)),
             Ok(Err(_)) => Err(self.refused(closed(), node)),
-            Err(_) => Err(self.late(started)),
+            Err(_) => Err(self.late((deadline - self.timeout).into_std())),
         }
     }
 

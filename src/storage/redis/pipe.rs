@@ -30,7 +30,7 @@ use crate::storage::remote::lock;
 
 /// Requests that may wait for the writer.
 const REQUEST_QUEUE: usize = 4_096;
-/// Written requests whose replies the reader has not read yet.
+/// Writes whose replies the reader has not read yet.
 const PENDING_QUEUE: usize = 16_384;
 
 /// Why a request got no replies.
@@ -114,7 +114,7 @@ impl Pipe {
             }
         }
         let (requests, queue) = mpsc::channel::<Request>(REQUEST_QUEUE);
-        let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
+        let (pending_tx, pending_rx) = mpsc::channel::<Written>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
         let alive = spawn_reader(read, pending_rx, "Redis", peer);
         Ok(Pipe { requests, alive })
@@ -186,37 +186,42 @@ pub(super) fn closed() -> PipeError {
 async fn writer<W: AsyncWrite + Unpin>(
     mut write: W,
     mut queue: mpsc::Receiver<Request>,
-    pending: mpsc::Sender<Pending>,
+    pending: mpsc::Sender<Written>,
 ) {
     let mut buf = Vec::with_capacity(16 * 1024);
     while let Some(first) = queue.recv().await {
         buf.clear();
+        let mut written = Vec::new();
         let mut next = Some(first);
         // Everything already queued goes out in the same write. A caller that gave up before
         // its commands left (its deadline passed in the queue) is skipped: they never count.
         while let Some(request) = next {
             if !request.answer.is_closed() {
                 buf.extend_from_slice(&request.bytes);
-                let awaited = Pending {
+                written.push(Pending {
                     replies: request.replies,
                     answer: request.answer,
-                };
-                if pending.send(awaited).await.is_err() {
-                    return;
-                }
+                });
             }
             next = match buf.len() < 256 * 1024 {
                 true => queue.try_recv().ok(),
                 false => None,
             };
         }
-        if !buf.is_empty() && write.write_all(&buf).await.is_err() {
+        if written.is_empty() {
+            continue;
+        }
+        // The reader learns of the requests before their replies can arrive.
+        if pending.send(Written(written)).await.is_err() || write.write_all(&buf).await.is_err() {
             return;
         }
     }
 }
 
-impl Awaited for Pending {
+/// The requests of one write, in order: one entry for the reader, not one a request.
+struct Written(Vec<Pending>);
+
+impl Awaited for Written {
     type Scratch = Vec<u8>;
 
     async fn answer<R: AsyncBufRead + Unpin + Send>(
@@ -224,18 +229,26 @@ impl Awaited for Pending {
         read: &mut R,
         partial: &mut Vec<u8>,
     ) -> io::Result<()> {
-        match replies(read, partial, self.replies).await {
-            Ok(replies) => {
-                drop(self.answer.send(Ok(replies)));
-                Ok(())
-            }
-            Err(why) => {
-                self.fail(&why);
-                Err(why)
+        let mut requests = self.0.into_iter();
+        while let Some(request) = requests.next() {
+            match replies(read, partial, request.replies).await {
+                Ok(replies) => drop(request.answer.send(Ok(replies))),
+                Err(why) => {
+                    request.fail(&why);
+                    requests.for_each(|request| request.fail(&why));
+                    return Err(why);
+                }
             }
         }
+        Ok(())
     }
 
+    fn fail(self, why: &io::Error) {
+        self.0.into_iter().for_each(|request| request.fail(why));
+    }
+}
+
+impl Pending {
     fn fail(self, why: &io::Error) {
         drop(self.answer.send(Err(PipeError::Closed(why.to_string()))));
     }
