@@ -319,7 +319,24 @@ fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
             None => None,
         },
         skip_hostname_verification: tls.skip_hostname_verification,
+        config: redis_tls_config(tls)?,
     })
+}
+
+/// The rustls configuration of `REDIS_TLS` for Turnstile's own connections: the server checked
+/// as redis-rs checks it on the others (fully; not at all when
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`, as the reference's Go client does).
+fn redis_tls_config(
+    tls: &RedisTls,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
+    let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let verify = match tls.skip_hostname_verification {
+        true => crate::storage::tls::Verify::Nothing,
+        false => crate::storage::tls::Verify::Full,
+    };
+    crate::storage::tls::client_config(verify, tls.ca.as_deref(), client)
+        .map(Arc::new)
+        .map_err(|e| StorageError::unavailable(format!("REDIS_TLS: {e}")))
 }
 
 fn redis_options(s: &RedisSettings) -> Result<RedisOptions, StorageError> {

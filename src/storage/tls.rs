@@ -1,6 +1,8 @@
-//! TLS from Turnstile to its stores (PostgreSQL's `sslmode`, `MEMCACHE_TLS*`): one client
-//! configuration from the trust roots and an optional client certificate, checking the server
-//! as much as asked: nothing (encryption only), its chain and dates but not its name, or both.
+//! TLS from Turnstile to its stores (PostgreSQL's `sslmode`, `MEMCACHE_TLS*`, `REDIS_TLS*`):
+//! one client configuration from the trust roots and an optional client certificate, checking
+//! the server as much as asked: nothing (encryption only), its chain and dates but not its
+//! name, or both; and the handshake towards one server of our own pipelined connections
+//! ([`ServerTls`]: memcached's and Redis's).
 //! rustls with ring, as the rest of the process. No session resumption: a store's connections
 //! are long-lived, and memcached requiring client certificates fails every resumed handshake
 //! (OpenSSL without a session id context answers with an internal-error alert).
@@ -12,6 +14,9 @@ use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
@@ -20,6 +25,42 @@ use tokio_rustls::rustls::crypto::{CryptoProvider, ring::default_provider};
 use tokio_rustls::rustls::{
     ClientConfig, DigitallySignedStruct, Error as TlsError, RootCertStore, SignatureScheme,
 };
+
+/// TLS towards one server: the configuration and the name its certificate must carry (the
+/// host of its `host:port`).
+#[derive(Clone)]
+pub(crate) struct ServerTls {
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl ServerTls {
+    /// TLS to `server` (`host:port`, `[v6]:port`) of `store` (for the error: `memcached`,
+    /// `redis`); an error when its host is no valid name.
+    pub(crate) fn new(
+        config: &Arc<ClientConfig>,
+        store: &str,
+        server: &str,
+    ) -> std::io::Result<Self> {
+        let host = server.rsplit_once(':').map_or(server, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{store} {server}: {host:?} cannot name a TLS server: {e}"),
+            )
+        })?;
+        Ok(Self {
+            connector: TlsConnector::from(Arc::clone(config)),
+            name,
+        })
+    }
+
+    /// The TLS handshake on a connected stream; what TLS said when it fails.
+    pub(crate) async fn handshake(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+        self.connector.connect(self.name.clone(), tcp).await
+    }
+}
 
 /// What is checked of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

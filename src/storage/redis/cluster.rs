@@ -4,7 +4,7 @@
 //! node (`pipe`), all nodes at once. A command a node redirects (`MOVED`, `ASK`, `TRYAGAIN`:
 //! its slot moved or is moving) was not executed, so its hit is then done again through the
 //! script path, which redis-rs routes and redirects; so is every hit while the slot map is not
-//! known yet, with TLS, and every refund, lease or release.
+//! known yet, and every refund, lease or release.
 //!
 //! Not redis-rs's `route_pipeline`: it retries a whole pipeline when one of its commands is
 //! redirected, so the others would run twice (counted twice).

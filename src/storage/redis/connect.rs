@@ -79,9 +79,9 @@ pub(super) struct Connector {
     backoff: Backoff,
     /// Why the last connect failed (said while in backoff).
     why: Mutex<String>,
-    /// The pipelined connection of the hot path (one server without TLS; `pipe`).
+    /// The pipelined connection of the hot path (one server; `pipe`).
     pipe: arc_swap::ArcSwapOption<Pipe>,
-    /// A cluster's pipelined connections, by node (without TLS).
+    /// A cluster's pipelined connections, by node.
     nodes: NodePipes,
 }
 
@@ -191,9 +191,9 @@ impl Connector {
         }
     }
 
-    /// Whether a cluster's fixed-window hits go over our own connections to its nodes: no TLS.
+    /// Whether a cluster's fixed-window hits go over our own connections to its nodes.
     pub(super) fn pipes_to_nodes(&self) -> bool {
-        self.is_cluster() && self.options.tls.is_none()
+        self.is_cluster()
     }
 
     /// The live pipelined connection to cluster node `node` (`host:port`), connecting first
@@ -212,14 +212,14 @@ impl Connector {
         matches!(self.options.target, RedisTarget::Cluster(_))
     }
 
-    /// Whether fixed-window hits go over our own pipelined connection: one server (TCP or a
-    /// unix socket) without TLS.
+    /// Whether fixed-window hits go over our own pipelined connection: one server by TCP (over
+    /// TLS or not) or a unix socket.
     pub(super) fn pipes(&self) -> bool {
-        let single = matches!(
-            self.options.target,
-            RedisTarget::Tcp(_) | RedisTarget::Unix(_)
-        );
-        single && self.options.tls.is_none()
+        match self.options.target {
+            RedisTarget::Tcp(_) => true,
+            RedisTarget::Unix(_) => self.options.tls.is_none(),
+            _ => false,
+        }
     }
 
     /// The live pipelined connection, if there is one (no waiting: a call's usual case).
@@ -244,7 +244,7 @@ impl Connector {
             ));
         }
         let o = &self.options;
-        let connect = Pipe::connect(&o.target, o.auth.as_ref());
+        let connect = Pipe::connect(&o.target, o.auth.as_ref(), o.tls.as_ref());
         let failure = match tokio::time::timeout(o.timeout, connect).await {
             Ok(Ok(pipe)) => {
                 self.backoff.record_success();

@@ -1,8 +1,8 @@
 //! A request's counter operations on Redis, done exactly in the fewest Redis microseconds.
 //! Adds and reads (every fixed- and sliding-window hit) are plain commands pipelined in one
 //! write: per add `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`; to one server
-//! without TLS over our own connection (`pipe`), with TLS or behind Sentinel over redis-rs's
-//! (a cluster's are grouped by node in `cluster`). Refunds, leases and releases go through the
+//! over our own connection (`pipe`), behind Sentinel over redis-rs's (a cluster's are grouped
+//! by node in `cluster`). Refunds, leases and releases go through the
 //! counters script (`scripts`), all of a request's operations in one call.
 //!
 //! Why commands: inside Redis an `EVALSHA` of the script costs about 4 µs for one key and
@@ -63,9 +63,9 @@ impl RedisStore {
 
 impl Inner {
     /// The counts after `hits` on one server (or the master behind Sentinel), in order: plain
-    /// commands when every hit is an add or a read (over redis-rs's connection: with TLS or
-    /// behind Sentinel; to one server without them they go over our own, `RedisStore::piped`),
-    /// one script call otherwise.
+    /// commands when every hit is an add or a read (over redis-rs's connection, behind
+    /// Sentinel; to one server they go over our own, `RedisStore::piped`), one script call
+    /// otherwise.
     pub(super) async fn counters(
         &self,
         hits: &[&CounterOp],

@@ -1,14 +1,15 @@
 //! The Redis (and Valkey) counter store (`BACKEND_TYPE=redis`): one server, a cluster, or a
 //! master behind Sentinel. A request's fixed-window hits are plain commands pipelined in one
 //! write (`counters`); refunds, leases and token-bucket steps are script calls that do them
-//! atomically on the server (`scripts`). On one server (and behind Sentinel) a request's
-//! counters travel in one write, one round trip, and concurrent requests share the connection
-//! (redis-rs's multiplexed connection writes whatever is queued together); on a cluster a
-//! request's keys are grouped by slot, each group one write to its node, all groups at once.
+//! atomically on the server (`scripts`). On one server a request's counters travel in one
+//! write, one round trip, over our own connection shared by every caller (`pipe`: whatever is
+//! queued goes out together; over TLS too); behind Sentinel over redis-rs's multiplexed
+//! connection, which does the same; on a cluster a request's keys are grouped by slot, each
+//! group one write to its node over our own connection to it, all groups at once.
 //! Each server, or each cluster node, has a circuit breaker (`breakers`). Failures are typed and
-//! name Redis; a connection fault or a READONLY answer (a demoted
-//! master) drops the connection at once so the next call reconnects (and, behind Sentinel,
-//! asks the sentinels for the master again).
+//! name Redis; a connection fault or a READONLY answer (a demoted master) drops the connection
+//! at once so the next call reconnects (and, behind Sentinel, asks the sentinels for the master
+//! again).
 //!
 //! Must not touch: rules, limits, the algorithms' arithmetic (the bucket script mirrors
 //! `storage::token_bucket`, which the contract suite checks), key layout.

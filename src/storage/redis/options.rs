@@ -76,7 +76,7 @@ impl std::fmt::Debug for RedisAuth {
 }
 
 /// How to reach Redis.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct RedisOptions {
     /// Where.
     pub target: RedisTarget,
@@ -90,8 +90,10 @@ pub struct RedisOptions {
     pub tls: Option<RedisTlsOptions>,
 }
 
-/// TLS material, already read from its files.
-#[derive(Clone, PartialEq, Eq)]
+/// TLS material, already read from its files: as bytes for redis-rs's connections, and as the
+/// rustls configuration our own pipelined connections use (built from the same files, checking
+/// the server as redis-rs does: fully, or not at all with `skip_hostname_verification`).
+#[derive(Clone)]
 pub struct RedisTlsOptions {
     /// PEM CA bundle; the system's roots when `None`.
     pub root_cert: Option<Vec<u8>>,
@@ -99,6 +101,8 @@ pub struct RedisTlsOptions {
     pub client: Option<(Vec<u8>, Vec<u8>)>,
     /// Accept a server certificate issued for another name.
     pub skip_hostname_verification: bool,
+    /// The same, for our own connections (`pipe`).
+    pub config: std::sync::Arc<tokio_rustls::rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for RedisTlsOptions {

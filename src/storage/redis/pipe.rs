@@ -1,9 +1,10 @@
-//! A pipelined connection of our own to one Redis server or cluster node (TCP or a unix
-//! socket, without TLS), shared by every caller, for the hot path: a request's fixed-window
-//! commands (`counters`, `cluster`); a cluster's are held per node ([`NodePipes`]).
-//! A writer task takes every queued request and writes them in one go; a reader task reads
-//! the replies in order (Redis answers in order) and hands each request its counts. Scripts,
-//! probes, TLS, clusters and Sentinel stay on redis-rs.
+//! A pipelined connection of our own to one Redis server or cluster node (TCP, over TLS with
+//! `REDIS_TLS`, or a unix socket), shared by every caller, for the hot path: a request's
+//! fixed-window commands (`counters`, `cluster`); a cluster's are held per node ([`NodePipes`]).
+//! A writer task takes every queued request and writes them in one go, and hands the reader
+//! one entry for the write; the reader reads the replies in order (Redis answers in order) and
+//! hands each request its own. Scripts, probes, a cluster's slot map and Sentinel (whose master
+//! changes) stay on redis-rs.
 //!
 //! Why our own: on redis-rs's multiplexed connection, a request's commands, their encoding,
 //! its `Value` replies and its driver task cost about a third of Turnstile's CPU at five
@@ -24,9 +25,10 @@ use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
 use super::resp::{Reply, command, read_reply};
-use super::{RedisAuth, RedisOptions, RedisTarget};
+use super::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
 use crate::storage::pipelined::{Awaited, spawn_reader};
 use crate::storage::remote::lock;
+use crate::storage::tls::ServerTls;
 
 /// Requests that may wait for the writer.
 const REQUEST_QUEUE: usize = 4_096;
@@ -64,26 +66,36 @@ pub(super) struct Pipe {
 }
 
 impl Pipe {
-    /// Connects to a single server (`target` must be `Tcp` or `Unix`), authenticates with
-    /// `auth`, and starts the writer and reader.
+    /// Connects to a single server (`target` must be `Tcp`, or `Unix` without TLS), over TLS
+    /// when `tls` is given, authenticates with `auth`, and starts the writer and reader.
     pub(super) async fn connect(
         target: &RedisTarget,
         auth: Option<&RedisAuth>,
+        tls: Option<&RedisTlsOptions>,
     ) -> io::Result<Pipe> {
         match target {
             RedisTarget::Tcp(address) => {
                 let stream = tokio::net::TcpStream::connect(address.as_str()).await?;
                 stream.set_nodelay(true)?;
-                let (read, write) = stream.into_split();
-                Self::start(read, write, auth, address.clone()).await
+                match tls {
+                    None => {
+                        let (read, write) = stream.into_split();
+                        Self::start(read, write, auth, address.clone()).await
+                    }
+                    Some(tls) => {
+                        let tls = ServerTls::new(&tls.config, "redis", address)?;
+                        let (read, write) = tokio::io::split(tls.handshake(stream).await?);
+                        Self::start(read, write, auth, address.clone()).await
+                    }
+                }
             }
-            RedisTarget::Unix(path) => {
+            RedisTarget::Unix(path) if tls.is_none() => {
                 let (read, write) = tokio::net::UnixStream::connect(path).await?.into_split();
                 Self::start(read, write, auth, path.clone()).await
             }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                "a pipe goes to one server",
+                "a pipe goes to one server, over TLS only by TCP",
             )),
         }
     }
@@ -159,7 +171,7 @@ impl NodePipes {
             return Ok(Arc::clone(pipe));
         }
         let target = RedisTarget::Tcp(node.to_owned());
-        let connect = Pipe::connect(&target, options.auth.as_ref());
+        let connect = Pipe::connect(&target, options.auth.as_ref(), options.tls.as_ref());
         let pipe = match tokio::time::timeout(options.timeout, connect).await {
             Ok(connected) => Arc::new(connected?),
             Err(_) => {

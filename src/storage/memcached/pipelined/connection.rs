@@ -75,7 +75,7 @@ impl Pipeline {
     /// tasks.
     pub(super) async fn connect(
         addr: std::net::SocketAddr,
-        tls: Option<&super::tls::ServerTls>,
+        tls: Option<&crate::storage::tls::ServerTls>,
     ) -> io::Result<Pipeline> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;

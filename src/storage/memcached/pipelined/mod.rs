@@ -9,14 +9,13 @@
 //!
 //! Inside: `connection` (one shared connection, its writer and reader), `meta` (the command
 //! lines), `reply` (the answers' parser), `gather` (one call's parts across servers, answered in
-//! place), `call` (a counter batch as one gathered call), `tls`.
+//! place), `call` (a counter batch as one gathered call). TLS is `storage::tls::ServerTls`.
 
 pub(super) mod call;
 mod connection;
 mod gather;
 mod meta;
 mod reply;
-pub(super) mod tls;
 
 #[cfg(fuzzing)]
 pub use reply::fuzz_replies;
@@ -27,6 +26,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwapOption;
+
+use crate::storage::tls::ServerTls;
 
 use crate::storage::memcached::transport::{
     Answer, Connections, Sent, StateWrite, StoredState, Transport, TransportError,
@@ -88,7 +89,7 @@ impl Pipelined {
         }
         let addr = super::discovery::resolve(&self.server).await?;
         let tls = match &self.tls {
-            Some(config) => Some(tls::ServerTls::new(config, &self.server)?),
+            Some(config) => Some(ServerTls::new(config, "memcached", &self.server)?),
             None => None,
         };
         let pipe = Arc::new(Pipeline::connect(addr, tls.as_ref()).await?);
