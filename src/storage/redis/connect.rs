@@ -15,7 +15,7 @@ use redis::aio::ConnectionLike;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisFuture, RedisResult, Value,
 };
@@ -126,6 +126,50 @@ fn tls_mode(tls: &RedisTlsOptions) -> redis::TlsMode {
     }
 }
 
+/// The Sentinel client of a `Sentinel` target, with the sentinels' own credentials.
+fn sentinel_client(o: &RedisOptions) -> RedisResult<SentinelClient> {
+    let RedisTarget::Sentinel {
+        master,
+        sentinels,
+        sentinel_auth,
+    } = &o.target
+    else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "not a Sentinel target",
+        )));
+    };
+    let mut client = sentinel_builder(o, master, sentinels)?;
+    if let Some(auth) = sentinel_auth {
+        if let Some(user) = &auth.user {
+            client = client.set_client_to_sentinel_username(user);
+        }
+        client = client.set_client_to_sentinel_password(&auth.password);
+    }
+    client.build()
+}
+
+/// The master the sentinels name now, as the one server our own pipe connects to.
+async fn sentinels_master(o: &RedisOptions) -> std::io::Result<RedisTarget> {
+    let asked = async {
+        let mut client = sentinel_client(o)?;
+        client.async_get_client().await
+    };
+    let master = asked.await.map_err(std::io::Error::other)?;
+    match master.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            Ok(RedisTarget::Tcp(match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            }))
+        }
+        ConnectionAddr::Unix(path) => Ok(RedisTarget::Unix(path.display().to_string())),
+        other => Err(std::io::Error::other(format!(
+            "the sentinels named a master at {other}, an address kind Turnstile does not dial"
+        ))),
+    }
+}
+
 /// A Sentinel client for `master` through `sentinels`, with the master's credentials and, under
 /// `REDIS_TLS`, TLS (same certificates) both to the sentinels and to the master they name, as
 /// the reference dials both with one TLS configuration.
@@ -212,13 +256,13 @@ impl Connector {
         matches!(self.options.target, RedisTarget::Cluster(_))
     }
 
-    /// Whether fixed-window hits go over our own pipelined connection: one server by TCP (over
-    /// TLS or not) or a unix socket.
+    /// Whether fixed-window hits go over our own pipelined connection: to one server by TCP
+    /// (over TLS or not) or a unix socket, or to the master the sentinels name.
     pub(super) fn pipes(&self) -> bool {
         match self.options.target {
-            RedisTarget::Tcp(_) => true,
+            RedisTarget::Tcp(_) | RedisTarget::Sentinel { .. } => true,
             RedisTarget::Unix(_) => self.options.tls.is_none(),
-            _ => false,
+            RedisTarget::Cluster(_) => false,
         }
     }
 
@@ -244,7 +288,13 @@ impl Connector {
             ));
         }
         let o = &self.options;
-        let connect = Pipe::connect(&o.target, o.auth.as_ref(), o.tls.as_ref());
+        let connect = async {
+            let target = match &o.target {
+                RedisTarget::Sentinel { .. } => &sentinels_master(o).await?,
+                target => target,
+            };
+            Pipe::connect(target, o.auth.as_ref(), o.tls.as_ref()).await
+        };
         let failure = match tokio::time::timeout(o.timeout, connect).await {
             Ok(Ok(pipe)) => {
                 self.backoff.record_success();
@@ -381,22 +431,9 @@ impl Connector {
                     builder.build()?.get_async_connection().await?,
                 ))
             }
-            RedisTarget::Sentinel {
-                master,
-                sentinels,
-                sentinel_auth,
-            } => {
-                let mut client = sentinel_builder(o, master, sentinels)?;
-                if let Some(auth) = sentinel_auth {
-                    if let Some(user) = &auth.user {
-                        client = client.set_client_to_sentinel_username(user);
-                    }
-                    client = client.set_client_to_sentinel_password(&auth.password);
-                }
-                Ok(Conn::Sentinel(
-                    client.build()?.get_async_connection().await?,
-                ))
-            }
+            RedisTarget::Sentinel { .. } => Ok(Conn::Sentinel(
+                sentinel_client(o)?.get_async_connection().await?,
+            )),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! A request's counter operations on Redis, done exactly in the fewest Redis microseconds.
 //! Adds and reads (every fixed- and sliding-window hit) are plain commands pipelined in one
-//! write: per add `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`; to one server
-//! over our own connection (`pipe`), behind Sentinel over redis-rs's (a cluster's are grouped
-//! by node in `cluster`). Refunds, leases and releases go through the
-//! counters script (`scripts`), all of a request's operations in one call.
+//! write: per add `SET key 0 NX EX ttl` then `INCRBY key n`, per read `GET key`; over our own
+//! connection (`pipe`) to the one server or the master behind Sentinel (a cluster's are grouped
+//! by node in `cluster`). Refunds, leases and releases go through the counters script
+//! (`scripts`), all of a request's operations in one call; so does every hit on a unix socket
+//! with TLS, the one target our pipe does not speak.
 //!
 //! Why commands: inside Redis an `EVALSHA` of the script costs about 4 µs for one key and
 //! 13 µs for five, while `SET NX` and `INCRBY` cost a fraction of a microsecond each
@@ -27,7 +28,8 @@ use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
 impl RedisStore {
     /// Adds and reads on one server over our own pipelined connection (`pipe`), one write,
     /// behind the server's breaker. The hot path, so its future stays small (connecting and
-    /// saturating, rare, are boxed): the store's call then need not box it (`apply_ops`).
+    /// saturating, rare, are boxed inside it): the store's call boxes this one, not the
+    /// general one with redis-rs's futures (`apply_ops`).
     pub(super) async fn piped(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let breaker = self.admit(b"")?;
         let inner = &self.inner;
@@ -62,21 +64,6 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// The counts after `hits` on one server (or the master behind Sentinel), in order: plain
-    /// commands when every hit is an add or a read (over redis-rs's connection, behind
-    /// Sentinel; to one server they go over our own, `RedisStore::piped`), one script call
-    /// otherwise.
-    pub(super) async fn counters(
-        &self,
-        hits: &[&CounterOp],
-        now: u64,
-    ) -> Result<Vec<u64>, StorageError> {
-        match plain(hits) {
-            true => self.adds(hits, now).await,
-            false => self.scripted(hits, now).await,
-        }
-    }
-
     /// The counts in the `replies` to `hits`' commands (the first `sets` of them the `SET …
     /// NX`s), each at most the ceiling, and the hits whose count passed it (to be put back).
     fn counts(
@@ -190,29 +177,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Adds and reads as pipelined commands, one write; a count that passed the ceiling is put
-    /// back to it (a second write, only then).
-    async fn adds(&self, hits: &[&CounterOp], now: u64) -> Result<Vec<u64>, StorageError> {
-        let (commands, count) = plain_commands(self, hits, now);
-        let answers: Vec<Value> = self.call(Request::Commands(&commands)).await?;
-        debug_assert_eq!(answers.len(), count);
-        let mut answers = answers.into_iter();
-        let mut counts = Vec::with_capacity(hits.len());
-        let mut over = Vec::new();
-        for hit in hits {
-            if hit.change.bounded() != Change::READ {
-                answers.next(); // the SET … NX
-            }
-            let count = count_of(answers.next()).ok_or_else(|| self.unexpected(hits.len()))?;
-            if count > COUNT_CEILING {
-                over.push(*hit);
-            }
-            counts.push(count.min(COUNT_CEILING));
-        }
-        self.saturate(&over).await?;
-        Ok(counts)
-    }
-
     /// Any operations through the counters script, in one call.
     pub(super) async fn scripted(
         &self,
@@ -256,49 +220,4 @@ impl Inner {
 pub(super) fn plain<H: Borrow<CounterOp>>(hits: &[H]) -> bool {
     hits.iter()
         .all(|hit| matches!(hit.borrow().change.bounded(), Change::Add(_)))
-}
-
-/// Each hit's commands as a redis-rs pipeline, in order (`SET … NX` then `INCRBY` per add,
-/// `GET` per read), and how many commands that is.
-pub(super) fn plain_commands(
-    inner: &Inner,
-    hits: &[&CounterOp],
-    now: u64,
-) -> (redis::Pipeline, usize) {
-    let mut commands = redis::Pipeline::with_capacity(2 * hits.len());
-    let mut count = 0;
-    for hit in hits {
-        let key = hit.key.as_bytes();
-        match hit.change.bounded() {
-            Change::READ => {
-                commands.cmd("GET").arg(key);
-                count += 1;
-            }
-            change => {
-                let ttl = inner.ttl(&hit.key, hit.expires_at, now);
-                commands
-                    .cmd("SET")
-                    .arg(key)
-                    .arg(0)
-                    .arg("NX")
-                    .arg("EX")
-                    .arg(ttl);
-                commands.cmd("INCRBY").arg(key).arg(change.amount());
-                count += 2;
-            }
-        }
-    }
-    (commands, count)
-}
-
-/// The count an `INCRBY` or `GET` answered: a missing counter is 0, a value that is not a
-/// count reads as the ceiling (as the script reads it), a negative one as 0; `None` for an
-/// answer that is neither command's.
-pub(super) fn count_of(answer: Option<Value>) -> Option<u64> {
-    match answer? {
-        Value::Int(count) => Some(u64::try_from(count).unwrap_or(0)),
-        Value::Nil => Some(0),
-        Value::BulkString(bytes) => Some(resp::stored_count(&bytes)),
-        _ => None,
-    }
 }

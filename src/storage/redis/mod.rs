@@ -1,11 +1,11 @@
 //! The Redis (and Valkey) counter store (`BACKEND_TYPE=redis`): one server, a cluster, or a
 //! master behind Sentinel. A request's fixed-window hits are plain commands pipelined in one
 //! write (`counters`); refunds, leases and token-bucket steps are script calls that do them
-//! atomically on the server (`scripts`). On one server a request's counters travel in one
-//! write, one round trip, over our own connection shared by every caller (`pipe`: whatever is
-//! queued goes out together; over TLS too); behind Sentinel over redis-rs's multiplexed
-//! connection, which does the same; on a cluster a request's keys are grouped by slot, each
-//! group one write to its node over our own connection to it, all groups at once.
+//! atomically on the server (`scripts`). On one server, or the master behind Sentinel, a
+//! request's counters travel in one write, one round trip, over our own connection shared by
+//! every caller (`pipe`: whatever is queued goes out together; over TLS too); on a cluster a
+//! request's keys are grouped by slot, each group one write to its node over our own
+//! connection to it, all groups at once. Scripts go over redis-rs's connections.
 //! Each server, or each cluster node, has a circuit breaker (`breakers`). Failures are typed and
 //! name Redis; a connection fault or a READONLY answer (a demoted master) drops the connection
 //! at once so the next call reconnects (and, behind Sentinel, asks the sentinels for the master
@@ -266,12 +266,14 @@ impl CounterStore for RedisStore {
 }
 
 impl RedisStore {
+    /// Hits that are not all adds and reads on a pipe (`piped`): one script call on one server,
+    /// by node on a cluster.
     async fn hit_all(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let now = self.inner.clock.now_secs();
         let all: Vec<&CounterOp> = hits.iter().collect();
         if !self.inner.connector.is_cluster() {
             let breaker = self.admit(b"")?;
-            let outcome = self.inner.counters(&all, now).await;
+            let outcome = self.inner.scripted(&all, now).await;
             return self.after(breaker, outcome);
         }
         self.cluster_hits(&all, now).await

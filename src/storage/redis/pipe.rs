@@ -3,8 +3,8 @@
 //! fixed-window commands (`counters`, `cluster`); a cluster's are held per node ([`NodePipes`]).
 //! A writer task takes every queued request and writes them in one go, and hands the reader
 //! one entry for the write; the reader reads the replies in order (Redis answers in order) and
-//! hands each request its own. Scripts, probes, a cluster's slot map and Sentinel (whose master
-//! changes) stay on redis-rs.
+//! hands each request its own. Behind Sentinel it goes to the master the sentinels name when it
+//! connects (`connect`). Scripts, probes and a cluster's slot map stay on redis-rs.
 //!
 //! Why our own: on redis-rs's multiplexed connection, a request's commands, their encoding,
 //! its `Value` replies and its driver task cost about a third of Turnstile's CPU at five
