@@ -323,15 +323,15 @@ fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
     })
 }
 
-/// The rustls configuration of `REDIS_TLS` for Turnstile's own connections: the server checked
-/// as redis-rs checks it on the others (fully; not at all when
-/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`, as the reference's Go client does).
+/// The rustls configuration of `REDIS_TLS` for Turnstile's own connections: the server's chain
+/// and name checked, or (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`) its chain only, as the
+/// reference checks it. (redis-rs's connections, for scripts and probes, can only skip both.)
 fn redis_tls_config(
     tls: &RedisTls,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
     let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
     let verify = match tls.skip_hostname_verification {
-        true => crate::storage::tls::Verify::Nothing,
+        true => crate::storage::tls::Verify::Chain,
         false => crate::storage::tls::Verify::Full,
     };
     crate::storage::tls::client_config(verify, tls.ca.as_deref(), client)

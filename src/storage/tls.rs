@@ -68,7 +68,7 @@ pub enum Verify {
     /// Nothing (encryption only): `sslmode=require`.
     Nothing,
     /// The chain and dates, not the name: `sslmode=verify-ca`,
-    /// `MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION=true`.
+    /// `MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION=true`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true`.
     Chain,
     /// The chain and the name: `sslmode=verify-full`, `MEMCACHE_TLS`.
     Full,

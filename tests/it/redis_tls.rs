@@ -186,3 +186,62 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
     p.stop().expect("stops");
     wrong.stop().expect("stops");
 }
+
+/// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION` on Turnstile's own connection (the one a request's
+/// counters go over), as the reference reads it: a server whose certificate names another host
+/// is refused without it and accepted with it, while its chain is still checked (a CA that did
+/// not sign it is refused even then).
+#[test]
+fn skipping_the_hostname_still_checks_the_chain() {
+    let Some(dir) = certificates() else {
+        return;
+    };
+    let elsewhere = "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth\n";
+    crate::tls::leaf_with(&dir, "one", "elsewhere", elsewhere);
+    let client = (dir.join("client.pem"), dir.join("client.key"));
+    let Some(redis) = RedisProcess::start_tls(
+        &dir.join("elsewhere.pem"),
+        &dir.join("elsewhere.key"),
+        &dir.join("one-ca.pem"),
+        (&client.0, &client.1),
+    ) else {
+        return;
+    };
+    let url = format!("127.0.0.1:{}", redis.port);
+    let root = rules_root(RULES);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let call = |grpc: u16| {
+        runtime.block_on(async {
+            crate::support::connect(grpc)
+                .await
+                .should_rate_limit(req1("cut", &[("user", "skip")]))
+                .await
+        })
+    };
+    let with = |ca: &str, skip: bool| {
+        let mut env = tls_env(&dir, "single", &url, ca);
+        env.push(("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", skip.to_string()));
+        Process::spawn(&root, &as_env(&env))
+    };
+
+    let strict = with("one-ca.pem", false);
+    let refused = call(strict.grpc).expect_err("a certificate for another host");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+
+    let skipping = with("one-ca.pem", true);
+    let counted = call(skipping.grpc).expect("the chain is good, the name is not checked");
+    assert_eq!(counted.into_inner().statuses[0].limit_remaining, 4);
+
+    let untrusted = with("two-ca.pem", true);
+    let refused = call(untrusted.grpc).expect_err("a chain no trusted CA signed");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    assert!(refused.message().contains("redis"), "{}", refused.message());
+    drop(runtime);
+    for process in [strict, skipping, untrusted] {
+        process.stop().expect("stops");
+    }
+}

@@ -91,8 +91,9 @@ pub struct RedisOptions {
 }
 
 /// TLS material, already read from its files: as bytes for redis-rs's connections, and as the
-/// rustls configuration our own pipelined connections use (built from the same files, checking
-/// the server as redis-rs does: fully, or not at all with `skip_hostname_verification`).
+/// rustls configuration our own pipelined connections use (built from the same files; with
+/// `skip_hostname_verification` it still checks the chain, as the reference does, where
+/// redis-rs's can only skip every check).
 #[derive(Clone)]
 pub struct RedisTlsOptions {
     /// PEM CA bundle; the system's roots when `None`.
