@@ -287,14 +287,31 @@ async fn memcached_store(
 fn memcached_tls(
     tls: &MemcachedTls,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
-    let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    let verify = match tls.skip_hostname_verification {
+    store_tls(
+        "MEMCACHE_TLS",
+        tls.ca.as_deref(),
+        tls.client.as_ref(),
+        tls.skip_hostname_verification,
+    )
+}
+
+/// A store's TLS client configuration (`setting` names it in errors) from its files: the
+/// server's chain and name checked, or (`skip_hostname`, the reference's
+/// `*_TLS_SKIP_HOSTNAME_VERIFICATION`) its chain only.
+fn store_tls(
+    setting: &str,
+    ca: Option<&std::path::Path>,
+    client: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+    skip_hostname: bool,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
+    let client = client.map(|(c, k)| (c.as_path(), k.as_path()));
+    let verify = match skip_hostname {
         true => crate::storage::tls::Verify::Chain,
         false => crate::storage::tls::Verify::Full,
     };
-    crate::storage::tls::client_config(verify, tls.ca.as_deref(), client)
+    crate::storage::tls::client_config(verify, ca, client)
         .map(Arc::new)
-        .map_err(|e| StorageError::unavailable(format!("MEMCACHE_TLS: {e}")))
+        .map_err(|e| StorageError::unavailable(format!("{setting}: {e}")))
 }
 
 /// Reads the TLS files named by the settings (at start: a missing file stops start-up).
@@ -319,24 +336,15 @@ fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
             None => None,
         },
         skip_hostname_verification: tls.skip_hostname_verification,
-        config: redis_tls_config(tls)?,
+        // Turnstile's own connections check the chain even when skipping the name, as the
+        // reference does; redis-rs's (scripts, probes) can only skip both.
+        config: store_tls(
+            "REDIS_TLS",
+            tls.ca.as_deref(),
+            tls.client.as_ref(),
+            tls.skip_hostname_verification,
+        )?,
     })
-}
-
-/// The rustls configuration of `REDIS_TLS` for Turnstile's own connections: the server's chain
-/// and name checked, or (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`) its chain only, as the
-/// reference checks it. (redis-rs's connections, for scripts and probes, can only skip both.)
-fn redis_tls_config(
-    tls: &RedisTls,
-) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, StorageError> {
-    let client = tls.client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    let verify = match tls.skip_hostname_verification {
-        true => crate::storage::tls::Verify::Chain,
-        false => crate::storage::tls::Verify::Full,
-    };
-    crate::storage::tls::client_config(verify, tls.ca.as_deref(), client)
-        .map(Arc::new)
-        .map_err(|e| StorageError::unavailable(format!("REDIS_TLS: {e}")))
 }
 
 fn redis_options(s: &RedisSettings) -> Result<RedisOptions, StorageError> {
