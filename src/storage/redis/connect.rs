@@ -5,7 +5,9 @@
 //! kind over TCP: under Sentinel to the sentinels and to the master alike. Connecting is lazy: a store
 //! whose Redis is absent at start still starts, reports not ready, and connects when Redis
 //! appears; between failed attempts it waits (backoff) instead of adding a connect timeout to
-//! every request.
+//! every request. It also holds our own pipelined connection (`pipe`) to the one server or the
+//! master the sentinels name, and a cluster's to each node; how redis-rs is told where and how
+//! to connect is `dialing`'s.
 //!
 //! Must not touch: scripts, keys, what the answers mean.
 
@@ -15,13 +17,13 @@ use redis::aio::ConnectionLike;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{
-    ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisFuture, RedisResult, Value,
-};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisFuture, RedisResult, Value};
 
+use super::dialing::{
+    certificates, host_port, sentinel_client, sentinels_master, settings, tcp, tls_mode,
+};
 use super::pipe::{NodePipes, Pipe};
-use super::{RedisOptions, RedisTarget, RedisTlsOptions};
+use super::{RedisOptions, RedisTarget};
 use crate::storage::remote::{Backoff, lock};
 
 /// A live connection of any kind; cheap to clone (multiplexed). It is a redis-rs connection
@@ -91,135 +93,6 @@ impl std::fmt::Debug for Connector {
             .field("target", &self.options.target)
             .finish()
     }
-}
-
-fn settings(options: &RedisOptions) -> RedisConnectionInfo {
-    let mut info = RedisConnectionInfo::default();
-    if let Some(auth) = &options.auth {
-        if let Some(user) = &auth.user {
-            info = info.set_username(user);
-        }
-        info = info.set_password(&auth.password);
-    }
-    info
-}
-
-/// redis-rs's form of the TLS material.
-fn certificates(tls: &RedisTlsOptions) -> redis::TlsCertificates {
-    redis::TlsCertificates {
-        client_tls: tls
-            .client
-            .as_ref()
-            .map(|(cert, key)| redis::ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-        root_cert: tls.root_cert.clone(),
-    }
-}
-
-/// Verify the server's certificate and name, or (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`) not.
-fn tls_mode(tls: &RedisTlsOptions) -> redis::TlsMode {
-    match tls.skip_hostname_verification {
-        true => redis::TlsMode::Insecure,
-        false => redis::TlsMode::Secure,
-    }
-}
-
-/// The Sentinel client of a `Sentinel` target, with the sentinels' own credentials.
-fn sentinel_client(o: &RedisOptions) -> RedisResult<SentinelClient> {
-    let RedisTarget::Sentinel {
-        master,
-        sentinels,
-        sentinel_auth,
-    } = &o.target
-    else {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "not a Sentinel target",
-        )));
-    };
-    let mut client = sentinel_builder(o, master, sentinels)?;
-    if let Some(auth) = sentinel_auth {
-        if let Some(user) = &auth.user {
-            client = client.set_client_to_sentinel_username(user);
-        }
-        client = client.set_client_to_sentinel_password(&auth.password);
-    }
-    client.build()
-}
-
-/// The master the sentinels name now, as the one server our own pipe connects to.
-async fn sentinels_master(o: &RedisOptions) -> std::io::Result<RedisTarget> {
-    let asked = async {
-        let mut client = sentinel_client(o)?;
-        client.async_get_client().await
-    };
-    let master = asked.await.map_err(std::io::Error::other)?;
-    match master.get_connection_info().addr() {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            Ok(RedisTarget::Tcp(match host.contains(':') {
-                true => format!("[{host}]:{port}"),
-                false => format!("{host}:{port}"),
-            }))
-        }
-        ConnectionAddr::Unix(path) => Ok(RedisTarget::Unix(path.display().to_string())),
-        other => Err(std::io::Error::other(format!(
-            "the sentinels named a master at {other}, an address kind Turnstile does not dial"
-        ))),
-    }
-}
-
-/// A Sentinel client for `master` through `sentinels`, with the master's credentials and, under
-/// `REDIS_TLS`, TLS (same certificates) both to the sentinels and to the master they name, as
-/// the reference dials both with one TLS configuration.
-fn sentinel_builder(
-    o: &RedisOptions,
-    master: &str,
-    sentinels: &[String],
-) -> RedisResult<SentinelClientBuilder> {
-    let addresses = sentinels
-        .iter()
-        .map(|s| match &o.tls {
-            None => tcp(s),
-            Some(tls) => host_port(s).map(|(host, port)| ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: tls.skip_hostname_verification,
-                tls_params: None,
-            }),
-        })
-        .collect::<RedisResult<Vec<_>>>()?;
-    let mut builder = SentinelClientBuilder::new(addresses, master, SentinelServerType::Master)?;
-    if let Some(auth) = &o.auth {
-        if let Some(user) = &auth.user {
-            builder = builder.set_client_to_redis_username(user);
-        }
-        builder = builder.set_client_to_redis_password(&auth.password);
-    }
-    if let Some(tls) = &o.tls {
-        builder = builder
-            .set_client_to_sentinel_tls_mode(tls_mode(tls))
-            .set_client_to_sentinel_certificates(certificates(tls))
-            .set_client_to_redis_tls_mode(tls_mode(tls))
-            .set_client_to_redis_certificates(certificates(tls));
-    }
-    Ok(builder)
-}
-
-fn tcp(address: &str) -> RedisResult<ConnectionAddr> {
-    let (host, port) = host_port(address)?;
-    Ok(ConnectionAddr::Tcp(host, port))
-}
-
-fn host_port(address: &str) -> RedisResult<(String, u16)> {
-    let (host, port) = address.rsplit_once(':').ok_or_else(|| {
-        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "expected host:port"))
-    })?;
-    let port = port.parse().map_err(|_| {
-        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad port"))
-    })?;
-    Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 
 impl Connector {

@@ -18,6 +18,7 @@ mod breakers;
 mod cluster;
 mod connect;
 mod counters;
+mod dialing;
 mod guarded;
 mod options;
 mod pipe;
