@@ -2,7 +2,7 @@
 //! one client configuration from the trust roots and an optional client certificate, checking
 //! the server as much as asked: nothing (encryption only), its chain and dates but not its
 //! name, or both; and the handshake towards one server of our own pipelined connections
-//! ([`ServerTls`]: memcached's and Redis's).
+//! (`ServerTls`: memcached's and Redis's).
 //! rustls with ring, as the rest of the process. No session resumption: a store's connections
 //! are long-lived, and memcached requiring client certificates fails every resumed handshake
 //! (OpenSSL without a session id context answers with an internal-error alert).
