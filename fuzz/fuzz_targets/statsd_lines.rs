@@ -29,17 +29,24 @@ fn world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
     WORLD.get_or_init(|| {
         let files = [("fz.yaml".into(), RULES.to_owned())];
-        let rules = parse_files(&files, LoadOptions::default()).expect("rules").rules;
+        let rules = parse_files(&files, LoadOptions::default())
+            .expect("rules")
+            .rules;
         let clock = ManualClock::new(1_800_000_000);
         let store = MemoryStore::new(1_000_000, Arc::new(clock.clone()));
         let mogrifier = Mogrifier {
             id: "L".into(),
             pattern: r"^ratelimit\.service\.rate_limit\.([^.]*)\.(.*)\.([^.]*)$".into(),
             name: "ratelimit.service.rate_limit.$3".into(),
-            tags: vec![("domain".into(), "$1".into()), ("descriptor".into(), "$2".into())],
+            tags: vec![
+                ("domain".into(), "$1".into()),
+                ("descriptor".into(), "$2".into()),
+            ],
         };
         World {
-            runtime: tokio::runtime::Builder::new_current_thread().build().expect("runtime"),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime"),
             rules,
             limiter: Limiter::new(store, Arc::new(clock), Default::default()),
             mogrifiers: Mogrifiers::new(&[mogrifier]).expect("mogrifier"),

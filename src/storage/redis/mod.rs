@@ -39,6 +39,8 @@ use crate::storage::remote;
 use breakers::Breakers;
 use connect::{Conn, Connector};
 pub use options::{RedisAuth, RedisOptions, RedisTarget, RedisTlsOptions};
+#[cfg(fuzzing)]
+pub use resp::fuzz_replies;
 use scripts::Scripts;
 
 /// A token bucket's `capacity × period (ms)` must stay below this here: the script's numbers

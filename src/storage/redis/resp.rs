@@ -181,6 +181,40 @@ fn parse_reply(bytes: &[u8]) -> io::Result<Option<(Reply, usize)>> {
     Ok(Some((reply, after)))
 }
 
+/// Parses `input` (its first byte picks a read buffer of 1 to 64 bytes, the rest is the
+/// stream) as the reader does, and again through one large buffer: the replies must be the same
+/// however the stream is cut. Returns how many were read before the end or an error. For the
+/// fuzz target only (`cargo fuzz` sets `cfg(fuzzing)`).
+#[cfg(fuzzing)]
+pub fn fuzz_replies(input: &[u8]) -> usize {
+    let Some((&size, stream)) = input.split_first() else {
+        return 0;
+    };
+    let small = fuzz_read(stream, 1 + usize::from(size % 64));
+    let whole = fuzz_read(stream, 64 * 1024);
+    assert_eq!(
+        small, whole,
+        "the replies depend on where the stream is cut"
+    );
+    small.len()
+}
+
+#[cfg(fuzzing)]
+fn fuzz_read(stream: &[u8], capacity: usize) -> Vec<Reply> {
+    use std::future::Future;
+    let mut read = tokio::io::BufReader::with_capacity(capacity, stream);
+    let (mut partial, mut replies) = (Vec::new(), Vec::new());
+    loop {
+        let mut next = std::pin::pin!(read_reply(&mut read, &mut partial));
+        // An in-memory reader never waits: one poll finishes the future.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match next.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(reply)) => replies.push(reply),
+            _ => return replies,
+        }
+    }
+}
+
 fn parse(digits: &[u8]) -> io::Result<i64> {
     std::str::from_utf8(digits)
         .ok()
