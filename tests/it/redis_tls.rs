@@ -10,6 +10,7 @@ use crate::process::{Process, http_get, rules_root, temp_dir};
 use crate::support::redis_server::{RedisProcess, RedisSentinel, SENTINEL_MASTER, TlsFiles, cli};
 use crate::support::req1;
 use crate::tls::{ca, leaf};
+use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
 const RULES: &str = "domain: cut\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
@@ -48,6 +49,40 @@ fn as_env<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)>
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
+/// One redis-server over TLS with the certificate `<server>.pem` of `dir` (signed by CA `one`),
+/// requiring the client certificate; `None` where redis-server has no TLS.
+fn tls_redis(dir: &std::path::Path, server: &str) -> Option<RedisProcess> {
+    RedisProcess::start_tls(
+        &dir.join(format!("{server}.pem")),
+        &dir.join(format!("{server}.key")),
+        &dir.join("one-ca.pem"),
+        (&dir.join("client.pem"), &dir.join("client.key")),
+    )
+}
+
+/// A runtime for the test's client calls.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt")
+}
+
+/// `user`'s one hit on domain `cut` through the service at `grpc`.
+fn call(
+    runtime: &tokio::runtime::Runtime,
+    grpc: u16,
+    user: &str,
+) -> Result<RateLimitResponse, tonic::Status> {
+    runtime.block_on(async {
+        crate::support::connect(grpc)
+            .await
+            .should_rate_limit(req1("cut", &[("user", user)]))
+            .await
+            .map(tonic::Response::into_inner)
+    })
+}
+
 /// TLS to Redis (`REDIS_TLS`), with a client certificate (the server requires one): the service
 /// counts over TLS; a CA that did not sign the server's certificate is refused (UNAVAILABLE
 /// naming Redis), never silently downgraded to plain text.
@@ -56,38 +91,20 @@ fn counts_over_tls_with_a_client_certificate() {
     let Some(dir) = certificates() else {
         return;
     };
-    let client = (dir.join("client.pem"), dir.join("client.key"));
-    let Some(redis) = RedisProcess::start_tls(
-        &dir.join("server.pem"),
-        &dir.join("server.key"),
-        &dir.join("one-ca.pem"),
-        (&client.0, &client.1),
-    ) else {
+    let Some(redis) = tls_redis(&dir, "server") else {
         return;
     };
     let url = format!("127.0.0.1:{}", redis.port);
     let root = rules_root(RULES);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let call = |grpc: u16| {
-        runtime.block_on(async {
-            crate::support::connect(grpc)
-                .await
-                .should_rate_limit(req1("cut", &[("user", "tls")]))
-                .await
-        })
-    };
+    let runtime = runtime();
     let env = tls_env(&dir, "single", &url, "one-ca.pem");
     let good = Process::start(&root, &as_env(&env));
-    let first = call(good.grpc)
+    let first = call(&runtime, good.grpc, "tls")
         .expect("counted over TLS")
-        .into_inner()
         .statuses[0]
         .clone();
     assert_eq!(first.limit_remaining, 4);
-    let second = call(good.grpc).expect("again").into_inner().statuses[0].clone();
+    let second = call(&runtime, good.grpc, "tls").expect("again").statuses[0].clone();
     // The second call counts on the first, unless a minute's end came between them (its reset
     // is then further off than the first's): a new window, whose first call it is.
     let reset = |s: &DescriptorStatus| s.duration_until_reset.map_or(0, |d| d.seconds);
@@ -96,7 +113,7 @@ fn counts_over_tls_with_a_client_certificate() {
 
     let env = tls_env(&dir, "single", &url, "two-ca.pem");
     let wrong = Process::spawn(&root, &as_env(&env));
-    let refused = call(wrong.grpc).expect_err("an untrusted server certificate");
+    let refused = call(&runtime, wrong.grpc, "tls").expect_err("an untrusted server certificate");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
     assert!(refused.message().contains("redis"), "{}", refused.message());
     assert_ne!(http_get(wrong.http, "/healthcheck").map(|r| r.0), Some(200));
@@ -127,23 +144,10 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
     };
     let url = format!("{SENTINEL_MASTER},127.0.0.1:{}", set.sentinel.data_port());
     let root = rules_root(RULES);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let call = |grpc: u16, user: &str| {
-        runtime.block_on(async {
-            crate::support::connect(grpc)
-                .await
-                .should_rate_limit(req1("cut", &[("user", user)]))
-                .await
-        })
-    };
+    let runtime = runtime();
     let env = tls_env(&dir, "sentinel", &url, "one-ca.pem");
     let p = Process::start(&root, &as_env(&env));
-    let answer = call(p.grpc, "alice")
-        .expect("counted over TLS")
-        .into_inner();
+    let answer = call(&runtime, p.grpc, "alice").expect("counted over TLS");
     assert_eq!(answer.statuses[0].limit_remaining, 4);
     // The count is on the master (its plain port is the test's own view).
     let key_count = cli(set.master.port, &["DBSIZE"]).expect("dbsize");
@@ -155,8 +159,8 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
     let recovered = crate::support::wait::blocking_some(
         Duration::from_secs(30),
         "a new master over TLS",
-        || match call(p.grpc, "bob") {
-            Ok(answer) => Some(answer.into_inner()),
+        || match call(&runtime, p.grpc, "bob") {
+            Ok(answer) => Some(answer),
             Err(status) => {
                 assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
                 unavailable += 1;
@@ -178,7 +182,8 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
 
     let env = tls_env(&dir, "sentinel", &url, "two-ca.pem");
     let wrong = Process::spawn(&root, &as_env(&env));
-    let refused = call(wrong.grpc, "carol").expect_err("an untrusted sentinel certificate");
+    let refused =
+        call(&runtime, wrong.grpc, "carol").expect_err("an untrusted sentinel certificate");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
     assert!(refused.message().contains("redis"), "{}", refused.message());
     assert_ne!(http_get(wrong.http, "/healthcheck").map(|r| r.0), Some(200));
@@ -198,29 +203,12 @@ fn skipping_the_hostname_still_checks_the_chain() {
     };
     let elsewhere = "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth\n";
     crate::tls::leaf_with(&dir, "one", "elsewhere", elsewhere);
-    let client = (dir.join("client.pem"), dir.join("client.key"));
-    let Some(redis) = RedisProcess::start_tls(
-        &dir.join("elsewhere.pem"),
-        &dir.join("elsewhere.key"),
-        &dir.join("one-ca.pem"),
-        (&client.0, &client.1),
-    ) else {
+    let Some(redis) = tls_redis(&dir, "elsewhere") else {
         return;
     };
     let url = format!("127.0.0.1:{}", redis.port);
     let root = rules_root(RULES);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let call = |grpc: u16| {
-        runtime.block_on(async {
-            crate::support::connect(grpc)
-                .await
-                .should_rate_limit(req1("cut", &[("user", "skip")]))
-                .await
-        })
-    };
+    let runtime = runtime();
     let with = |ca: &str, skip: bool| {
         let mut env = tls_env(&dir, "single", &url, ca);
         env.push(("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", skip.to_string()));
@@ -228,16 +216,16 @@ fn skipping_the_hostname_still_checks_the_chain() {
     };
 
     let strict = with("one-ca.pem", false);
-    let refused = call(strict.grpc).expect_err("a certificate for another host");
+    let refused = call(&runtime, strict.grpc, "skip").expect_err("a certificate for another host");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
     assert!(refused.message().contains("redis"), "{}", refused.message());
 
     let skipping = with("one-ca.pem", true);
-    let counted = call(skipping.grpc).expect("the chain is good, the name is not checked");
-    assert_eq!(counted.into_inner().statuses[0].limit_remaining, 4);
+    let counted = call(&runtime, skipping.grpc, "skip").expect("the chain is good, not the name");
+    assert_eq!(counted.statuses[0].limit_remaining, 4);
 
     let untrusted = with("two-ca.pem", true);
-    let refused = call(untrusted.grpc).expect_err("a chain no trusted CA signed");
+    let refused = call(&runtime, untrusted.grpc, "skip").expect_err("a chain no CA here signed");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
     assert!(refused.message().contains("redis"), "{}", refused.message());
     drop(runtime);
