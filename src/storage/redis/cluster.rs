@@ -31,7 +31,7 @@ impl RedisStore {
         hits: &[&CounterOp],
         now: u64,
     ) -> Result<Vec<u64>, StorageError> {
-        let groups = match plain(hits) && self.inner.connector.pipes_to_nodes() {
+        let groups = match plain(hits) {
             true => self.groups(hits),
             false => None,
         };

@@ -108,11 +108,6 @@ impl Connector {
         }
     }
 
-    /// Whether a cluster's fixed-window hits go over our own connections to its nodes.
-    pub(super) fn pipes_to_nodes(&self) -> bool {
-        self.is_cluster()
-    }
-
     /// The live pipelined connection to cluster node `node` (`host:port`), connecting first
     /// when there is none.
     pub(super) async fn node_pipe(&self, node: &str) -> std::io::Result<Arc<Pipe>> {

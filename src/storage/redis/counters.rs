@@ -32,38 +32,35 @@ impl RedisStore {
     /// general one with redis-rs's futures (`apply_ops`).
     pub(super) async fn piped(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
         let breaker = self.admit(b"")?;
-        let inner = &self.inner;
-        let (bytes, sets) = inner.resp_commands(hits, inner.clock.now_secs());
-        let queued = match inner.connector.live_pipe() {
-            Some(pipe) => pipe.queue(bytes, sets + hits.len()),
-            None => match Box::pin(inner.connector.pipe()).await {
-                Ok(pipe) => pipe.queue(bytes, sets + hits.len()),
-                Err(e) => {
-                    let error = StorageError::unavailable(format!("{}: {e}", inner.name));
-                    return self.after(breaker, Err(error.caused_by(e)));
-                }
-            },
-        };
-        let outcome = match queued {
-            Ok(answered) => inner.replies(answered, None).await,
-            Err(refused) => Err(inner.refused(refused, None)),
-        };
-        let outcome = match outcome {
-            Ok(replies) => inner.counts(hits, &replies, sets),
-            Err(error) => Err(error),
-        };
-        let outcome = match outcome {
-            Ok((counts, over)) if !over.is_empty() => {
-                let over: Vec<&CounterOp> = over.into_iter().map(|at| &hits[at]).collect();
-                Box::pin(inner.saturate(&over)).await.map(|()| counts)
-            }
-            outcome => outcome.map(|(counts, _)| counts),
-        };
+        let outcome = self.inner.piped(hits).await;
         self.after(breaker, outcome)
     }
 }
 
 impl Inner {
+    /// [`RedisStore::piped`]'s call itself: the commands queued on the pipe (connecting first
+    /// when there is none), the counts read from the replies, and any past the ceiling put back.
+    async fn piped(&self, hits: &[CounterOp]) -> Result<Vec<u64>, StorageError> {
+        let (bytes, sets) = self.resp_commands(hits, self.clock.now_secs());
+        let pipe = match self.connector.live_pipe() {
+            Some(pipe) => pipe,
+            None => Box::pin(self.connector.pipe()).await.map_err(|e| {
+                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
+            })?,
+        };
+        let answered = pipe
+            .queue(bytes, sets + hits.len())
+            .map_err(|why| self.refused(why, None))?;
+        drop(pipe);
+        let replies = self.replies(answered, None).await?;
+        let (counts, over) = self.counts(hits, &replies, sets)?;
+        if !over.is_empty() {
+            let over: Vec<&CounterOp> = over.into_iter().map(|at| &hits[at]).collect();
+            Box::pin(self.saturate(&over)).await?;
+        }
+        Ok(counts)
+    }
+
     /// The counts in the `replies` to `hits`' commands (the first `sets` of them the `SET …
     /// NX`s), each at most the ceiling, and the hits whose count passed it (to be put back).
     fn counts(

@@ -234,8 +234,8 @@ fn is_readonly(e: &RedisError) -> bool {
 impl CounterStore for RedisStore {
     /// The usual call (adds and reads on one server over our own pipe) has a future of its own
     /// without redis-rs's: moving the general one (4.8 KB) into its box cost 2 % of the server
-    /// at saturation (perf, BENCHMARKS.md "Redis"), this one is 368 bytes. Unboxed, it would
-    /// grow the decision's future (`tests/future_size.rs`) by 56 bytes.
+    /// at saturation (perf, BENCHMARKS.md "Redis"), this one is 320 bytes. Unboxed, it would
+    /// grow the decision's future (`tests/future_size.rs`) by 16 bytes.
     fn apply_ops(
         &self,
         hits: &[CounterOp],
