@@ -1,6 +1,6 @@
 //! What a request gets when a store it counts in fails: each counted descriptor by its mode
-//! (`unavailable`, `open`, `local`; see `outage`), and the hand-back of local counts once the
-//! store answers again. The replica marks that learn N are kept from here too.
+//! (`unavailable`, `open`, `local`; see `outage`; the hand-back of local counts is
+//! `hand_back`'s). The replica marks that learn N are kept from here too.
 //!
 //! Must not touch: the algorithms' arithmetic, the stores' breakers, protobuf.
 
@@ -53,8 +53,6 @@ impl<S: CounterStore> Limiter<S> {
                 self.outage.count(ops, *to, n, decided, error).await?;
             }
         }
-        self.hand_back(|to| batch.ops.has(to) && error_at(to).is_none())
-            .await;
         let mut failed_open = false;
         for planned in &batch.planned {
             let status = &mut statuses[planned.index];
@@ -110,11 +108,8 @@ impl<S: CounterStore> Limiter<S> {
     /// is `local`, counts its operations in this replica's memory with the share (RLQS's
     /// reports and assignments).
     pub(super) async fn apply_or_local(&self, ops: &mut Operations) -> Result<(), StorageError> {
-        let failed = match ops.apply_each(&self.stores()).await {
-            Ok(()) => {
-                self.hand_back(|to| ops.has(to)).await;
-                return Ok(());
-            }
+        let failed = match self.send(ops).await {
+            Ok(()) => return Ok(()),
             Err(failed) => failed,
         };
         if self.settings.on_store_failure != StoreFailure::Local {
@@ -132,32 +127,6 @@ impl<S: CounterStore> Limiter<S> {
             self.outage.count(ops, *to, n, 1, error).await?;
         }
         Ok(())
-    }
-
-    /// When something is owed and the stores for which `answered` is true just answered, hands
-    /// their local counts back (one increment per key of a window still open), one hand-back
-    /// at a time. A store that fails again keeps what it is owed.
-    pub(super) async fn hand_back(&self, answered: impl Fn(Destination) -> bool) {
-        if !self.outage.active() {
-            return;
-        }
-        let Some(_claim) = self.outage.claim() else {
-            return;
-        };
-        let now = self.clock.now_secs();
-        for to in Destination::ALL.into_iter().filter(|to| answered(*to)) {
-            let owed = self.outage.owed_by(to, now);
-            if owed.is_empty() && !self.outage.is_local(to) {
-                continue;
-            }
-            let mut ops = Operations::default();
-            for op in &owed {
-                ops.add(to, op.clone());
-            }
-            if ops.apply(&self.stores()).await.is_ok() {
-                self.outage.settled(to, &owed);
-            }
-        }
     }
 
     /// Keeps this replica's mark in the main store and learns how many replicas share it (for

@@ -4,6 +4,11 @@
 //! cache is bounded by its byte budget; when full it drops expired entries, then the one whose
 //! window ends first (a dropped entry only costs a store round trip, never correctness), each
 //! in O(1) through an index by expiry second: a full shard is never scanned.
+//!
+//! An entry remembers the limit the key went over: a descriptor whose limit is now higher (a
+//! request's `limit` override raised it, envoyproxy/ratelimit's issue #1077) is counted in the
+//! store again, since its count may be within the higher limit; one at the same or a lower
+//! limit is over for certain.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,10 +21,17 @@ const SHARDS: usize = 16;
 /// Approximate bytes per entry (hash, expiry, map overhead, its place in the expiry index).
 const ENTRY_BYTES: u64 = 72;
 
-/// One shard: keys (hashed) with the end of their window, and when each falls due.
+/// What the cache knows of a key: the end of its window, and the limit it went over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Over {
+    end: u64,
+    limit: u32,
+}
+
+/// One shard: keys (hashed) with their window's end and limit, and when each falls due.
 #[derive(Debug, Default)]
 struct Shard {
-    ends: HashMap<u128, u64>,
+    ends: HashMap<u128, Over>,
     due: DueIndex,
 }
 
@@ -29,7 +41,7 @@ impl Shard {
     fn make_room(&mut self, now: u64) {
         let mut dropped = false;
         for hash in self.due.take_due(now) {
-            if self.ends.get(&hash).is_some_and(|&end| end <= now) {
+            if self.ends.get(&hash).is_some_and(|o| o.end <= now) {
                 self.ends.remove(&hash);
                 dropped = true;
             }
@@ -39,7 +51,7 @@ impl Shard {
         }
         while let Some((hash, end)) = self.due.take_earliest() {
             // Stale entries (a key re-inserted with another end, or removed) are skipped.
-            if self.ends.get(&hash) == Some(&end) {
+            if self.ends.get(&hash).is_some_and(|o| o.end == end) {
                 self.ends.remove(&hash);
                 return;
             }
@@ -76,26 +88,32 @@ impl OverLimitCache {
         &self.shards[(hash as usize) % SHARDS]
     }
 
-    /// Whether `key` is known to be over its limit at `now`.
-    pub(crate) fn contains(&self, key: &str, now: u64) -> bool {
+    /// Whether `key` is known to be over `limit` at `now` (it went over that limit or a
+    /// higher one in this window).
+    pub(crate) fn contains(&self, key: &str, limit: u32, now: u64) -> bool {
         let hash = xxh3_128(key.as_bytes());
         lock(self.shard(hash))
             .ends
             .get(&hash)
-            .is_some_and(|&end| end > now)
+            .is_some_and(|o| o.end > now && limit <= o.limit)
     }
 
-    /// Remembers that `key` is over its limit until `expires_at`.
-    pub(crate) fn insert(&self, key: &str, expires_at: u64, now: u64) {
+    /// Remembers that `key` is over `limit` until `expires_at`.
+    pub(crate) fn insert(&self, key: &str, limit: u32, expires_at: u64, now: u64) {
         let hash = xxh3_128(key.as_bytes());
         let mut shard = lock(self.shard(hash));
         if shard.ends.len() >= self.per_shard && !shard.ends.contains_key(&hash) {
             shard.make_room(now);
         }
-        if shard.ends.insert(hash, expires_at) != Some(expires_at) {
+        let over = Over {
+            end: expires_at,
+            limit,
+        };
+        let before = shard.ends.insert(hash, over);
+        if before.map(|o| o.end) != Some(expires_at) {
             shard.due.note(hash, expires_at);
             if shard.due.needs_rebuild(shard.ends.len()) {
-                let keys: Vec<(u128, u64)> = shard.ends.iter().map(|(h, e)| (*h, *e)).collect();
+                let keys: Vec<(u128, u64)> = shard.ends.iter().map(|(h, o)| (*h, o.end)).collect();
                 shard.due.rebuild(keys.into_iter());
             }
         }
@@ -122,23 +140,37 @@ mod tests {
     fn remembers_until_the_window_ends_and_stays_bounded() {
         assert!(OverLimitCache::new(0).is_none());
         let cache = OverLimitCache::new(super::ENTRY_BYTES * 16 * 4).expect("on");
-        cache.insert("a", 100, 10);
-        assert!(cache.contains("a", 99));
-        assert!(!cache.contains("a", 100));
+        cache.insert("a", 5, 100, 10);
+        assert!(cache.contains("a", 5, 99));
+        assert!(!cache.contains("a", 5, 100));
         for i in 0..1_000 {
-            cache.insert(&format!("k{i}"), 100, 10);
+            cache.insert(&format!("k{i}"), 5, 100, 10);
         }
         assert!(cache.len() <= 64, "{}", cache.len());
-        cache.insert("b", 100, 10);
+        cache.insert("b", 5, 100, 10);
         cache.remove("b");
-        assert!(!cache.contains("b", 10));
+        assert!(!cache.contains("b", 5, 10));
+    }
+
+    #[test]
+    fn a_key_over_a_limit_is_over_every_lower_one_and_not_a_higher_one() {
+        let cache = OverLimitCache::new(super::ENTRY_BYTES * 64).expect("on");
+        cache.insert("k", 1, 100, 10);
+        assert!(cache.contains("k", 1, 20));
+        assert!(
+            !cache.contains("k", 100, 20),
+            "a raised override is counted"
+        );
+        cache.insert("j", 50, 100, 10);
+        assert!(cache.contains("j", 10, 20), "over 50 is over 10");
     }
 
     #[test]
     fn a_full_shard_drops_the_expired_then_the_earliest_ending() {
         let mut shard = super::Shard::default();
+        let over = |end| super::Over { end, limit: 1 };
         for (hash, end) in [(1, 20), (2, 20), (3, 100), (4, 50)] {
-            shard.ends.insert(hash, end);
+            shard.ends.insert(hash, over(end));
             shard.due.note(hash, end);
         }
         shard.make_room(30);
@@ -152,11 +184,11 @@ mod tests {
             "then the earliest end"
         );
         // A stale entry (4 re-inserted with a later end) is skipped, not taken for the key.
-        shard.ends.insert(4, 200);
+        shard.ends.insert(4, over(200));
         shard.due.note(4, 200);
         shard.due.note(4, 40);
         shard.make_room(30);
-        assert_eq!(shard.ends.get(&4), Some(&200));
+        assert_eq!(shard.ends.get(&4), Some(&over(200)));
         assert!(!shard.ends.contains_key(&3));
     }
 }

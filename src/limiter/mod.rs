@@ -13,6 +13,7 @@
 mod algorithm;
 mod batch;
 mod failure_modes;
+mod hand_back;
 mod key;
 mod local_cache;
 mod matching;
@@ -223,9 +224,6 @@ impl<S: CounterStore> Limiter<S> {
         for planned in &batch.planned {
             self.decide_one(&batch, planned, &mut statuses[planned.index], true);
         }
-        if self.outage.active() {
-            Box::pin(self.hand_back(|to| batch.ops.has(to))).await;
-        }
         Ok(self.counted(statuses, false))
     }
 
@@ -247,7 +245,7 @@ impl<S: CounterStore> Limiter<S> {
                 return Err(to.map(|to| (to, e.clone())).collect());
             }
         }
-        batch.ops.apply_each(&stores).await
+        self.send(&mut batch.ops).await
     }
 
     /// A counted descriptor's status from its store's answers (and, with `cache`, the local
@@ -280,7 +278,8 @@ impl<S: CounterStore> Limiter<S> {
                 (cache, &self.local_cache, planned.plan)
             {
                 let key = &batch.ops.op(counter).key;
-                cache.insert(key, window.end(), batch.now.secs());
+                let limit = planned.rate.requests_per_unit;
+                cache.insert(key, limit, window.end(), batch.now.secs());
             }
         } else {
             status.remaining = outcome.remaining;
@@ -327,7 +326,9 @@ impl<S: CounterStore> Limiter<S> {
             (&self.local_cache, &plan)
         {
             match take {
-                Take::Take(n) if cache.contains(&counter.key, batch.now.secs()) => {
+                Take::Take(n)
+                    if cache.contains(&counter.key, rate.requests_per_unit, batch.now.secs()) =>
+                {
                     status.reset_in = Some(window.reset_in());
                     status.mark_over();
                     status.counting = Counting::LocalCache { hits: n };

@@ -243,6 +243,21 @@ impl Operations {
         &self.lanes[to.lane()].hits
     }
 
+    /// The counter operations bound for `to`, to change before they are sent.
+    pub(crate) fn hits_mut(&mut self, to: Destination) -> &mut [CounterOp] {
+        &mut self.lanes[to.lane()].hits
+    }
+
+    /// The counts of the operations bound for `to` (in their order), once answered.
+    pub(crate) fn counts(&self, to: Destination) -> &[u64] {
+        &self.lanes[to.lane()].counts
+    }
+
+    /// The counts of the operations bound for `to`, to correct after a follow-up call.
+    pub(crate) fn counts_mut(&mut self, to: Destination) -> &mut [u64] {
+        &mut self.lanes[to.lane()].counts
+    }
+
     /// Whether any operation is bound for `to`.
     pub(crate) fn has(&self, to: Destination) -> bool {
         !self.lanes[to.lane()].is_idle()

@@ -9,10 +9,10 @@
 //! concurrency limit `⌊limit/N⌋` held at once. So N replicas together never admit more than the
 //! limit; `limit_remaining` reads as this replica's estimate for the whole fleet.
 //!
-//! What a replica counts locally it owes the store: when the store answers again, each key of a
-//! window still open gets one increment with the hits counted here (a lease keeps its expiry),
-//! and counting is the store's again. Token buckets are not handed back (the store's bucket
-//! refilled meanwhile; the bound holds within the outage).
+//! A replica's local counts for a window live as long as the window, through every outage of
+//! it (a flap does not start a fresh share), and begin from the last count the store gave for
+//! the key (`seen`): a key known over its limit stays over while the store is away. What a
+//! replica counts locally it owes the store; `hand_back` pays it at most once.
 //!
 //! Must not touch: the algorithms' arithmetic, rules, protobuf; the stores' circuit breakers
 //! (those are `storage`'s: an open breaker is an error here like any other).
@@ -47,6 +47,8 @@ pub struct OutageReadings {
     pub local_decisions: u64,
     /// Hits counted locally and handed back to the store.
     pub handed_back: u64,
+    /// Hits counted locally whose hand-back failed with its outcome unknown (not resent).
+    pub unknown: u64,
     /// The replica count the share divides by (`None`: not learned yet).
     pub replicas: Option<u64>,
     /// The stores deciding locally now, with the Unix millisecond they began.
@@ -60,7 +62,8 @@ pub(crate) struct Outage {
     owed: Mutex<HashMap<(Destination, CounterKey), Owed>>,
     /// Something is owed (read on every answered request: one load).
     owing: AtomicBool,
-    handing_back: AtomicBool,
+    /// Woken when something becomes owed (the hand-back task waits on it).
+    owed_now: tokio::sync::Notify,
     /// Per destination: the Unix millisecond it began deciding locally (0: it does not).
     since_ms: [AtomicU64; 3],
     pub(crate) replicas: Replicas,
@@ -68,6 +71,8 @@ pub(crate) struct Outage {
     wanted: AtomicBool,
     local_decisions: AtomicU64,
     handed_back: AtomicU64,
+    /// Hits owed whose hand-back failed with its outcome unknown (not sent again).
+    unknown: AtomicU64,
     clock: Arc<dyn Clock>,
 }
 
@@ -82,12 +87,13 @@ impl Outage {
             stores: [store(), store(), store()],
             owed: Mutex::new(HashMap::new()),
             owing: AtomicBool::new(false),
-            handing_back: AtomicBool::new(false),
+            owed_now: tokio::sync::Notify::new(),
             since_ms: Default::default(),
             replicas: Replicas::new(pinned),
             wanted: AtomicBool::new(false),
             local_decisions: AtomicU64::new(0),
             handed_back: AtomicU64::new(0),
+            unknown: AtomicU64::new(0),
             clock,
         }
     }
@@ -97,6 +103,11 @@ impl Outage {
         if !self.wanted.load(Ordering::Relaxed) {
             self.wanted.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a descriptor in the local mode was seen (the store's counts are then learned).
+    pub(crate) fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed)
     }
 
     /// Whether the replica count must be learned (a local-mode descriptor was seen, N is not
@@ -143,6 +154,9 @@ impl Outage {
     fn note_owed(&self, to: Destination, hits: &[CounterOp]) {
         let mut owed = lock(&self.owed);
         for op in hits {
+            if op.change.amount() == 0 {
+                continue;
+            }
             let entry = owed.entry((to, op.key.clone())).or_insert(Owed {
                 hits: 0,
                 lease: false,
@@ -158,7 +172,16 @@ impl Outage {
                 Change::Sub(k) | Change::Release(k) => entry.hits = entry.hits.saturating_sub(k),
             }
         }
-        self.owing.store(!owed.is_empty(), Ordering::Release);
+        self.set_owing(&owed);
+    }
+
+    fn set_owing(&self, owed: &HashMap<(Destination, CounterKey), Owed>) {
+        let owing = !owed.is_empty();
+        if owing && !self.owing.swap(true, Ordering::AcqRel) {
+            self.owed_now.notify_one();
+        } else if !owing {
+            self.owing.store(false, Ordering::Release);
+        }
     }
 
     /// Whether `to` decides locally now.
@@ -166,60 +189,109 @@ impl Outage {
         self.since_ms[to.lane()].load(Ordering::Acquire) != 0
     }
 
-    /// Claims the hand-back (one at a time); `None` when another is under way.
-    pub(crate) fn claim(&self) -> Option<HandBack<'_>> {
-        self.handing_back
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .ok()
-            .map(|_| HandBack { outage: self })
+    /// Whether anything is owed to a store (one load).
+    pub(crate) fn owing(&self) -> bool {
+        self.owing.load(Ordering::Acquire)
     }
 
-    /// What `to` owes in windows still open at `now` (Unix seconds), as one increment per key;
-    /// the keys of closed windows are forgotten.
-    pub(crate) fn owed_by(&self, to: Destination, now: u64) -> Vec<CounterOp> {
+    /// Waits until something is owed.
+    pub(crate) async fn until_owing(&self) {
+        loop {
+            let woken = self.owed_now.notified();
+            if self.owing() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// `to` answered a call: it decides in the store again (said once, with how long it did
+    /// not); whether it was deciding locally until now.
+    pub(crate) fn answered(&self, to: Destination) -> bool {
+        if self.since_ms[to.lane()].load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let since = self.since_ms[to.lane()].swap(0, Ordering::AcqRel);
+        if since != 0 {
+            let outage_ms = self.clock.now().millis().saturating_sub(since);
+            tracing::warn!(
+                store = ?to, outage_ms,
+                "counter store answers again; the hits counted locally are handed back to it"
+            );
+        }
+        since != 0
+    }
+
+    /// Learns the counts `to` gave for its operations `hits` (`counts` in the same order), so
+    /// that local counting in a later outage begins from them: each window counter of this
+    /// replica's memory is raised to the store's count (never lowered; leases are not).
+    pub(crate) fn seen(&self, to: Destination, hits: &[CounterOp], counts: &[u64]) {
+        let store = lock(&self.stores[to.lane()]).clone();
+        for (op, &count) in hits.iter().zip(counts) {
+            if matches!(op.change, Change::Add(_)) {
+                // A full local store only loses the head start, never a count owed.
+                let _ = store.raise(&op.key, count, op.expires_at);
+            }
+        }
+    }
+
+    /// Takes what `to` owes for `key` in a window still open at `now`, to be added to a call
+    /// that goes to the store anyway (leases are left to the hand-back task).
+    pub(crate) fn take_owed(&self, to: Destination, key: &CounterKey, now: u64) -> Option<u64> {
         let mut owed = lock(&self.owed);
-        owed.retain(|(_, _), o| o.expires_at > now && o.hits > 0);
-        self.owing.store(!owed.is_empty(), Ordering::Release);
-        owed.iter()
-            .filter(|((d, _), _)| *d == to)
+        let entry = owed.get(&(to, key.clone()))?;
+        if entry.lease {
+            return None;
+        }
+        let taken = owed.remove(&(to, key.clone()))?;
+        self.set_owing(&owed);
+        (taken.expires_at > now && taken.hits > 0).then_some(taken.hits)
+    }
+
+    /// Takes up to `most` keys of what `to` owes in windows still open at `now` (Unix seconds),
+    /// as one increment per key; the keys of closed windows are forgotten. What is taken is
+    /// no longer owed: it is sent once, and given back only when certainly not applied.
+    pub(crate) fn take_owed_chunk(&self, to: Destination, now: u64, most: usize) -> Vec<CounterOp> {
+        let mut owed = lock(&self.owed);
+        let taken = owed
+            .extract_if(|(d, _), _| *d == to)
+            .take(most)
+            .filter(|(_, o)| o.expires_at > now && o.hits > 0)
             .map(|((_, key), o)| CounterOp {
-                key: key.clone(),
+                key,
                 change: match o.lease {
                     true => Change::Lease(o.hits),
                     false => Change::Add(o.hits),
                 },
                 expires_at: o.expires_at,
             })
-            .collect()
+            .collect();
+        self.set_owing(&owed);
+        taken
     }
 
-    /// `to` took `paid` back: those hits are settled, its local counts start again empty, and it
-    /// decides in the store again.
-    pub(crate) fn settled(&self, to: Destination, paid: &[CounterOp]) {
-        let mut hits = 0;
-        {
-            let mut owed = lock(&self.owed);
-            for op in paid {
-                let (Change::Add(k) | Change::Lease(k)) = op.change else {
-                    continue;
-                };
-                hits += k;
-                if let Some(o) = owed.get_mut(&(to, op.key.clone())) {
-                    o.hits = o.hits.saturating_sub(k);
-                    if o.hits == 0 {
-                        owed.remove(&(to, op.key.clone()));
-                    }
-                }
-            }
-            self.owing.store(!owed.is_empty(), Ordering::Release);
-        }
-        *lock(&self.stores[to.lane()]) = Arc::new(MemoryStore::new(LOCAL_KEYS, self.clock.clone()));
+    /// Whether `to` owes anything.
+    pub(crate) fn owes(&self, to: Destination) -> bool {
+        self.owing() && lock(&self.owed).keys().any(|(d, _)| *d == to)
+    }
+
+    /// The store took `ops` (bound for `to`): their hits are paid.
+    pub(crate) fn paid(&self, ops: &[CounterOp]) {
+        let hits: u64 = ops.iter().map(|op| op.change.amount()).sum();
         self.handed_back.fetch_add(hits, Ordering::Relaxed);
-        let since = self.since_ms[to.lane()].swap(0, Ordering::AcqRel);
-        let outage_ms = self.clock.now().millis().saturating_sub(since);
+    }
+
+    /// Sending `ops` (what `to` was owed) failed: owed again when nothing reached the store,
+    /// else given up (it may have been applied: a hand-back is never sent twice).
+    pub(crate) fn unpaid(&self, to: Destination, ops: &[CounterOp], error: &StorageError) {
+        if error.was_unsent() {
+            return self.note_owed(to, ops);
+        }
+        let hits: u64 = ops.iter().map(|op| op.change.amount()).sum();
+        self.unknown.fetch_add(hits, Ordering::Relaxed);
         tracing::warn!(
-            store = ?to, keys = paid.len(), hits, outage_ms,
-            "counter store answers again; the hits counted locally are handed back to it"
+            store = ?to, keys = ops.len(), hits, error = %error,
+            "handing local hits back failed with its outcome unknown; not sent again"
         );
     }
 
@@ -227,6 +299,7 @@ impl Outage {
         OutageReadings {
             local_decisions: self.local_decisions.load(Ordering::Relaxed),
             handed_back: self.handed_back.load(Ordering::Relaxed),
+            unknown: self.unknown.load(Ordering::Relaxed),
             replicas: self.replicas.count().map(NonZeroU64::get),
             local_since: Destination::ALL
                 .into_iter()
@@ -238,16 +311,5 @@ impl Outage {
                 )
                 .collect(),
         }
-    }
-}
-
-/// The one hand-back under way; released when dropped.
-pub(crate) struct HandBack<'a> {
-    outage: &'a Outage,
-}
-
-impl Drop for HandBack<'_> {
-    fn drop(&mut self) {
-        self.outage.handing_back.store(false, Ordering::Release);
     }
 }

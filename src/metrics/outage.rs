@@ -1,5 +1,5 @@
 //! The local mode's series: descriptors decided in this replica's memory while a store failed,
-//! hits handed back to the store after, the replica count the share divides by, and whether a
+//! hits handed back to the store after (and those whose hand-back's outcome is unknown), the replica count the share divides by, and whether a
 //! store decides locally now.
 //!
 //! Must not touch: the decision (these are readings the limiter keeps).
@@ -10,7 +10,7 @@ use crate::limiter::OutageReadings;
 
 /// Writes the local mode's series.
 pub(crate) fn render(out: &mut String, r: &OutageReadings, extra: &str) {
-    let series: [(&str, &str, &str, u64); 4] = [
+    let series: [(&str, &str, &str, u64); 5] = [
         (
             "turnstile_local_decisions_total",
             "descriptors decided in this replica's memory with its share while their store failed",
@@ -22,6 +22,12 @@ pub(crate) fn render(out: &mut String, r: &OutageReadings, extra: &str) {
             "hits counted locally and added to the store when it answered again",
             "counter",
             r.handed_back,
+        ),
+        (
+            "turnstile_local_hits_unknown_total",
+            "hits counted locally whose hand-back failed with its outcome unknown (never resent)",
+            "counter",
+            r.unknown,
         ),
         (
             "turnstile_store_replicas",

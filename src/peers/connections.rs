@@ -1,6 +1,7 @@
 //! The open connections by peer: a cap in all and per peer that never leaves a newcomer
-//! waiting (at a cap, the longest-idle connection of the peer holding the most, or of the
-//! newcomer's own peer at its own cap, is told to close), and each connection's calls, so that
+//! waiting (at the cap in all, a connection that never made a call, else the longest-idle
+//! connection of the peer holding the most; at a peer's own cap, its own connection that never
+//! made a call or has been idle longest, is told to close), and each connection's calls, so that
 //! idle means "no call open and none started for the idle timeout" whatever the client sends
 //! besides (PINGs, SETTINGS, WINDOW_UPDATEs).
 //!
@@ -8,7 +9,7 @@
 //! connection told to close, with a GOAWAY).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,8 @@ pub struct ConnState {
     /// (ms since `epoch`, the bits above), in one word: a call's end reads the clock only when
     /// it leaves the connection idle, and a reader never sees "idle" with an older time.
     activity: AtomicU64,
+    /// Whether a call was ever made on it (one that never made one is closed first for room).
+    used: AtomicBool,
 }
 
 /// Bits of [`ConnState::activity`] that count the calls open (more than any connection may
@@ -56,6 +59,9 @@ impl ConnState {
     pub fn call(self: &Arc<Self>) -> CallGuard {
         // Not idle while it is open; the time is taken when the last one open ends.
         self.activity.fetch_add(1, Ordering::AcqRel);
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
         CallGuard {
             conn: Arc::clone(self),
             decision: false,
@@ -123,11 +129,17 @@ impl ConnState {
         }
     }
 
-    /// Which connection to close first: idle ones before busy ones, the longest idle first,
-    /// the oldest first among equals.
-    fn keep_score(&self) -> (bool, u64, u64) {
+    /// Whether a call was ever made on it.
+    fn used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Which connection to close first: one that never made a call, then idle ones before
+    /// busy ones, the longest idle first, the oldest first among equals.
+    fn keep_score(&self) -> (bool, bool, u64, u64) {
         let activity = self.activity.load(Ordering::Relaxed);
-        (activity & OPEN_MASK > 0, activity >> OPEN_BITS, self.id)
+        let busy = activity & OPEN_MASK > 0;
+        (self.used(), busy, activity >> OPEN_BITS, self.id)
     }
 }
 
@@ -221,6 +233,7 @@ impl Connections {
             close: AtomicU8::new(0),
             waker: AtomicWaker::new(),
             activity: AtomicU64::new(0),
+            used: AtomicBool::new(false),
         });
         state
             .activity
@@ -264,6 +277,11 @@ impl Connections {
         }
         if live.len() < self.limits.max {
             return None;
+        }
+        // A connection that never made a call costs nobody a call; the oldest of them first.
+        let unused = live.values().filter(|c| !c.used()).min_by_key(|c| c.id);
+        if let Some(unused) = unused {
+            return Some((Arc::clone(unused), CloseReason::MakeRoom));
         }
         let largest = live
             .values()

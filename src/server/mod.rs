@@ -206,15 +206,17 @@ pub async fn serve<S: CounterStore>(
 }
 
 /// The tasks that keep health and the replicas' marks in step while the server serves (aborted
-/// when it stops): the counter store's readiness, the marks, the gRPC health service.
+/// when it stops): the counter store's readiness, the marks, the local mode's hand-back, the
+/// gRPC health service.
 fn watchers<S: CounterStore>(
     state: &Arc<ServiceState<S>>,
     reporter: tonic_health::server::HealthReporter,
-) -> [tokio::task::JoinHandle<()>; 3] {
-    let marks = Arc::clone(state);
+) -> [tokio::task::JoinHandle<()>; 4] {
+    let (marks, owed) = (Arc::clone(state), Arc::clone(state));
     [
         tokio::spawn(track_backend(Arc::clone(state))),
         tokio::spawn(async move { marks.limiter.keep_marks().await }),
+        tokio::spawn(async move { owed.limiter.keep_handing_back().await }),
         tokio::spawn(publish_health(reporter, Arc::clone(state))),
     ]
 }

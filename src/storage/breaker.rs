@@ -181,6 +181,7 @@ impl Breaker {
             self.server,
             lock(&self.last_error)
         ))
+        .unsent()
     }
 
     /// Its readings.

@@ -60,6 +60,9 @@ pub struct StorageError {
     what: String,
     #[source]
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    /// Nothing of the call reached the store (a breaker refused it, or Turnstile's own queue
+    /// did): what it carried was not applied and may be sent again.
+    unsent: bool,
 }
 
 impl PartialEq for StorageError {
@@ -78,6 +81,7 @@ impl StorageError {
             kind,
             what: what.into(),
             source: None,
+            unsent: false,
         }
     }
 
@@ -115,6 +119,19 @@ impl StorageError {
     pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(cause));
         self
+    }
+
+    /// The same error, known to have sent nothing to the store (a breaker refused the call, or
+    /// Turnstile's own queue did).
+    pub fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether nothing of the call reached the store, so that what it carried was certainly
+    /// not applied (any other failure may have been applied in part, or whole).
+    pub fn was_unsent(&self) -> bool {
+        self.unsent
     }
 
     /// What kind of failure this is.

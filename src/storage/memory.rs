@@ -108,6 +108,32 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Raises the counter under `key` to at least `count`, creating it with `expires_at` when
+    /// it is missing or expired (the local mode learning the count another store gave). A
+    /// count already higher is kept; a full shard refuses as an add would.
+    pub(crate) fn raise(
+        &self,
+        key: &crate::storage::CounterKey,
+        count: u64,
+        expires_at: u64,
+    ) -> Result<(), StorageError> {
+        let now = self.clock.now_secs();
+        let count = count.min(COUNT_CEILING);
+        let hash = xxh3_128(key.as_bytes());
+        let mut shard = self.shard(hash);
+        match shard.map.get_mut(&hash) {
+            Some(counter) if counter.expires_at > now => {
+                counter.value = counter.value.max(u128::from(count));
+                Ok(())
+            }
+            _ if count == 0 => Ok(()),
+            _ => {
+                shard.map.remove(&hash);
+                self.insert(&mut shard, hash, u128::from(count), expires_at, now)
+            }
+        }
+    }
+
     fn shard(&self, hash: u128) -> std::sync::MutexGuard<'_, Shard> {
         lock(&self.shards[(hash as usize) % SHARDS])
     }

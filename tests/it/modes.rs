@@ -257,6 +257,35 @@ async fn limit_override(backend: Backend) {
     assert_eq!(limit(&resp, 0), None);
 }
 
+/// The over-limit cache remembers the limit a key went over: a later override that raises the
+/// limit is counted in the store (envoyproxy/ratelimit's issue #1077, issue 51), one at the same
+/// or a lower limit is still refused.
+async fn over_limit_cache_counts_a_raised_override(backend: Backend) {
+    let options = Options::from(LimiterSettings {
+        local_cache_bytes: 1 << 20,
+        ..Default::default()
+    });
+    let Some(s) = backend.start(&[("basic.yaml", BASIC)], options).await else {
+        return;
+    };
+    let call = |n: u32| {
+        let mut d = desc(&[("key2", "cached-override")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: n,
+            unit: Unit::Minute as i32,
+        });
+        req("test-domain", vec![d])
+    };
+    let code_left = |r: &turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+        (r.overall_code(), r.statuses[0].limit_remaining)
+    };
+    assert_eq!(code_left(&s.call(call(1)).await), (Code::Ok, 0));
+    assert_eq!(code_left(&s.call(call(1)).await), (Code::OverLimit, 0));
+    // Cached over 1/minute; a call at 100/minute is counted: its third hit.
+    assert_eq!(code_left(&s.call(call(100)).await), (Code::Ok, 97));
+    assert_eq!(code_left(&s.call(call(1)).await), (Code::OverLimit, 0));
+}
+
 async fn hits_addend_and_refunds(backend: Backend) {
     let Some(s) = backend
         .start(&[("basic.yaml", BASIC)], Options::default())
@@ -336,6 +365,7 @@ on_every_backend!(
     shadow_mode_per_rule_and_global,
     quota_mode,
     limit_override,
+    over_limit_cache_counts_a_raised_override,
     hits_addend_and_refunds,
     share_threshold,
 );

@@ -108,7 +108,11 @@ where
             let stream = match path.starts_with(RLQS_PATH) {
                 true => match self.shared.open_stream(peer) {
                     Ok(stream) => Some(stream),
-                    Err(status) => return Either::Right(Box::pin(refuse(request, status))),
+                    // At once: a stream's client does not end its side before an answer, so
+                    // waiting for its body (as `refuse` does) would hold it until it gives up.
+                    Err(status) => {
+                        return Either::Right(Box::pin(std::future::ready(Ok(status.into_http()))));
+                    }
                 },
                 false => None,
             };

@@ -23,6 +23,7 @@ use futures_util::future::Either;
 
 use super::PROBE_DEADLINE;
 use super::transport::{Sent, ServerTransport, Transport, TransportError};
+use crate::storage::ErrorKind;
 use crate::storage::StorageError;
 use crate::storage::breaker::{Admit, Breaker};
 use crate::storage::lateness::SchedulingDelay;
@@ -130,7 +131,11 @@ impl Server {
         let started = tokio::time::Instant::now();
         let timed = tokio::time::timeout_at(started + deadline.timeout, call);
         Either::Right(timed.map(move |outcome| match outcome {
-            Ok(answer) => self.judge(answer),
+            // A connection fault before the commands were written sent nothing.
+            Ok(answer) => self.judge(answer).map_err(|e| match sent.at() {
+                None if e.kind() == ErrorKind::Unavailable => e.unsent(),
+                _ => e,
+            }),
             Err(_) => Err(self.too_late(deadline, sent.at(), started)),
         }))
     }
@@ -144,7 +149,8 @@ impl Server {
             Err(StorageError::unavailable(format!(
                 "memcached {} is down (retrying with backoff)",
                 self.name
-            )))
+            ))
+            .unsent())
         }
     }
 

@@ -98,15 +98,22 @@ impl RedisStore {
     ) -> Result<Vec<Option<u64>>, StorageError> {
         let inner = &self.inner;
         let (bytes, sets) = inner.resp_commands(hits, now);
+        // Not connected, or not queued: nothing of it was written.
         let pipe = inner.connector.node_pipe(node).await.map_err(|e| {
-            StorageError::unavailable(format!("redis node {node}: {e}")).caused_by(e)
+            StorageError::unavailable(format!("redis node {node}: {e}"))
+                .caused_by(e)
+                .unsent()
         })?;
         let answered = pipe
             .queue(bytes, sets + hits.len())
-            .map_err(|why| inner.refused(why, Some(node)))?;
+            .map_err(|why| inner.refused(why, Some(node)).unsent())?;
         let replies = inner.replies(answered, Some(node)).await?;
         let (sets, counts) = replies.split_at(sets);
-        let refused = |said: &str| StorageError::protocol(format!("redis node {node}: {said}"));
+        let counted = !super::counters::none_counted(counts);
+        let refused = |said: &str| match counted {
+            true => StorageError::protocol(format!("redis node {node}: {said}")),
+            false => StorageError::protocol(format!("redis node {node}: {said}")).unsent(),
+        };
         if let Some(said) = sets.iter().filter_map(Reply::said).find(|s| !redirected(s)) {
             return Err(refused(said));
         }

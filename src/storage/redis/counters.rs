@@ -37,6 +37,12 @@ impl RedisStore {
     }
 }
 
+/// Whether Redis refused every counting command of a request (`counts`: the replies after the
+/// `SET … NX`s, which change no count): then no count moved, as if nothing had been sent.
+pub(super) fn none_counted(counts: &[Reply]) -> bool {
+    counts.iter().all(|reply| matches!(reply, Reply::Error(_)))
+}
+
 impl Inner {
     /// [`RedisStore::piped`]'s call itself: the commands queued on the pipe (connecting first
     /// when there is none), the counts read from the replies, and any past the ceiling put back.
@@ -45,12 +51,15 @@ impl Inner {
         let pipe = match self.connector.live_pipe() {
             Some(pipe) => pipe,
             None => Box::pin(self.connector.pipe()).await.map_err(|e| {
-                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
+                StorageError::unavailable(format!("{}: {e}", self.name))
+                    .caused_by(e)
+                    .unsent()
             })?,
         };
+        // Not queued: nothing of it was written.
         let answered = pipe
             .queue(bytes, sets + hits.len())
-            .map_err(|why| self.refused(why, None))?;
+            .map_err(|why| self.refused(why, None).unsent())?;
         drop(pipe);
         let replies = self.replies(answered, None).await?;
         let (counts, over) = self.counts(hits, &replies, sets)?;
@@ -73,7 +82,11 @@ impl Inner {
             if said.starts_with("READONLY") {
                 self.connector.reset();
             }
-            return Err(StorageError::protocol(format!("{}: {said}", self.name)));
+            let error = StorageError::protocol(format!("{}: {said}", self.name));
+            return Err(match none_counted(&replies[sets.min(replies.len())..]) {
+                true => error.unsent(),
+                false => error,
+            });
         }
         let mut counts = Vec::with_capacity(hits.len());
         let mut over = Vec::new();
@@ -145,7 +158,8 @@ impl Inner {
             PipeError::Overloaded => StorageError::overloaded(format!(
                 "too many requests already wait for the connection to {}",
                 node.unwrap_or(&self.name)
-            )),
+            ))
+            .unsent(),
             PipeError::Closed(why) => {
                 match node {
                     Some(node) => self.connector.reset_node(node),

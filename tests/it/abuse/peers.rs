@@ -297,3 +297,57 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
         "the flooding peer was held back: {paused:?}"
     );
 }
+
+/// At the cap in all, 600 connections from distinct addresses that never make a call close
+/// each other to make room, never the honest peer's idle connection that made one (issue 51:
+/// it was closed for room).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_call_make_room_before_an_honest_idle_one() {
+    let root = rules_root(RULES);
+    let p = Process::start(
+        &root,
+        &[("GRPC_MAX_CONNECTIONS", "20"), ("GRPC_IDLE_TIMEOUT", "60s")],
+    );
+    let port = p.grpc;
+    let dials = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&dials);
+    let connector = tower::service_fn(move |_: http::Uri| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        async move {
+            tcp_from(NEWCOMER, port)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        }
+    });
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("url")
+        .connect_with_connector(connector)
+        .await
+        .expect("connect");
+    let mut honest = RateLimitServiceClient::new(channel);
+    let call = || crate::support::req1("ops", &[("user", "honest-idle")]);
+    assert!(honest.should_rate_limit(call()).await.is_ok());
+    let mut silent = Vec::new();
+    for i in 0..600u32 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250 + 1) as u8));
+        let tcp = tcp_from(from, port).await.expect("connect");
+        let (client, connection) = h2::client::handshake(tcp).await.expect("h2");
+        silent.push((client, tokio::spawn(connection)));
+    }
+    // The server takes connections as they come: the count is awaited, not read at once.
+    until(
+        Duration::from_secs(10),
+        "the silent connections made room for each other (580 of 600 closed)",
+        || {
+            let series = "turnstile_grpc_connections_closed_total{reason=\"make_room\"";
+            metric(&p.metrics(), series) >= Some(580)
+        },
+    )
+    .await;
+    assert!(honest.should_rate_limit(call()).await.is_ok());
+    assert_eq!(
+        dials.load(Ordering::Relaxed),
+        1,
+        "the honest peer's connection was kept (it never had to dial again)"
+    );
+}

@@ -240,3 +240,61 @@ async fn a_report_of_2_64_requests_saturates_the_count_rls_reads() {
     );
     assert_eq!(rls.statuses[0].limit_remaining, 0);
 }
+
+/// A stream over `RLQS_MAX_STREAMS_PER_PEER` is refused at once with `RESOURCE_EXHAUSTED`
+/// naming the setting (issue 51: it waited for the client's side to end, so Envoy saw its own
+/// timeout after 10 s), while the peer's streams within the cap keep their answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_over_the_per_peer_cap_is_refused_at_once() {
+    let limits = turnstile::settings::GrpcLimits {
+        rlqs_streams_per_peer: 2,
+        ..Default::default()
+    };
+    let options = Options {
+        server: turnstile::server::ServerOptions {
+            peers: turnstile::server::peers_within(&limits, std::sync::Arc::default()),
+            limits,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let s = start_memory(&[("rlqs.yaml", RULES)], options).await;
+    let (mut first, answer) = Stream::open(&s, report("a")).await;
+    answer.expect("the first stream is within the cap");
+    let (_second, answer) = Stream::open(&s, report("b")).await;
+    answer.expect("the second stream is within the cap");
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", s.addr))
+        .await
+        .expect("connect");
+    // The client's side stays open (as Envoy's does): only the server can end the call.
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(report("c")).await.expect("send");
+    let mut call = tonic::Request::new(ReceiverStream::new(rx));
+    call.set_timeout(Duration::from_secs(10));
+    // A guard against a hang, not a measure: a refusal that waits ends in the client's timeout.
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.stream_rate_limit_quotas(call),
+    )
+    .await
+    .expect("refused before the client's own 10 s timeout");
+    let refused = match answered {
+        Ok(mut streaming) => streaming
+            .get_mut()
+            .message()
+            .await
+            .expect_err("a status, not an answer"),
+        Err(status) => status,
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("RLQS_MAX_STREAMS_PER_PEER"),
+        "{}",
+        refused.message()
+    );
+    first
+        .report(report("a"))
+        .await
+        .expect("a stream within the cap is still answered");
+    drop(tx);
+}

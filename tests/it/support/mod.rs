@@ -28,6 +28,7 @@ use turnstile::storage::memory::MemoryStore;
 pub mod memcached;
 pub mod postgres_server;
 pub mod process;
+pub mod proxy;
 pub mod redis_server;
 pub mod wait;
 

@@ -198,15 +198,17 @@ async fn writer<W: AsyncWrite + Unpin>(
         if buf.is_empty() {
             continue;
         }
-        if write.write_all(&buf).await.is_err() {
-            return;
-        }
+        // Marked before the write: a write that fails part way may have delivered some of
+        // it, so its callers must not take their commands for unsent.
         let at = std::time::Instant::now();
         for mark in written.drain(..) {
             match mark {
                 Mark::Sent(sent) => sent.mark(at),
                 Mark::Part(part) => part.mark(at),
             }
+        }
+        if write.write_all(&buf).await.is_err() {
+            return;
         }
     }
 }
