@@ -155,11 +155,13 @@ pub async fn serve<S: CounterStore>(
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_max_header_list_size(limits.max_header_list_size)
         .timeout(limits.request_timeout);
-    if let Some(ConnectionAge { age, grace }) = options.max_connection_age {
-        builder = builder
-            .max_connection_age(age)
-            .max_connection_age_grace(grace);
+    // At its age hyper shuts a connection down gracefully (GOAWAY, then its calls finish);
+    // the grace is the connection's own hard end (`incoming::Conn`): tonic, given a grace,
+    // sleeps through the age and closes at age + grace with no GOAWAY at all.
+    if let Some(ConnectionAge { age, .. }) = options.max_connection_age {
+        builder = builder.max_connection_age(age);
     }
+    let ends = options.max_connection_age.map(|a| a.age + a.grace);
     let builder = builder
         .layer(content_type::GrpcOnlyLayer)
         .layer(admission::AdmissionLayer::new(
@@ -181,14 +183,14 @@ pub async fn serve<S: CounterStore>(
     let served = match (listener.into(), options.tls) {
         (GrpcListener::Tcp(listener), None) => {
             let plain = |stream| std::future::ready(Some(stream));
-            let incoming = incoming::accept(listener, limits, open, peers, plain);
+            let incoming = incoming::accept(listener, limits, ends, open, peers, plain);
             builder
                 .serve_with_incoming_shutdown(routes, incoming, shutdown)
                 .await
         }
         (GrpcListener::Tcp(listener), Some(config)) => {
             let tls = crate::tls::handshake(config, limits.handshake_timeout);
-            let incoming = incoming::accept(listener, limits, open, peers, tls);
+            let incoming = incoming::accept(listener, limits, ends, open, peers, tls);
             builder
                 .serve_with_incoming_shutdown(routes, incoming, shutdown)
                 .await

@@ -41,28 +41,37 @@ pub(crate) trait Awaited: Sized {
     fn fail(self, why: &io::Error);
 }
 
+/// A started reader: the flag that turns false when it stops, however it stops, and the
+/// handle that stops it (a connection given up for hanging: its read half is dropped with it).
+pub(crate) struct ReaderTask {
+    pub(crate) alive: Arc<AtomicBool>,
+    pub(crate) abort: tokio::task::AbortHandle,
+}
+
 /// Starts the reader task of a connection to `server` (`peer`, its address, for the log):
-/// [`reader`] until no caller is left or the connection ends. The flag it returns turns false
-/// when the reader stops, however it stops.
+/// [`reader`] until no caller is left or the connection ends.
 pub(crate) fn spawn_reader<T, R>(
     read: R,
     pending: mpsc::Receiver<T>,
     server: &'static str,
     peer: String,
-) -> Arc<AtomicBool>
+) -> ReaderTask
 where
     T: Awaited + Send + 'static,
     R: AsyncBufRead + Unpin + Send + 'static,
 {
     let alive = Arc::new(AtomicBool::new(true));
     let reading = Alive(Arc::clone(&alive));
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let _reading = reading;
         if let Some(why) = reader(read, pending, server).await {
             tracing::warn!(server = %peer, error = %why, "a {server} connection ended");
         }
     });
-    alive
+    ReaderTask {
+        alive,
+        abort: task.abort_handle(),
+    }
 }
 
 /// Reads answers until no caller is left (`None`) or the connection to `server` ends (why: it

@@ -145,6 +145,38 @@ def loop(addr, seconds):
     print(f"{ok} {failed}")
 
 
+def load(addr, seconds, threads):
+    """`threads` callers on one channel for `seconds`: prints the calls answered and failed."""
+    import threading
+    import time
+    counts = {"ok": 0, "failed": 0}
+    lock = threading.Lock()
+    request = rls_pb2.RateLimitRequest(domain="ops", descriptors=[Desc(entries=[Desc.Entry(key="user", value="load")])])
+    with grpc.insecure_channel(addr) as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        end = time.monotonic() + seconds
+
+        def caller():
+            ok = failed = 0
+            while time.monotonic() < end:
+                try:
+                    stub.ShouldRateLimit(request, timeout=5)
+                    ok += 1
+                except grpc.RpcError as err:
+                    failed += 1
+                    print(f"failed: {err.code().name} {err.details()}", file=sys.stderr)
+            with lock:
+                counts["ok"] += ok
+                counts["failed"] += failed
+
+        workers = [threading.Thread(target=caller) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    print(f"{counts['ok']} {counts['failed']}")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "call":
@@ -159,5 +191,7 @@ if __name__ == "__main__":
         reflect(sys.argv[2])
     elif cmd == "loop":
         loop(sys.argv[2], float(sys.argv[3]))
+    elif cmd == "load":
+        load(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit(f"unknown command {cmd}")

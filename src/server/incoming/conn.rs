@@ -46,6 +46,8 @@ pub(in crate::server) struct Conn<S> {
     pings: PingPolicy,
     goodbye: Option<Goodbye>,
     ended: bool,
+    /// The hard end: `GRPC_MAX_CONNECTION_AGE` plus its grace after it was accepted.
+    hard_end: Option<Pin<Box<Sleep>>>,
 }
 
 impl<S> Conn<S> {
@@ -55,6 +57,7 @@ impl<S> Conn<S> {
         handle: ConnHandle,
         open: Arc<OpenConnections>,
         limits: GrpcLimits,
+        ends: Option<std::time::Duration>,
     ) -> Self {
         open.opened();
         Self {
@@ -68,6 +71,7 @@ impl<S> Conn<S> {
             pings: PingPolicy::new(limits.min_ping_interval),
             goodbye: None,
             ended: false,
+            hard_end: ends.map(|after| Box::pin(tokio::time::sleep(after))),
         }
     }
 
@@ -201,6 +205,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         let this = &mut *self;
         if this.ended {
             return Poll::Ready(Ok(()));
+        }
+        if let Some(end) = &mut this.hard_end
+            && end.as_mut().poll(cx).is_ready()
+        {
+            // hyper's GOAWAY went at the age; what is left after the grace is cut.
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "GRPC_MAX_CONNECTION_AGE and its grace passed",
+            )));
         }
         if let Some(why) = this.state().closing() {
             this.say_goodbye(why);

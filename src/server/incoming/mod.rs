@@ -7,8 +7,10 @@
 //! handshake timeout: slowloris), when it has had no call for the idle timeout (PINGs,
 //! SETTINGS and WINDOW_UPDATEs do not count), when it PINGs faster than the policy allows
 //! (`frames::PingPolicy`), or when the registry tells it to; each of the last three with a
-//! GOAWAY first, written between two of hyper's frames. Open connections are counted for
-//! `/metrics`.
+//! GOAWAY first, written between two of hyper's frames. At `GRPC_MAX_CONNECTION_AGE` hyper
+//! shuts the connection down gracefully (its GOAWAY, then the calls in flight finish); at the
+//! age plus `GRPC_MAX_CONNECTION_AGE_GRACE` the connection ends here, whatever is left. Open
+//! connections are counted for `/metrics`.
 //!
 //! Must not touch: protocol handling (hyper and tonic do that on top of these streams; only
 //! frame headers are followed here).
@@ -61,13 +63,15 @@ impl PeerOf for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
-/// Accepts on `listener` within `limits`; `wrap` turns an accepted TCP stream into the served
+/// Accepts on `listener` within `limits` (each connection ended at the latest `ends` after it
+/// was accepted: `GRPC_MAX_CONNECTION_AGE` plus its grace); `wrap` turns an accepted TCP stream into the served
 /// stream (plain, or a finished TLS handshake), or `None` to drop it; `peers` registers each
 /// connection under its peer. At most `GRPC_MAX_CONNECTIONS` handshakes run at once (a stream
 /// beyond is closed at once). The accept loop ends when the returned stream is dropped.
 pub(super) fn accept<S, W, F>(
     listener: TcpListener,
     limits: GrpcLimits,
+    ends: Option<Duration>,
     open: Arc<OpenConnections>,
     peers: Arc<Peers>,
     wrap: W,
@@ -112,7 +116,7 @@ where
                 if let Some(served) = served {
                     let (id, ip) = served.peer_of();
                     let handle = peers.connections().open(peers.peer(id, ip));
-                    let conn = Conn::new(served, handle, open, limits);
+                    let conn = Conn::new(served, handle, open, limits, ends);
                     let _ = sender.send(Ok(conn)).await;
                 }
             });

@@ -104,10 +104,14 @@ impl RedisStore {
                 .caused_by(e)
                 .unsent()
         })?;
+        let before = pipe.answered();
         let answered = pipe
             .queue(bytes, sets + hits.len())
             .map_err(|why| inner.refused(why, Some(node)).unsent())?;
-        let replies = inner.replies(answered, Some(node)).await?;
+        let replies = inner
+            .replies(answered, Some(node))
+            .await
+            .map_err(|e| inner.if_hung(e, &pipe, before, Some(node)))?;
         let (sets, counts) = replies.split_at(sets);
         let counted = !super::counters::none_counted(counts);
         let refused = |said: &str| match counted {

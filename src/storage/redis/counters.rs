@@ -20,10 +20,10 @@ use std::borrow::Borrow;
 
 use redis::Value;
 
-use super::pipe::{Answered, PipeError, closed};
+use super::pipe::{Answered, Pipe, PipeError, closed};
 use super::resp::{self, Reply};
 use super::{Inner, RedisStore, Request};
-use crate::storage::{COUNT_CEILING, Change, CounterOp, StorageError};
+use crate::storage::{COUNT_CEILING, Change, CounterOp, ErrorKind, StorageError};
 
 impl RedisStore {
     /// Adds and reads on one server over our own pipelined connection (`pipe`), one write,
@@ -57,11 +57,15 @@ impl Inner {
             })?,
         };
         // Not queued: nothing of it was written.
+        let before = pipe.answered();
         let answered = pipe
             .queue(bytes, sets + hits.len())
             .map_err(|why| self.refused(why, None).unsent())?;
+        let replies = self
+            .replies(answered, None)
+            .await
+            .map_err(|e| self.if_hung(e, &pipe, before, None))?;
         drop(pipe);
-        let replies = self.replies(answered, None).await?;
         let (counts, over) = self.counts(hits, &replies, sets)?;
         if !over.is_empty() {
             let over: Vec<&CounterOp> = over.into_iter().map(|at| &hits[at]).collect();
@@ -148,6 +152,57 @@ impl Inner {
             Ok(Err(_)) => Err(self.refused(closed(), node)),
             Err(_) => Err(self.late((deadline - self.timeout).into_std())),
         }
+    }
+
+    /// A PING over the pipe to the server (connecting first when there is none).
+    pub(super) async fn pipe_ping(&self) -> Result<(), StorageError> {
+        let pipe =
+            self.connector.pipe().await.map_err(|e| {
+                StorageError::unavailable(format!("{}: {e}", self.name)).caused_by(e)
+            })?;
+        let mut bytes = Vec::with_capacity(16);
+        resp::command(&mut bytes, &[b"PING"]);
+        let before = pipe.answered();
+        let answered = pipe
+            .queue(bytes, 1)
+            .map_err(|why| self.refused(why, None))?;
+        let replies = self
+            .replies(answered, None)
+            .await
+            .map_err(|e| self.if_hung(e, &pipe, before, None))?;
+        match replies.first() {
+            Some(Reply::Text(pong)) if pong == b"PONG" => Ok(()),
+            other => Err(StorageError::protocol(format!(
+                "{}: PING answered {other:?}",
+                self.name
+            ))),
+        }
+    }
+
+    /// A call on `pipe` (to the server, or to cluster `node`) timed out: when the pipe read no
+    /// reply at all since the call was queued (`before`: its count of answers then), the
+    /// connection is open and answering nothing, so it is given up (closed) and the next call
+    /// dials a new one; the timeout counts for the breaker as any other.
+    pub(super) fn if_hung(
+        &self,
+        error: StorageError,
+        pipe: &Pipe,
+        before: u64,
+        node: Option<&str>,
+    ) -> StorageError {
+        if error.kind() == ErrorKind::Timeout && pipe.answered() == before {
+            let name = node.map_or_else(|| self.name.clone(), |n| format!("redis node {n}"));
+            tracing::warn!(
+                server = %name, timeout = ?self.timeout,
+                "a Redis connection answered nothing within REDIS_TIMEOUT; it is closed and the \
+                 next call connects again"
+            );
+            match node {
+                Some(node) => self.connector.reset_node(node),
+                None => self.connector.reset(),
+            }
+        }
+        error
     }
 
     /// Why a pipe (to the server, or to cluster `node`) did not answer: Turnstile's overload

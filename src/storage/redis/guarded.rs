@@ -86,7 +86,13 @@ impl RedisStore {
         }
     }
 
+    /// Whether the store answers a PING: on one server (or Sentinel's master) over the pipe
+    /// the calls use, so that a pipe that hangs while other connections answer is not taken
+    /// for ready; on a cluster over the client's connection.
     pub(super) async fn is_ready(&self) -> Result<(), StorageError> {
+        if !self.inner.connector.is_cluster() {
+            return self.inner.pipe_ping().await;
+        }
         let mut conn = self
             .inner
             .connector

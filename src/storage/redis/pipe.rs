@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -63,6 +63,18 @@ pub(super) struct Pipe {
     requests: mpsc::Sender<Request>,
     /// Cleared when the reader stops, so the next caller reconnects.
     alive: Arc<AtomicBool>,
+    /// Requests whose replies were read: a call that times out with this unchanged since it
+    /// was queued found the connection hung (open, and answering nothing).
+    answered: Arc<AtomicU64>,
+    /// Stops the reader when the pipe is given up, so a hung connection is closed (its read
+    /// half goes with the reader; the writer ends with the queue).
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl Pipe {
@@ -127,9 +139,20 @@ impl Pipe {
         }
         let (requests, queue) = mpsc::channel::<Request>(REQUEST_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Written>(PENDING_QUEUE);
-        tokio::spawn(writer(write, queue, pending_tx));
-        let alive = spawn_reader(read, pending_rx, "Redis", peer);
-        Ok(Pipe { requests, alive })
+        let answered = Arc::new(AtomicU64::new(0));
+        tokio::spawn(writer(write, queue, pending_tx, Arc::clone(&answered)));
+        let reader = spawn_reader(read, pending_rx, "Redis", peer);
+        Ok(Pipe {
+            requests,
+            alive: reader.alive,
+            answered,
+            reader: reader.abort,
+        })
+    }
+
+    /// How many requests have had their replies read so far.
+    pub(super) fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Acquire)
     }
 
     /// Whether the connection has stopped.
@@ -199,6 +222,7 @@ async fn writer<W: AsyncWrite + Unpin>(
     mut write: W,
     mut queue: mpsc::Receiver<Request>,
     pending: mpsc::Sender<Written>,
+    answered: Arc<AtomicU64>,
 ) {
     let mut buf = Vec::with_capacity(16 * 1024);
     while let Some(first) = queue.recv().await {
@@ -224,14 +248,16 @@ async fn writer<W: AsyncWrite + Unpin>(
             continue;
         }
         // The reader learns of the requests before their replies can arrive.
-        if pending.send(Written(written)).await.is_err() || write.write_all(&buf).await.is_err() {
+        let entry = Written(written, Arc::clone(&answered));
+        if pending.send(entry).await.is_err() || write.write_all(&buf).await.is_err() {
             return;
         }
     }
 }
 
-/// The requests of one write, in order: one entry for the reader, not one a request.
-struct Written(Vec<Pending>);
+/// The requests of one write, in order: one entry for the reader, not one a request; and the
+/// pipe's count of requests answered.
+struct Written(Vec<Pending>, Arc<AtomicU64>);
 
 impl Awaited for Written {
     type Scratch = Vec<u8>;
@@ -244,7 +270,10 @@ impl Awaited for Written {
         let mut requests = self.0.into_iter();
         while let Some(request) = requests.next() {
             match replies(read, partial, request.replies).await {
-                Ok(replies) => drop(request.answer.send(Ok(replies))),
+                Ok(replies) => {
+                    self.1.fetch_add(1, Ordering::Release);
+                    drop(request.answer.send(Ok(replies)));
+                }
                 Err(why) => {
                     request.fail(&why);
                     requests.for_each(|request| request.fail(&why));

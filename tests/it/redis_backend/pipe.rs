@@ -75,3 +75,52 @@ async fn the_pipe_authenticates_and_counts_over_tcp_and_a_unix_socket() {
         .expect_err("a wrong password counts nothing");
     assert!(refused.to_string().contains("WRONGPASS"), "{refused}");
 }
+
+/// A Redis connection that stays open and answers nothing (a relay freezes every connection
+/// open, new ones pass) is given up by the first call that times out on it with no reply read:
+/// the next call dials a new one (issue 51: every call waited REDIS_TIMEOUT and failed, for
+/// good). One caller, calls in a row: at most two fail (the pipe replaced within
+/// 2 x `REDIS_TIMEOUT`), and every call after is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_pipe_is_closed_and_dialled_again() {
+    use crate::support::process::{Process, rules_root};
+    let Some(redis) = RedisProcess::start() else {
+        return;
+    };
+    let relay = crate::support::proxy::Proxy::start(&redis.addr()).await;
+    let rules = "domain: hung\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 1000 }\n";
+    let addr = relay.addr();
+    let p = Process::start(
+        &rules_root(rules),
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &addr),
+            ("REDIS_TIMEOUT", "300ms"),
+        ],
+    );
+    let mut client = p.client().await;
+    let call = crate::support::req1("hung", &[("user", &unique("u"))]);
+    assert!(client.should_rate_limit(call.clone()).await.is_ok());
+    let before = relay.connections();
+    relay.freeze_open();
+    let mut failed = 0;
+    loop {
+        match client.should_rate_limit(call.clone()).await {
+            Ok(_) => break,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                failed += 1;
+                assert!(
+                    failed <= 2,
+                    "the hung connection was not replaced: {status:?}"
+                );
+            }
+        }
+    }
+    eprintln!("hung Redis pipe: {failed} calls failed before it was replaced");
+    assert!(relay.connections() > before, "a new connection was dialled");
+    for _ in 0..20 {
+        assert!(client.should_rate_limit(call.clone()).await.is_ok());
+    }
+}

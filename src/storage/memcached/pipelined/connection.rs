@@ -101,7 +101,7 @@ impl Pipeline {
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
         tokio::spawn(writer(write, queue, pending_tx));
         let read = BufReader::with_capacity(64 * 1024, read);
-        let alive = spawn_reader(read, pending_rx, "memcached", addr.to_string());
+        let alive = spawn_reader(read, pending_rx, "memcached", addr.to_string()).alive;
         Pipeline { commands, alive }
     }
 
