@@ -16,7 +16,7 @@ use tonic::transport::server::Connected;
 use super::frames::{
     self, ENHANCE_YOUR_CALM, Frame, Frames, NO_ERROR, PREFACE_LEN, PingPolicy, Seen,
 };
-use super::intake::Intake;
+use super::intake::{HOLD_AT_GATE, Intake};
 use crate::metrics::OpenConnections;
 use crate::peers::{CloseReason, ConnHandle, ConnState, Gate};
 use crate::settings::GrpcLimits;
@@ -255,9 +255,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let shut = gate == Gate::Shut;
             let allowed = usize::try_from(self.intake.allowance(shut)).unwrap_or(usize::MAX);
             if allowed == 0 {
+                // Held at the gate, the connection's control frames still go through (a
+                // client's window granted, its SETTINGS, its PINGs), and its end is seen.
+                if self.intake.hand_control(buf) > 0 {
+                    self.settle();
+                    return Poll::Ready(Ok(()));
+                }
+                match self.read_ahead(cx) {
+                    Poll::Ready(Ok(true)) => continue,
+                    Poll::Ready(Ok(false)) => return Poll::Ready(Ok(())),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
                 if self.state().peer().wait_at_gate(cx.waker()) {
                     self.state().peer().held_back();
-                    // Woken when a request of the peer closes; the deadline still applies.
+                    // Woken when a request of the peer closes, or when the client sends more
+                    // (read ahead registered the socket); the deadline still applies.
                     return self.poll_idle(cx);
                 }
                 gate = self.state().peer().gate();
@@ -282,6 +295,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 Poll::Pending => return self.poll_idle(cx),
             }
         }
+    }
+
+    /// At the gate: reads a little more into the intake while it holds under
+    /// [`HOLD_AT_GATE`]; `true` when bytes came, `false` at the end of the stream, pending
+    /// when there is nothing to read now (or the intake holds enough: then nothing registers,
+    /// and the gate's wake-up reads next).
+    fn read_ahead(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        if self.intake.held() >= HOLD_AT_GATE {
+            return Poll::Pending;
+        }
+        let mut step = [0u8; NARROW_READ];
+        let mut chunk = ReadBuf::new(&mut step);
+        std::task::ready!(Pin::new(&mut self.inner).poll_read(cx, &mut chunk))?;
+        let n = chunk.filled().len();
+        if n == 0 {
+            return Poll::Ready(Ok(false));
+        }
+        self.follow(&step[..n], true);
+        self.after_read(cx);
+        Poll::Ready(Ok(true))
     }
 
     /// Nothing to read now: registers to be woken when the connection is told to close (checked
@@ -317,7 +350,9 @@ impl<S> Conn<S> {
     fn sent(&mut self, bytes: &[u8]) {
         let (outgoing, intake) = (&mut self.outgoing, &mut self.intake);
         outgoing.pass(bytes, |seen| match seen {
-            Seen::Start(Frame::Headers { stream, ends: true })
+            Seen::Start(Frame::Headers {
+                stream, ends: true, ..
+            })
             | Seen::Start(Frame::Data { stream, ends: true })
             | Seen::Start(Frame::Reset(stream)) => intake.close(stream),
             _ => {}

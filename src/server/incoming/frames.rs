@@ -11,10 +11,14 @@ const HEADER_LEN: usize = 9;
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
 const ACK: u8 = 0x1;
 const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
 /// GOAWAY's error codes (RFC 9113 §7).
 pub(super) const NO_ERROR: u32 = 0x0;
 pub(super) const ENHANCE_YOUR_CALM: u32 = 0xb;
@@ -27,8 +31,18 @@ const MAX_PING_STRIKES: u32 = 2;
 pub(super) enum Frame {
     /// A PING asking for an answer.
     Ping,
-    /// HEADERS on `stream`; `ends` when they carry END_STREAM.
-    Headers { stream: u32, ends: bool },
+    /// HEADERS on `stream`; `ends` when they carry END_STREAM, `whole` when END_HEADERS
+    /// (else CONTINUATION frames follow with the rest of the header block).
+    Headers {
+        stream: u32,
+        ends: bool,
+        whole: bool,
+    },
+    /// CONTINUATION of a header block; `whole` when it carries END_HEADERS (the block ends).
+    Continuation { whole: bool },
+    /// A frame of the connection's own that no stream's order depends on: SETTINGS (and its
+    /// ACK), a connection WINDOW_UPDATE, a PING's ACK.
+    Control,
     /// DATA on `stream`; `ends` when it carries END_STREAM.
     Data { stream: u32, ends: bool },
     /// RST_STREAM on `stream`.
@@ -79,9 +93,17 @@ impl Frames {
                 self.skip = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
                 let stream = u32::from_be_bytes([s0, s1, s2, s3]) & 0x7fff_ffff;
                 let ends = flags & END_STREAM != 0;
+                let whole = flags & END_HEADERS != 0;
                 seen(Seen::Start(match kind {
                     PING if flags & ACK == 0 => Frame::Ping,
-                    HEADERS => Frame::Headers { stream, ends },
+                    PING | SETTINGS => Frame::Control,
+                    WINDOW_UPDATE if stream == 0 => Frame::Control,
+                    HEADERS => Frame::Headers {
+                        stream,
+                        ends,
+                        whole,
+                    },
+                    CONTINUATION => Frame::Continuation { whole },
                     DATA => Frame::Data { stream, ends },
                     RST_STREAM => Frame::Reset(stream),
                     _ => Frame::Other,
@@ -180,12 +202,13 @@ mod tests {
             assert_eq!(
                 seen,
                 [
-                    Frame::Other,
+                    Frame::Control,
                     Frame::Ping,
-                    Frame::Other,
+                    Frame::Control,
                     Frame::Headers {
                         stream: 5,
-                        ends: false
+                        ends: false,
+                        whole: true
                     },
                     Frame::Data {
                         stream: 5,

@@ -8,11 +8,22 @@
 //! is half received, so a call that is counted open never waits for a body held here (which
 //! would hold the client's part until the request deadline).
 //!
+//! A connection held at the gate is still read a little (up to [`HOLD_AT_GATE`] bytes held),
+//! and the connection's own control frames among the held bytes (SETTINGS, a connection
+//! WINDOW_UPDATE, PINGs; never one inside a header block) are handed to hyper ahead of the held
+//! requests: their order relative to other streams' frames does not matter, and without them a
+//! client whose answers wait for flow-control window could never grant it (its requests hold
+//! its part open, so the gate stays shut). The held requests keep their order.
+//!
 //! Must not touch: the socket, hyper's buffers, the peers' counts (the connection does that).
 
 use std::collections::VecDeque;
 
 use super::frames::{Frame, Frames, PREFACE_LEN, Seen};
+
+/// The most bytes a connection held at the gate reads ahead to find control frames (the rest
+/// of a flood stays in the kernel).
+pub(super) const HOLD_AT_GATE: usize = 16 * 1024;
 
 /// What a connection has read and followed; see the module doc.
 #[derive(Debug)]
@@ -41,6 +52,12 @@ pub(super) struct Intake {
     /// PINGs seen since `take_pings`.
     pings: u32,
     last_stream: u32,
+    /// Where the frame being read began, and whether it is inside a header block.
+    frame_start: u64,
+    in_block: bool,
+    /// The held control frames that may go to hyper ahead of the held bytes before them
+    /// (their positions, start and end).
+    movable: VecDeque<(u64, u64)>,
 }
 
 /// A set of stream ids, as a list: a connection has a few open at once (at most
@@ -98,6 +115,9 @@ impl Default for Intake {
             closed: 0,
             pings: 0,
             last_stream: 0,
+            frame_start: PREFACE_LEN,
+            in_block: false,
+            movable: VecDeque::new(),
         }
     }
 }
@@ -143,6 +163,9 @@ impl Intake {
             marks,
             pings,
             last_stream,
+            frame_start,
+            in_block,
+            movable,
             ..
         } = self;
         follower.pass(frames, |seen| match seen {
@@ -158,10 +181,23 @@ impl Intake {
                 let was_clean = half.is_empty();
                 let at = base + at as u64;
                 let frame = std::mem::replace(pending, Frame::Other);
+                let start = std::mem::replace(frame_start, at);
+                match frame {
+                    Frame::Ping | Frame::Control if hold && !*in_block => {
+                        movable.push_back((start, at));
+                    }
+                    Frame::Headers { whole, .. } | Frame::Continuation { whole } => {
+                        *in_block = !whole;
+                    }
+                    _ => {}
+                }
                 match frame {
                     // A request is open once the client has sent all of it, until answered: a
                     // stream whose client half stays open (RLQS) is not a request waiting.
-                    Frame::Headers { stream, ends: true } | Frame::Data { stream, ends: true } => {
+                    Frame::Headers {
+                        stream, ends: true, ..
+                    }
+                    | Frame::Data { stream, ends: true } => {
                         marks.push_back((at, Mark::Open(stream)));
                     }
                     Frame::Reset(stream) => marks.push_back((at, Mark::Reset(stream))),
@@ -171,10 +207,13 @@ impl Intake {
                     Frame::Headers {
                         stream,
                         ends: false,
+                        ..
                     } => {
                         half.insert(stream);
                     }
-                    Frame::Headers { stream, ends: true }
+                    Frame::Headers {
+                        stream, ends: true, ..
+                    }
                     | Frame::Data { stream, ends: true }
                     | Frame::Reset(stream) => {
                         half.remove(stream);
@@ -246,6 +285,54 @@ impl Intake {
     /// Streams handed to hyper and not closed.
     pub(super) fn open_streams(&self) -> u32 {
         u32::try_from(self.open.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Bytes held.
+    pub(super) fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Hands the first held control frame into `out`, ahead of the held bytes before it (see
+    /// the module doc); how many bytes (0: none held whole, or no room in `out`).
+    pub(super) fn hand_control(&mut self, out: &mut tokio::io::ReadBuf<'_>) -> usize {
+        while self
+            .movable
+            .front()
+            .is_some_and(|&(start, _)| start < self.handed)
+        {
+            self.movable.pop_front();
+        }
+        let Some(&(start, end)) = self.movable.front() else {
+            return 0;
+        };
+        let len = end - start;
+        let Ok(n) = usize::try_from(len) else {
+            return 0;
+        };
+        if end > self.read || out.remaining() < n {
+            return 0;
+        }
+        self.movable.pop_front();
+        let from = usize::try_from(start - self.handed).unwrap_or(usize::MAX);
+        let frame: Vec<u8> = self.held.drain(from..from + n).collect();
+        out.put_slice(&frame);
+        // The held bytes before it now come after it: their positions move on by its length.
+        let (handed, moved) = (self.handed, |at: &mut u64| {
+            if *at > self.handed && *at <= start {
+                *at += len;
+            }
+        });
+        debug_assert!(handed <= start);
+        self.marks.iter_mut().for_each(|(at, _)| moved(at));
+        self.changes.iter_mut().for_each(|(at, _)| moved(at));
+        for (s, e) in &mut self.movable {
+            if *s < start {
+                *s += len;
+                *e += len;
+            }
+        }
+        self.hand(len);
+        n
     }
 
     /// Hands up to `most` held bytes into `out`; how many.
@@ -358,5 +445,67 @@ mod tests {
             ((0, 0), 1),
             "the second request is not sent whole yet"
         );
+    }
+
+    #[test]
+    fn control_frames_held_behind_requests_go_first_and_the_requests_keep_their_marks() {
+        let (mut b, _, after_first) = bytes();
+        let settings = frame(0x4, 0, 0, 6);
+        let window = frame(0x8, 0, 0, 4);
+        let stream_window = frame(0x8, 0, 3, 4); // on a held stream: never moved
+        b.extend(frame(0x0, 0x1, 3, 10)); // the second request's DATA, END_STREAM
+        b.extend(&stream_window);
+        b.extend(&settings);
+        b.extend(&window);
+        let mut intake = Intake::default();
+        intake.follow(&b, true);
+        let mut out = vec![0u8; b.len()];
+        let mut buf = tokio::io::ReadBuf::new(&mut out);
+        assert_eq!(intake.hand_held(after_first, &mut buf), after_first);
+        assert_eq!(intake.take_changes(), (1, 0));
+        assert_eq!(intake.allowance(true), 0, "gated: the second request waits");
+        assert_eq!(intake.hand_control(&mut buf), settings.len());
+        assert_eq!(intake.hand_control(&mut buf), window.len());
+        assert_eq!(intake.hand_control(&mut buf), 0, "nothing else may move");
+        assert_eq!(
+            intake.take_changes(),
+            (0, 0),
+            "no request opened by moving them"
+        );
+        let rest = intake.held();
+        assert_eq!(intake.hand_held(rest, &mut buf), rest);
+        assert_eq!(
+            intake.take_changes(),
+            (1, 0),
+            "the second request, once handed"
+        );
+        let mut expected = b[..after_first].to_vec();
+        expected.extend(&settings);
+        expected.extend(&window);
+        expected.extend(&b[after_first..b.len() - settings.len() - window.len()]);
+        assert_eq!(
+            buf.filled(),
+            &expected[..],
+            "everything handed once, requests in order"
+        );
+    }
+
+    #[test]
+    fn a_control_frame_inside_a_header_block_is_not_moved() {
+        let mut b = vec![b'P'; 24];
+        b.extend(frame(0x1, 0x0, 1, 10)); // HEADERS without END_HEADERS
+        b.extend(frame(0x4, 0, 0, 6)); // SETTINGS inside the block (the client's error)
+        b.extend(frame(0x9, 0x4, 1, 10)); // CONTINUATION, END_HEADERS
+        b.extend(frame(0x6, 0, 0, 8)); // PING after the block
+        let mut intake = Intake::default();
+        intake.follow(&b, true);
+        let mut out = vec![0u8; b.len()];
+        let mut buf = tokio::io::ReadBuf::new(&mut out);
+        assert_eq!(
+            intake.hand_control(&mut buf),
+            17,
+            "the PING, not the SETTINGS"
+        );
+        assert_eq!(&buf.filled()[..], &b[b.len() - 17..]);
     }
 }

@@ -351,3 +351,95 @@ async fn connections_that_never_call_make_room_before_an_honest_idle_one() {
         "the honest peer's connection was kept (it never had to dial again)"
     );
 }
+
+/// One ShouldRateLimit request in gRPC's framing (the 5-byte prefix, then the message).
+fn grpc_request(user: &str) -> bytes::Bytes {
+    use prost::Message;
+    let message = crate::support::req1("ops", &[("user", user)]).encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+    framed.extend_from_slice(&message);
+    bytes::Bytes::from(framed)
+}
+
+/// A peer opens 100 calls with a stream window of 0 (its answers cannot be sent), over its part
+/// of 32 open: it is held at the door. Then it grants window (SETTINGS, a connection
+/// WINDOW_UPDATE), behind its held requests: the control frames still reach the server, every
+/// call is answered, and a new connection from the same address is served (issue 51: the held
+/// connection was not read, so the window was never seen and the peer was locked out for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_held_at_the_door_is_answered_once_it_grants_window() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[("GRPC_FAIR_REQUESTS_OPEN", "32")]);
+    let tcp = tcp_from(HOG, p.grpc).await.expect("connect");
+    let (client, mut connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2");
+    let (grant, granted) = tokio::sync::oneshot::channel::<()>();
+    let driven = tokio::spawn(async move {
+        let mut granted = std::pin::pin!(granted);
+        let mut grant_seen = false;
+        loop {
+            tokio::select! {
+                end = &mut connection => return end,
+                _ = &mut granted, if !grant_seen => {
+                    grant_seen = true;
+                    connection.set_initial_window_size(1 << 20).expect("settings");
+                    connection.set_target_window_size(1 << 20);
+                }
+            }
+        }
+    });
+    let mut client = client.ready().await.expect("ready");
+    let mut answers = Vec::new();
+    for i in 0..100 {
+        let request = http::Request::post(
+            "http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        )
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+        client = client.ready().await.expect("ready");
+        let (answer, mut body) = client.send_request(request, false).expect("stream");
+        body.send_data(grpc_request(&format!("held-{i}")), true)
+            .expect("body");
+        answers.push(answer);
+    }
+    until(
+        Duration::from_secs(10),
+        "the peer is held at the door",
+        || metric(&p.metrics(), "turnstile_peer_reads_paused_total").unwrap_or(0) > 0,
+    )
+    .await;
+    grant.send(()).expect("the connection task runs");
+    let mut answered = 0;
+    for answer in answers {
+        // A guard against a hang, not a measure: a locked-out call is never answered.
+        let whole = tokio::time::timeout(Duration::from_secs(10), async move {
+            let response = answer.await.expect("response");
+            let mut body = response.into_body();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.expect("data");
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            body.trailers().await.expect("trailers")
+        })
+        .await
+        .expect("answered once the window was granted");
+        let status = whole.as_ref().and_then(|t| t.get("grpc-status"));
+        assert_eq!(status.map(|s| s.as_bytes()), Some(&b"0"[..]), "{whole:?}");
+        answered += 1;
+    }
+    assert_eq!(answered, 100);
+    drop(client);
+    driven.abort();
+    let mut again = client_from(HOG, p.grpc).await;
+    let call = crate::support::req1("ops", &[("user", "after")]);
+    let served = tokio::time::timeout(Duration::from_secs(5), again.should_rate_limit(call))
+        .await
+        .expect("a new connection from the same address is served");
+    assert!(served.is_ok(), "{served:?}");
+}

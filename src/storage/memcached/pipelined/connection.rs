@@ -198,8 +198,9 @@ async fn writer<W: AsyncWrite + Unpin>(
         if buf.is_empty() {
             continue;
         }
-        // Marked before the write: a write that fails part way may have delivered some of
-        // it, so its callers must not take their commands for unsent.
+        let wrote = write.write_all(&buf).await;
+        // Marked whether or not the write succeeded: one that fails part way may have
+        // delivered some of it, so its callers must not take their commands for unsent.
         let at = std::time::Instant::now();
         for mark in written.drain(..) {
             match mark {
@@ -207,7 +208,7 @@ async fn writer<W: AsyncWrite + Unpin>(
                 Mark::Part(part) => part.mark(at),
             }
         }
-        if write.write_all(&buf).await.is_err() {
+        if wrote.is_err() {
             return;
         }
     }
