@@ -506,6 +506,6 @@ mod tests {
             17,
             "the PING, not the SETTINGS"
         );
-        assert_eq!(&buf.filled()[..], &b[b.len() - 17..]);
+        assert_eq!(buf.filled(), &b[b.len() - 17..]);
     }
 }
