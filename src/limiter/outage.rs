@@ -6,8 +6,10 @@
 //! `replicas`) against the whole limit, which is the same as counting it once against the limit
 //! over N rounded down, for every algorithm: a fixed window admits `⌊limit/N⌋`, a sliding window
 //! the same estimate over N, a token bucket `⌊capacity/N⌋` at once and its rate over N, a
-//! concurrency limit `⌊limit/N⌋` held at once. So N replicas together never admit more than the
-//! limit; `limit_remaining` reads as this replica's estimate for the whole fleet.
+//! concurrency limit `⌊limit/N⌋` held at once. So N replicas that all lost the store admit at
+//! most the limit together; `limit_remaining` reads as this replica's estimate for the whole
+//! fleet. The bound through flaps and partitions (limit + Σ ⌊(limit − C)/N⌋, C the count a
+//! replica last got from the store) is stated in docs/store-outages.md.
 //!
 //! A replica's local counts for a window live as long as the window, through every outage of
 //! it (a flap does not start a fresh share), and begin from the last count the store gave for
