@@ -16,7 +16,7 @@ use turnstile::rules::RuleSet;
 use turnstile::storage::memory::MemoryStore;
 
 /// The decision future's bound, in bytes.
-const CHECK_FUTURE_BOUND: usize = 1_152;
+const CHECK_FUTURE_BOUND: usize = 1_144;
 
 #[test]
 fn the_decision_future_on_the_service_store_stays_small() {

@@ -227,9 +227,24 @@ impl<S: CounterStore> Limiter<S> {
         Ok(self.counted(statuses, false))
     }
 
-    /// Sends the batch: with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, reads first and holds
-    /// back the hits that would go over.
+    /// Sends the batch: in one call per store on the common path; the rare ones (the
+    /// hold-back of `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, the local mode's settling)
+    /// boxed, so that their state does not grow every request's future.
     async fn run(
+        &self,
+        batch: &mut Batch,
+        statuses: &[Status<'_>],
+    ) -> Result<(), failure_modes::Failed> {
+        if self.settings.stop_increment_when_over_limit || self.outage.settles() {
+            return Box::pin(self.run_rare(batch, statuses)).await;
+        }
+        batch.ops.apply_each(&self.stores()).await
+    }
+
+    /// [`Limiter::run`]'s rare paths: with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, reads
+    /// first and holds back the hits that would go over; in the local mode (or while
+    /// something is owed), the answers settle what the local mode counted (`hand_back`).
+    async fn run_rare(
         &self,
         batch: &mut Batch,
         statuses: &[Status<'_>],
@@ -239,13 +254,15 @@ impl<S: CounterStore> Limiter<S> {
             let cached_over = statuses
                 .iter()
                 .any(|s| matches!(s.counting, Counting::LocalCache { .. }));
-            // Boxed: a rare setting's extra round trip does not grow every request's future.
-            if let Err(e) = Box::pin(batch.hold_back(&stores, cached_over)).await {
+            if let Err(e) = batch.hold_back(&stores, cached_over).await {
                 let to = Destination::ALL.into_iter().filter(|to| batch.ops.has(*to));
                 return Err(to.map(|to| (to, e.clone())).collect());
             }
         }
-        self.send(&mut batch.ops).await
+        match self.outage.settles() {
+            true => self.send_settling(&mut batch.ops).await,
+            false => batch.ops.apply_each(&stores).await,
+        }
     }
 
     /// A counted descriptor's status from its store's answers (and, with `cache`, the local

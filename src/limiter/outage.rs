@@ -107,6 +107,12 @@ impl Outage {
         }
     }
 
+    /// Whether a call's answers must be settled here: something is owed or decided locally, or
+    /// the local mode is in use (its store counts are learned).
+    pub(crate) fn settles(&self) -> bool {
+        self.active() || self.wanted()
+    }
+
     /// Whether a descriptor in the local mode was seen (the store's counts are then learned).
     pub(crate) fn wanted(&self) -> bool {
         self.wanted.load(Ordering::Relaxed)
