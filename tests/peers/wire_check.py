@@ -126,23 +126,8 @@ def reflect(addr):
 
 
 def loop(addr, seconds):
-    import time
-    ok = failed = 0
-    request = rls_pb2.RateLimitRequest(domain="ops", descriptors=[Desc(entries=[Desc.Entry(key="user", value="loop")])])
-    # grpcio's default :authority for a unix: target is the percent-encoded socket path, which
-    # the server's HTTP/2 stack (h2) rejects as malformed; name a plain authority instead.
-    options = [("grpc.default_authority", "localhost")] if addr.startswith("unix:") else []
-    with grpc.insecure_channel(addr, options=options) as channel:
-        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            try:
-                stub.ShouldRateLimit(request, timeout=5)
-                ok += 1
-            except grpc.RpcError as err:
-                failed += 1
-                print(f"failed: {err.code().name} {err.details()}", file=sys.stderr)
-    print(f"{ok} {failed}")
+    """One caller for `seconds`: prints the calls answered and failed."""
+    load(addr, seconds, 1)
 
 
 def load(addr, seconds, threads):
@@ -152,7 +137,10 @@ def load(addr, seconds, threads):
     counts = {"ok": 0, "failed": 0}
     lock = threading.Lock()
     request = rls_pb2.RateLimitRequest(domain="ops", descriptors=[Desc(entries=[Desc.Entry(key="user", value="load")])])
-    with grpc.insecure_channel(addr) as channel:
+    # grpcio's default :authority for a unix: target is the percent-encoded socket path, which
+    # the server's HTTP/2 stack (h2) rejects as malformed; name a plain authority instead.
+    options = [("grpc.default_authority", "localhost")] if addr.startswith("unix:") else []
+    with grpc.insecure_channel(addr, options=options) as channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         end = time.monotonic() + seconds
 

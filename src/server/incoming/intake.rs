@@ -52,12 +52,34 @@ pub(super) struct Intake {
     /// PINGs seen since `take_pings`.
     pings: u32,
     last_stream: u32,
+    /// The held control frames that may go ahead of the held bytes before them.
+    movable: Movable,
+}
+
+/// The held control frames that may go to hyper ahead of the held bytes before them: their
+/// positions (start, end), found as frames end, never inside a header block.
+#[derive(Debug)]
+struct Movable {
     /// Where the frame being read began, and whether it is inside a header block.
     frame_start: u64,
     in_block: bool,
-    /// The held control frames that may go to hyper ahead of the held bytes before them
-    /// (their positions, start and end).
-    movable: VecDeque<(u64, u64)>,
+    frames: VecDeque<(u64, u64)>,
+}
+
+impl Movable {
+    /// `frame` ended at `at`; `held`: its bytes are kept in the intake.
+    fn ended(&mut self, frame: Frame, at: u64, held: bool) {
+        let start = std::mem::replace(&mut self.frame_start, at);
+        match frame {
+            Frame::Ping | Frame::Control if held && !self.in_block => {
+                self.frames.push_back((start, at));
+            }
+            Frame::Headers { whole, .. } | Frame::Continuation { whole } => {
+                self.in_block = !whole;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A set of stream ids, as a list: a connection has a few open at once (at most
@@ -115,9 +137,11 @@ impl Default for Intake {
             closed: 0,
             pings: 0,
             last_stream: 0,
-            frame_start: PREFACE_LEN,
-            in_block: false,
-            movable: VecDeque::new(),
+            movable: Movable {
+                frame_start: PREFACE_LEN,
+                in_block: false,
+                frames: VecDeque::new(),
+            },
         }
     }
 }
@@ -163,8 +187,6 @@ impl Intake {
             marks,
             pings,
             last_stream,
-            frame_start,
-            in_block,
             movable,
             ..
         } = self;
@@ -181,16 +203,7 @@ impl Intake {
                 let was_clean = half.is_empty();
                 let at = base + at as u64;
                 let frame = std::mem::replace(pending, Frame::Other);
-                let start = std::mem::replace(frame_start, at);
-                match frame {
-                    Frame::Ping | Frame::Control if hold && !*in_block => {
-                        movable.push_back((start, at));
-                    }
-                    Frame::Headers { whole, .. } | Frame::Continuation { whole } => {
-                        *in_block = !whole;
-                    }
-                    _ => {}
-                }
+                movable.ended(frame, at, hold);
                 match frame {
                     // A request is open once the client has sent all of it, until answered: a
                     // stream whose client half stays open (RLQS) is not a request waiting.
@@ -295,14 +308,11 @@ impl Intake {
     /// Hands the first held control frame into `out`, ahead of the held bytes before it (see
     /// the module doc); how many bytes (0: none held whole, or no room in `out`).
     pub(super) fn hand_control(&mut self, out: &mut tokio::io::ReadBuf<'_>) -> usize {
-        while self
-            .movable
-            .front()
-            .is_some_and(|&(start, _)| start < self.handed)
-        {
-            self.movable.pop_front();
+        let (movable, handed) = (&mut self.movable.frames, self.handed);
+        while movable.front().is_some_and(|&(start, _)| start < handed) {
+            movable.pop_front();
         }
-        let Some(&(start, end)) = self.movable.front() else {
+        let Some(&(start, end)) = movable.front() else {
             return 0;
         };
         let len = end - start;
@@ -312,7 +322,7 @@ impl Intake {
         if end > self.read || out.remaining() < n {
             return 0;
         }
-        self.movable.pop_front();
+        self.movable.frames.pop_front();
         let from = usize::try_from(start - self.handed).unwrap_or(usize::MAX);
         let frame: Vec<u8> = self.held.drain(from..from + n).collect();
         out.put_slice(&frame);
@@ -325,7 +335,7 @@ impl Intake {
         debug_assert!(handed <= start);
         self.marks.iter_mut().for_each(|(at, _)| moved(at));
         self.changes.iter_mut().for_each(|(at, _)| moved(at));
-        for (s, e) in &mut self.movable {
+        for (s, e) in &mut self.movable.frames {
             if *s < start {
                 *s += len;
                 *e += len;

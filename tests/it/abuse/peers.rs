@@ -31,10 +31,22 @@ async fn client_from(
     local: IpAddr,
     port: u16,
 ) -> RateLimitServiceClient<tonic::transport::Channel> {
-    let connector = tower::service_fn(move |_: http::Uri| async move {
-        tcp_from(local, port)
-            .await
-            .map(hyper_util::rt::TokioIo::new)
+    client_dialling(local, port, Arc::default()).await
+}
+
+/// [`client_from`], counting in `dials` each time it connects (again).
+async fn client_dialling(
+    local: IpAddr,
+    port: u16,
+    dials: Arc<AtomicU64>,
+) -> RateLimitServiceClient<tonic::transport::Channel> {
+    let connector = tower::service_fn(move |_: http::Uri| {
+        dials.fetch_add(1, Ordering::Relaxed);
+        async move {
+            tcp_from(local, port)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        }
     });
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("url")
@@ -310,21 +322,7 @@ async fn connections_that_never_call_make_room_before_an_honest_idle_one() {
     );
     let port = p.grpc;
     let dials = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&dials);
-    let connector = tower::service_fn(move |_: http::Uri| {
-        counted.fetch_add(1, Ordering::Relaxed);
-        async move {
-            tcp_from(NEWCOMER, port)
-                .await
-                .map(hyper_util::rt::TokioIo::new)
-        }
-    });
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .expect("url")
-        .connect_with_connector(connector)
-        .await
-        .expect("connect");
-    let mut honest = RateLimitServiceClient::new(channel);
+    let mut honest = client_dialling(NEWCOMER, port, Arc::clone(&dials)).await;
     let call = || crate::support::req1("ops", &[("user", "honest-idle")]);
     assert!(honest.should_rate_limit(call()).await.is_ok());
     let mut silent = Vec::new();
@@ -396,15 +394,8 @@ async fn a_peer_held_at_the_door_is_answered_once_it_grants_window() {
     let mut client = client.ready().await.expect("ready");
     let mut answers = Vec::new();
     for i in 0..100 {
-        let request = http::Request::post(
-            "http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-        )
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
         client = client.ready().await.expect("ready");
-        let (answer, mut body) = client.send_request(request, false).expect("stream");
+        let (answer, mut body) = super::open_stream(&mut client);
         body.send_data(grpc_request(&format!("held-{i}")), true)
             .expect("body");
         answers.push(answer);

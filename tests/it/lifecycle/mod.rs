@@ -270,13 +270,17 @@ async fn max_connection_age_recycles_connections_without_failing_calls() {
 
 /// [`grpcio_loop`] with `threads` callers at once on one channel.
 fn grpcio_load(addr: &str, seconds: &str, threads: &str) -> Option<(u64, u64)> {
-    let stdout = crate::peers::python(&["load", addr, seconds, threads])?;
+    crate::peers::python(&["load", addr, seconds, threads]).map(|out| answered_failed(&out))
+}
+
+/// The two counts the peer script prints: calls answered, calls failed.
+fn answered_failed(stdout: &str) -> (u64, u64) {
     let counts: Vec<u64> = stdout
         .split_whitespace()
         .filter_map(|n| n.parse().ok())
         .collect();
     assert_eq!(counts.len(), 2, "{stdout}");
-    Some((counts[0], counts[1]))
+    (counts[0], counts[1])
 }
 
 fn exit_of(env: &[(&str, String)]) -> (Option<i32>, String) {
@@ -385,11 +389,5 @@ fn grpc_on_a_unix_socket() {
 /// Calls ShouldRateLimit in a loop for `seconds` on one grpcio channel: `(ok, failed)`, or
 /// `None` when the peer virtualenv is missing (reported).
 fn grpcio_loop(addr: &str, seconds: &str) -> Option<(u64, u64)> {
-    let stdout = crate::peers::python(&["loop", addr, seconds])?;
-    let counts: Vec<u64> = stdout
-        .split_whitespace()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    assert_eq!(counts.len(), 2, "{stdout}");
-    Some((counts[0], counts[1]))
+    crate::peers::python(&["loop", addr, seconds]).map(|out| answered_failed(&out))
 }

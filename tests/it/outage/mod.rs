@@ -120,25 +120,29 @@ async fn outage(mut store: Store<'_>) {
     print_latencies(store.name, "after its breaker opened", &mut after);
 
     (store.up)();
+    after_the_store_returns(&pair, &key, store.name).await;
+}
+
+/// The store is back: both replicas hand their hits back by themselves, the first call on `key`
+/// sees all 80 of them, and a fresh key is counted by the store again.
+async fn after_the_store_returns(pair: &[Process], key: &str, name: &str) {
     let back = Instant::now();
-    let what = format!("{}: both replicas hand their hits back", store.name);
-    until_handed_back(&pair, 40, &what).await;
+    let what = format!("{name}: both replicas hand their hits back");
+    until_handed_back(pair, 40, &what).await;
     let handed = pair
         .iter()
         .map(|p| reading(p, "turnstile_local_hits_handed_back_total{").unwrap_or(0))
         .collect::<Vec<_>>();
     eprintln!(
-        "outage on {}: handed back {handed:?} hits {:?} after the store returned",
-        store.name,
+        "outage on {name}: handed back {handed:?} hits {:?} after the store returned",
         back.elapsed()
     );
-    for p in &pair {
-        let code = call(p, &key).await;
+    for p in pair {
+        let code = call(p, key).await;
         assert_eq!(
             code,
             Ok(Code::OverLimit),
-            "{}: the first call after the store returned sees its 80 hits",
-            store.name
+            "{name}: the first call after the store returned sees its 80 hits"
         );
     }
     let fresh = unique("fresh");
@@ -148,11 +152,7 @@ async fn outage(mut store: Store<'_>) {
             ok += 1;
         }
     }
-    assert_eq!(
-        ok, 60,
-        "{}: the store counts again (not the local 30)",
-        store.name
-    );
+    assert_eq!(ok, 60, "{name}: the store counts again (not the local 30)");
 }
 
 /// Waits, without a call, until both replicas decide in the store again, having handed back
