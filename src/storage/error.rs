@@ -128,6 +128,13 @@ impl StorageError {
         self
     }
 
+    /// The same error for a call of several parts of which others may have been applied: no
+    /// longer taken for unsent.
+    pub fn maybe_applied(mut self) -> Self {
+        self.unsent = false;
+        self
+    }
+
     /// Whether nothing of the call reached the store, so that what it carried was certainly
     /// not applied (any other failure may have been applied in part, or whole).
     pub fn was_unsent(&self) -> bool {
@@ -171,6 +178,18 @@ mod tests {
         assert_eq!(
             e,
             StorageError::unavailable("memcached 10.0.0.1:11211 is down")
+        );
+    }
+
+    #[test]
+    fn unsent_is_said_by_the_part_that_knows_and_unsaid_for_a_call_of_parts() {
+        let refused = StorageError::unavailable("breaker open");
+        assert!(!refused.was_unsent(), "not said: the outcome is unknown");
+        let refused = refused.unsent();
+        assert!(refused.was_unsent());
+        assert!(
+            !refused.maybe_applied().was_unsent(),
+            "another part of the call may have been applied"
         );
     }
 }

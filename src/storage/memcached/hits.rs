@@ -70,7 +70,10 @@ impl MemcachedStore {
             let commands = Commands::new(&self.inner, hits, Some((&owners, server)), now);
             self.inner.apply_pooled(&topology.servers[server], commands)
         });
-        let answers = try_join_all(batches).await?;
+        // One server's error does not say the others' batches were not applied.
+        let answers = try_join_all(batches)
+            .await
+            .map_err(StorageError::maybe_applied)?;
         // Each server's counts back in the hits' order.
         let mut counts = vec![0; hits.len()];
         for (server, answer) in servers_of(&owners).zip(answers) {

@@ -40,7 +40,12 @@ impl RedisStore {
         };
         let answers = try_join_all(groups.iter().map(|group| self.node_hits(group, hits, now)));
         let mut counts = vec![None; hits.len()];
-        for (group, answers) in groups.iter().zip(answers.await?) {
+        // One node's error does not say the other nodes' commands were not applied.
+        let answers = match groups.len() {
+            1 => answers.await?,
+            _ => answers.await.map_err(StorageError::maybe_applied)?,
+        };
+        for (group, answers) in groups.iter().zip(answers) {
             for (&at, count) in group.hits.iter().zip(answers) {
                 counts[at] = count;
             }
@@ -53,7 +58,11 @@ impl RedisStore {
             .filter(|&at| counts[at].is_none())
             .map(|at| hits[at])
             .collect();
-        let mut again = self.per_key(&redirected, now).await?.into_iter();
+        let mut again = self
+            .per_key(&redirected, now)
+            .await
+            .map_err(StorageError::maybe_applied)?
+            .into_iter();
         Ok(counts
             .into_iter()
             .map(|count| count.or_else(|| again.next()).unwrap_or(0))
@@ -156,7 +165,12 @@ impl RedisStore {
                 self.after(breaker, outcome)
             },
         );
-        Ok(counts.await?.into_iter().flatten().collect())
+        // Key by key: one key's refusal does not say the others were not applied.
+        let counts = match hits.len() {
+            1 => counts.await?,
+            _ => counts.await.map_err(StorageError::maybe_applied)?,
+        };
+        Ok(counts.into_iter().flatten().collect())
     }
 }
 
