@@ -222,20 +222,29 @@ impl Postgres {
     }
 
     /// Freezes (`STOP`) or thaws (`CONT`) the server and its backends: connections stay open
-    /// and nothing answers, as a hung database does.
+    /// and nothing answers, as a hung database does. The postmaster is frozen first (so it
+    /// forks no backend that escapes the freeze) and thawed last.
     pub fn signal_all(&self, signal: &str) {
         let pid = std::fs::read_to_string(self.dir.join("data/postmaster.pid")).expect("pid file");
         let pid = pid.lines().next().expect("pid").trim().to_owned();
+        let postmaster = || {
+            let main = Command::new("kill")
+                .args([&format!("-{signal}"), &pid])
+                .status()
+                .expect("kill");
+            assert!(main.success(), "signal the postmaster");
+        };
+        if signal == "STOP" {
+            postmaster();
+        }
         let children = Command::new("pkill")
             .args([&format!("-{signal}"), "-P", &pid])
             .status()
             .expect("pkill");
         assert!(children.success(), "signal the backends");
-        let main = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .expect("kill");
-        assert!(main.success(), "signal the postmaster");
+        if signal != "STOP" {
+            postmaster();
+        }
     }
 
     /// The connection URI (user postgres, no password: the server trusts loopback).
