@@ -92,6 +92,10 @@ pub struct PeerReadings {
     peak_total: AtomicU32,
     active: AtomicU32,
     held_back: AtomicU64,
+    /// The door's budget in time (requests open in all; 0 until first steered) and
+    /// the last probe of the runtime's queue (µs).
+    door_budget: AtomicU32,
+    door_queue_us: AtomicU64,
 }
 
 impl PeerReadings {
@@ -124,6 +128,23 @@ impl PeerReadings {
     /// Connections held back so far.
     pub fn held_back_total(&self) -> u64 {
         self.held_back.load(Ordering::Relaxed)
+    }
+
+    /// The door's budget became `budget` after a probe that waited `queue`.
+    pub fn set_door(&self, budget: u32, queue: std::time::Duration) {
+        self.door_budget.store(budget, Ordering::Relaxed);
+        let us = u64::try_from(queue.as_micros()).unwrap_or(u64::MAX);
+        self.door_queue_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The door's budget in time (`None` until steered) and its last probe of the queue.
+    pub fn door(&self) -> (Option<u32>, std::time::Duration) {
+        let budget = self.door_budget.load(Ordering::Relaxed);
+        let queue = self.door_queue_us.load(Ordering::Relaxed);
+        (
+            (budget != 0).then_some(budget),
+            std::time::Duration::from_micros(queue),
+        )
     }
 
     /// A call was refused.

@@ -255,6 +255,18 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
             p.held_back_total().to_string(),
         ),
         (
+            "turnstile_door_budget",
+            "requests open the door lets in, in all clients' parts, to keep the runtime's queue within GRPC_FAIR_QUEUE_TARGET (at most GRPC_FAIR_REQUESTS_OPEN; absent until measured)",
+            "gauge",
+            p.door().0.map_or_else(String::new, |b| b.to_string()),
+        ),
+        (
+            "turnstile_door_queue_seconds",
+            "the runtime's queue at the last probe: how long a task that became ready waited to be polled",
+            "gauge",
+            (p.door().1.as_secs_f64()).to_string(),
+        ),
+        (
             "turnstile_peers_active",
             "clients (by address, or certificate under mTLS) with a decision in flight",
             "gauge",
@@ -268,6 +280,9 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
         ),
     ];
     for (name, help, kind, value) in single {
+        if value.is_empty() {
+            continue;
+        }
         header(out, name, help, kind);
         let _ = writeln!(out, "{name}{{{extra}}} {value}");
     }

@@ -17,7 +17,9 @@
 //!   adaptive limit, divided by the peers with a request open; at least 8) is not read further
 //!   until it has fewer (see [`Gate`]): its excess waits in the kernel (TCP flow control), not in
 //!   the runtime's queue ahead of everyone else's calls, and one peer alone is held to the whole
-//!   budget. Admission then refuses what gets through over its part of the decisions.
+//!   budget. The budget is steered in time under that count ([`door`]: the runtime's queue
+//!   kept within `GRPC_FAIR_QUEUE_TARGET`), which is also why no queue per peer is needed
+//!   after the door. Admission then refuses what gets through over its part of the decisions.
 //! - **RLQS streams** open per peer, bounded (`RLQS_MAX_STREAMS_PER_PEER`).
 //! - **Connections** per peer and in all (the [`Connections`] registry): a new connection is
 //!   always let in; at a cap, the longest-idle connection of the peer holding the most (or of
@@ -31,6 +33,7 @@
 
 mod connections;
 mod decisions;
+pub mod door;
 mod requests;
 
 pub use crate::metrics::{CloseReason, ShedReason};
@@ -127,6 +130,8 @@ struct Tally {
     /// they stop being read).
     requesters: AtomicU32,
     budget: AtomicU32,
+    /// The budget in time (`door`): at most `budget`, steered on the runtime's queue.
+    timed: AtomicU32,
     /// The limit on decisions in flight (the adaptive one as it moves, or the fixed one): what
     /// `/json`'s decisions are fair against, as gRPC's are.
     limit: AtomicU32,
@@ -169,6 +174,7 @@ impl Peers {
             active: AtomicU32::new(0),
             requesters: AtomicU32::new(0),
             budget: AtomicU32::new(u32::MAX),
+            timed: AtomicU32::new(u32::MAX),
             limit: AtomicU32::new(u32::MAX),
             epoch: Instant::now(),
             readings: Arc::clone(&readings),

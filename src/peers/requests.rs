@@ -57,6 +57,7 @@ impl Peer {
         // Twice its part of the budget (the decisions in flight): what gets through over its
         // part of the decisions is refused at once by admission, the rest waits in the kernel.
         let budget = self.tally.budget.load(Ordering::Relaxed);
+        let budget = budget.min(self.tally.timed.load(Ordering::Relaxed));
         let part = (budget / requesters).saturating_mul(2).max(MIN_PART);
         if open >= part {
             Gate::Shut

@@ -143,7 +143,8 @@ pub async fn serve<S: CounterStore>(
     let open = Arc::clone(&options.open_connections);
     let peers = Arc::clone(&options.peers);
     let limits = options.limits;
-    let watchers = watchers(&state, reporter);
+    let door = Arc::clone(&peers).keep_door_in_time(limits.fair_queue_target);
+    let watchers = watchers(&state, reporter, door);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -209,17 +210,19 @@ pub async fn serve<S: CounterStore>(
 
 /// The tasks that keep health and the replicas' marks in step while the server serves (aborted
 /// when it stops): the counter store's readiness, the marks, the local mode's hand-back, the
-/// gRPC health service.
+/// gRPC health service, and `door` (the door's budget in time).
 fn watchers<S: CounterStore>(
     state: &Arc<ServiceState<S>>,
     reporter: tonic_health::server::HealthReporter,
-) -> [tokio::task::JoinHandle<()>; 4] {
+    door: impl Future<Output = ()> + Send + 'static,
+) -> [tokio::task::JoinHandle<()>; 5] {
     let (marks, owed) = (Arc::clone(state), Arc::clone(state));
     [
         tokio::spawn(track_backend(Arc::clone(state))),
         tokio::spawn(async move { marks.limiter.keep_marks().await }),
         tokio::spawn(async move { owed.limiter.keep_handing_back().await }),
         tokio::spawn(publish_health(reporter, Arc::clone(state))),
+        tokio::spawn(door),
     ]
 }
 

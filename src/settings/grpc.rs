@@ -28,6 +28,10 @@ pub struct GrpcLimits {
     /// clients share while the adaptive limit is off; a client at its equal part is not read
     /// further until it has fewer (with the adaptive limit on: twice the limit).
     pub fair_requests_open: u32,
+    /// `GRPC_FAIR_QUEUE_TARGET`: how long a call that arrives may wait behind the requests
+    /// the door let in; the door's budget is steered to it under `fair_requests_open` (zero:
+    /// the count alone).
+    pub fair_queue_target: Duration,
     /// `GRPC_MAX_CONCURRENT_STREAMS`: `SETTINGS_MAX_CONCURRENT_STREAMS` per connection.
     pub max_concurrent_streams: u32,
     /// `GRPC_MAX_REQUESTS_IN_FLIGHT`: across all connections; more are refused at once.
@@ -57,6 +61,7 @@ impl Default for GrpcLimits {
             default_call_timeout: Duration::from_millis(20),
             rlqs_streams_per_peer: 1_000,
             fair_requests_open: 1_024,
+            fair_queue_target: Duration::from_millis(1),
             max_concurrent_streams: 1_024,
             max_requests_in_flight: 16_384,
             request_timeout: Duration::from_secs(10),
@@ -182,6 +187,11 @@ pub(super) fn grpc_limits(r: &Reader<'_>) -> GrpcLimits {
             d.fair_requests_open,
             16,
             10_000_000,
+        ),
+        fair_queue_target: r.duration(
+            "GRPC_FAIR_QUEUE_TARGET",
+            d.fair_queue_target,
+            Span::within(Duration::ZERO, Duration::from_secs(1)),
         ),
         max_concurrent_streams: r.number(
             "GRPC_MAX_CONCURRENT_STREAMS",

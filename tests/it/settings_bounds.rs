@@ -17,6 +17,7 @@ const DURATIONS: &[(&str, &str)] = &[
     ("GRPC_HANDSHAKE_TIMEOUT", "memory"),
     ("GRPC_MAX_CONNECTION_AGE", "memory"),
     ("GRPC_MAX_CONNECTION_AGE_GRACE", "memory"),
+    ("GRPC_FAIR_QUEUE_TARGET", "memory"),
     ("STATS_FLUSH_INTERVAL", "memory"),
     ("RLQS_ASSIGNMENT_TTL", "memory"),
     ("MEMCACHE_TIMEOUT", "memcache"),

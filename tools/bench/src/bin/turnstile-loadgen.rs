@@ -12,7 +12,9 @@
 //! `--requests N` stops after N requests, `--timeout-ms N` sends each call with that deadline
 //! (`grpc-timeout`, as Envoy does), `--dump-body FILE` writes one gRPC-framed request
 //! for h2load's `--data` and exits, `--bind IP` connects from that local address (any of
-//! 127/8 on loopback: a distinct peer for the server's fairness).
+//! 127/8 on loopback: a distinct peer for the server's fairness), `--peers` with it: connection
+//! `i` from that address plus `i` (each connection a peer of its own; the JSON line then also
+//! has the worst worker's p99, `worst_p99_us`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +47,7 @@ struct Args {
     requests: u64,
     timeout_ms: u64,
     bind: Option<std::net::IpAddr>,
+    peers: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -66,11 +69,16 @@ fn parse() -> Result<Args, String> {
         requests: u64::MAX,
         timeout_ms: 0,
         bind: None,
+        peers: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--unique" {
             a.unique = true;
+            continue;
+        }
+        if flag == "--peers" {
+            a.peers = true;
             continue;
         }
         if flag == "--spin" {
@@ -332,9 +340,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     runtime.block_on(async move {
         let mut channels = Vec::new();
-        for _ in 0..args.connections.max(1) {
+        for i in 0..args.connections.max(1) {
             let endpoint = Endpoint::from_shared(format!("http://{}", args.addr))?.tcp_nodelay(true);
-            channels.push(match args.bind {
+            let local = match (args.bind, args.peers) {
+                (Some(std::net::IpAddr::V4(base)), true) => {
+                    let n = u32::from(base).wrapping_add(u32::try_from(i)?);
+                    Some(std::net::IpAddr::V4(n.into()))
+                }
+                (bind, _) => bind,
+            };
+            channels.push(match local {
                 None => endpoint.connect().await?,
                 Some(local) => endpoint.connect_with_connector(bound_connector(local)).await?,
             });
@@ -350,14 +365,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tasks.push(tokio::spawn(worker(client, Arc::clone(&args), Arc::clone(&counts), 0x9E37_79B9 * (i as u64 + 1), end, Pacing { permits: permits.clone(), spin_interval, phase: i as f64 / args.concurrency.max(1) as f64 })));
         }
         let mut all = Vec::new();
+        let mut worst_p99 = 0;
         for task in tasks {
-            all.extend(task.await?);
+            let mut mine = task.await?;
+            mine.sort_unstable();
+            worst_p99 = worst_p99.max(percentile(&mine, 0.99));
+            all.extend(mine);
         }
         let elapsed = started.elapsed().as_secs_f64();
         all.sort_unstable();
         let done = all.len() as f64;
         println!(
-            "{{\"rps\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p999_us\":{},\"ok\":{},\"over_limit\":{},\"errors\":{},\"resource_exhausted\":{},\"unavailable\":{},\"requests\":{},\"seconds\":{:.2},\"descriptors\":{},\"concurrency\":{},\"connections\":{}}}",
+            "{{\"rps\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p999_us\":{},\"ok\":{},\"over_limit\":{},\"errors\":{},\"resource_exhausted\":{},\"unavailable\":{},\"requests\":{},\"seconds\":{:.2},\"descriptors\":{},\"concurrency\":{},\"connections\":{},\"worst_p99_us\":{}}}",
             done / elapsed,
             percentile(&all, 0.5),
             percentile(&all, 0.9),
@@ -373,6 +392,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.descriptors,
             args.concurrency,
             args.connections,
+            worst_p99,
         );
         Ok::<(), Box<dyn std::error::Error>>(())
     })
