@@ -4,8 +4,7 @@
 # from 127.0.0.1, 32 connections x 256 streams, no deadline, at nice 19 so that it does not
 # starve the measured client of its core), the server on core 0 and both
 # clients on core 1. Prints one row per run: the well-behaved peer's calls, p50 / p99, errors,
-# the server's refusals by reason, the flood's calls/s (h2load's count) and the door's budget at
-# the end (turnstile_door_budget: requests open, steered to GRPC_FAIR_QUEUE_TARGET).
+# the server's refusals by reason and the door's budget during the flood (turnstile_door_budget: requests open, steered to GRPC_FAIR_QUEUE_TARGET).
 #   [BIN=target/release/turnstile] ./scripts/bench-fairness.sh [SECONDS] [ROUNDS] [BACKEND]
 #   BACKEND: memory (default) or memcache; extra server settings through the environment of
 #   this script are passed on (e.g. GRPC_ADAPTIVE_CONCURRENCY=false).
@@ -30,7 +29,7 @@ run() { # label flood(0|1)
   wait_port 18391
   if [ "$flood" = 1 ]; then
     nice -n 19 taskset -c 1 h2load -D $((secs + 2)) -c 32 -m 256 -t 1 --data="$work/req.bin" \
-      -H 'content-type: application/grpc' -H 'te: trailers' "$url" >"$work/h2load.out" 2>&1 &
+      -H 'content-type: application/grpc' -H 'te: trailers' "$url" >/dev/null 2>&1 &
     hog=$!
     sleep 1 # pacing: the flood is under way before the measured peer starts
   fi
@@ -38,12 +37,7 @@ run() { # label flood(0|1)
   out=$(taskset -c 1 "$tools/turnstile-loadgen" --addr 127.0.0.1:18391 --bind 127.0.0.3 --connections 1 \
     --concurrency 8 --rate 200 --duration "$secs" --timeout-ms 20 --keys 1000)
   metrics=$(curl -s http://127.0.0.1:18393/metrics)
-  local flood_rps=-
-  if [ -n "$hog" ]; then
-    wait "$hog" 2>/dev/null || true
-    # h2load's "finished in Xs, N req/s": the flood's throughput over its whole run.
-    flood_rps=$(awk '/^finished in/ { gsub(",", "", $4); print int($4) }' "$work/h2load.out")
-  fi
+  [ -n "$hog" ] && { kill "$hog" 2>/dev/null || true; wait "$hog" 2>/dev/null || true; }
   kill -INT "$server"; kill -INT "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
   echo "$out" | tr -d '{}"' | tr ',' '\n' | awk -F: -v label="$label" -v m="$metrics" '
     { v[$1] = $2 }
@@ -54,13 +48,13 @@ run() { # label flood(0|1)
         split(lines[i], kv, " "); if (kv[2] > 0) shed = shed r "=" kv[2] " "
       }
       for (i = 1; i <= n; i++) if (lines[i] ~ /^turnstile_door_budget/) { split(lines[i], kv, " "); door = kv[2] }
-      printf "| %s | %d | %.1f / %.1f ms | %d | %s | %s | %s |\n", label, v["ok"] + v["over_limit"],
-        v["p50_us"] / 1000, v["p99_us"] / 1000, v["errors"], (shed == "" ? "none" : shed), flood,
+      printf "| %s | %d | %.1f / %.1f ms | %d | %s | %s |\n", label, v["ok"] + v["over_limit"],
+        v["p50_us"] / 1000, v["p99_us"] / 1000, v["errors"], (shed == "" ? "none" : shed),
         (door == "" ? "-" : door)
     }'
 }
-echo "| case ($backend) | well-behaved calls answered | its p50 / p99 | its errors | server refusals | flood calls/s | door budget |"
-echo "|---|---|---|---|---|---|---|"
+echo "| case ($backend) | well-behaved calls answered | its p50 / p99 | its errors | server refusals | door budget |"
+echo "|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
   run "alone (round $round)" 0
   run "beside the flood (round $round)" 1
