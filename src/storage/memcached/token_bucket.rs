@@ -3,22 +3,33 @@
 //! `ms <key> ... C<cas>` (or `ME` to create it). Steps on the same key inside this process are
 //! coalesced: while one update of a key is out, later steps queue, and the next update applies
 //! all of them to one read and writes once, so a hot key costs one CAS per batch instead of a
-//! retry storm of one per caller. A lost race re-reads and re-applies, at most
-//! [`MAX_ATTEMPTS`] times; then every waiting step gets an error, never an unearned answer.
+//! retry storm of one per caller. A lost race re-reads and re-applies after a short random
+//! pause ([`LOST_RACE`], spread over 0..2x), at most [`MAX_ATTEMPTS`] times; then every waiting
+//! step gets an error, never an unearned answer. The pause matters between replicas: two
+//! processes draining the same hot key back to back otherwise meet in the same read-to-write
+//! window round after round, and one can lose every round (seen in CI, two replicas, 64
+//! callers, a loaded machine).
 //!
 //! Must not touch: the GCRA arithmetic (that is `storage::token_bucket`'s), rules, the limiter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::transport::{Sent, StateWrite, Transport};
 use super::{Inner, MemcachedStore};
+use crate::backoff::{Schedule, spread};
 use crate::storage::{CounterKey, StorageError, TokenAnswer, TokenStep};
 
 /// Compare-and-swap rounds one batch may take before it gives up with an error.
-pub(super) const MAX_ATTEMPTS: usize = 8;
+pub(super) const MAX_ATTEMPTS: u32 = 12;
+
+/// The pause after a lost race: 100 µs, doubling per loss in a row up to 5 ms, each spread by
+/// up to all of itself either way (so at most about 40 ms over every round of one batch).
+const LOST_RACE: Schedule =
+    Schedule::new(Duration::from_micros(100), Duration::from_millis(5), 2.0);
 
 type Reply = oneshot::Sender<Result<TokenAnswer, StorageError>>;
 
@@ -109,7 +120,10 @@ impl Inner {
         steps: &[&TokenStep],
     ) -> Result<Vec<TokenAnswer>, StorageError> {
         let server = self.server_for(key)?;
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(spread(LOST_RACE.after(attempt), 1.0)).await;
+            }
             let sent = Sent::default();
             let read = server.transport.read_state(key, &sent);
             let state = server.guarded(&self.deadline, &sent, read).await?;
