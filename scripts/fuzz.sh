@@ -12,7 +12,7 @@ if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   exit 2
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-for target in rule_file request_protobuf json_body memcached_replies redis_replies rlqs_report statsd_lines; do
+for target in rule_file request_protobuf json_body memcached_replies redis_replies rlqs_report statsd_lines frames; do
   mkdir -p "corpus/$target"
   log=$(mktemp)
   # -rss_limit_mb bounds memory; -timeout flags any single input slower than 10 s.

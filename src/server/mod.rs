@@ -31,6 +31,9 @@ mod content_type;
 mod incoming;
 mod routes;
 
+#[cfg(fuzzing)]
+pub use incoming::fuzz_frames;
+
 use crate::metrics::PeerReadings;
 use crate::pb::FILE_DESCRIPTOR_SET;
 use crate::peers::{ConnectionLimits, Peers};

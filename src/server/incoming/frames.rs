@@ -2,6 +2,14 @@
 //! in, which frames are PINGs that ask for an answer and which open streams; on the way out,
 //! where hyper's frames end, so that Turnstile's own GOAWAY goes between two of them and never
 //! inside one. The PING policy lives here too.
+//!
+//! A header block (HEADERS or PUSH_PROMISE without END_HEADERS, then CONTINUATIONs up to the
+//! one with END_HEADERS) is followed as one unit: nothing may come between its frames (RFC 9113
+//! §4.3), so [`Frames::at_boundary`] is false until the block ends, and a frame a client sends
+//! inside a block (its protocol error, which hyper answers by closing the connection) is seen as
+//! [`Frame::Other`], never acted on as a PING or a control frame. A property test and the
+//! `frames` fuzz target (`follow_check`) hold this against random frame sequences split at
+//! random bytes.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +20,7 @@ const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
@@ -56,8 +65,9 @@ pub(super) enum Frame {
 pub(super) enum Seen {
     /// A frame's header completed.
     Start(Frame),
-    /// A frame ended this many bytes into the bytes passed.
-    End(usize),
+    /// A frame ended `at` bytes into the bytes passed; `clean` when no header block is open
+    /// after it (another frame may go there).
+    End { at: usize, clean: bool },
 }
 
 /// Where a byte stream of frames is: the header being gathered, or the payload being passed.
@@ -66,6 +76,9 @@ pub(super) struct Frames {
     header: [u8; HEADER_LEN],
     have: usize,
     skip: usize,
+    /// Inside a header block: its first frame passed without END_HEADERS, and no CONTINUATION
+    /// with END_HEADERS yet.
+    in_block: bool,
 }
 
 impl Frames {
@@ -79,7 +92,10 @@ impl Frames {
                 self.skip -= n;
                 at += n;
                 if self.skip == 0 {
-                    seen(Seen::End(at));
+                    seen(Seen::End {
+                        at,
+                        clean: !self.in_block,
+                    });
                 }
                 continue;
             }
@@ -94,7 +110,13 @@ impl Frames {
                 let stream = u32::from_be_bytes([s0, s1, s2, s3]) & 0x7fff_ffff;
                 let ends = flags & END_STREAM != 0;
                 let whole = flags & END_HEADERS != 0;
+                let inside = self.in_block;
+                if matches!(kind, HEADERS | PUSH_PROMISE | CONTINUATION) {
+                    self.in_block = !whole;
+                }
                 seen(Seen::Start(match kind {
+                    CONTINUATION => Frame::Continuation { whole },
+                    _ if inside => Frame::Other,
                     PING if flags & ACK == 0 => Frame::Ping,
                     PING | SETTINGS => Frame::Control,
                     WINDOW_UPDATE if stream == 0 => Frame::Control,
@@ -103,21 +125,24 @@ impl Frames {
                         ends,
                         whole,
                     },
-                    CONTINUATION => Frame::Continuation { whole },
                     DATA => Frame::Data { stream, ends },
                     RST_STREAM => Frame::Reset(stream),
                     _ => Frame::Other,
                 }));
                 if self.skip == 0 {
-                    seen(Seen::End(at));
+                    seen(Seen::End {
+                        at,
+                        clean: !self.in_block,
+                    });
                 }
             }
         }
     }
 
-    /// Whether the bytes followed so far end where a frame ends.
+    /// Whether the bytes followed so far end where a frame ends, outside any header block:
+    /// where a frame of another stream (a GOAWAY) may go.
     pub(super) fn at_boundary(&self) -> bool {
-        self.have == 0 && self.skip == 0
+        self.have == 0 && self.skip == 0 && !self.in_block
     }
 }
 
@@ -195,7 +220,7 @@ mod tests {
             for chunk in bytes.chunks(split) {
                 frames.pass(chunk, |s| match s {
                     Seen::Start(f) => seen.push(f),
-                    Seen::End(at) => ends.push(offset + at),
+                    Seen::End { at, .. } => ends.push(offset + at),
                 });
                 offset += chunk.len();
             }

@@ -57,27 +57,59 @@ pub(super) struct Intake {
 }
 
 /// The held control frames that may go to hyper ahead of the held bytes before them: their
-/// positions (start, end), found as frames end, never inside a header block.
+/// positions (start, end), found as frames end (one inside a header block is never seen as a
+/// control frame: `frames`); and where, among the held bytes, a frame ends outside any header
+/// block, since a frame may be moved only to such a place (hyper may have been handed part of
+/// a frame, or of a header block, before the gate shut).
 #[derive(Debug)]
 struct Movable {
-    /// Where the frame being read began, and whether it is inside a header block.
+    /// Where the frame being read began.
     frame_start: u64,
-    in_block: bool,
     frames: VecDeque<(u64, u64)>,
+    /// Held positions past `handed` where a frame ends outside a header block.
+    clean_ends: VecDeque<u64>,
+    /// Whether the bytes handed so far end there (so a frame may go next).
+    handed_clean: bool,
 }
 
 impl Movable {
-    /// `frame` ended at `at`; `held`: its bytes are kept in the intake.
-    fn ended(&mut self, frame: Frame, at: u64, held: bool) {
+    /// `frame` ended at `at`, `clean` outside any header block; `held`: its bytes are kept in
+    /// the intake.
+    fn ended(&mut self, frame: Frame, at: u64, clean: bool, held: bool) {
         let start = std::mem::replace(&mut self.frame_start, at);
-        match frame {
-            Frame::Ping | Frame::Control if held && !self.in_block => {
-                self.frames.push_back((start, at));
+        if held && matches!(frame, Frame::Ping | Frame::Control) {
+            self.frames.push_back((start, at));
+        }
+        if held && clean {
+            self.clean_ends.push_back(at);
+        }
+    }
+
+    /// Hyper now has the bytes up to `handed`; `read_clean`: the bytes read end cleanly.
+    fn handed(&mut self, handed: u64, read: u64, read_clean: bool) {
+        while self.clean_ends.front().is_some_and(|&at| at < handed) {
+            self.clean_ends.pop_front();
+        }
+        self.handed_clean = handed == PREFACE_LEN
+            || self.clean_ends.front() == Some(&handed)
+            || (handed == read && handed > PREFACE_LEN && read_clean);
+    }
+
+    /// The held frame `(start, end)` goes to hyper first, at `handed`: the held clean ends
+    /// before it move on by its length, its own end is no longer one.
+    fn moved(&mut self, handed: u64, start: u64, end: u64) {
+        let len = end - start;
+        self.clean_ends.retain(|&at| at != end);
+        for at in &mut self.clean_ends {
+            if *at > handed && *at <= start {
+                *at += len;
             }
-            Frame::Headers { whole, .. } | Frame::Continuation { whole } => {
-                self.in_block = !whole;
+        }
+        for (s, e) in &mut self.frames {
+            if *s < start {
+                *s += len;
+                *e += len;
             }
-            _ => {}
         }
     }
 }
@@ -139,8 +171,9 @@ impl Default for Intake {
             last_stream: 0,
             movable: Movable {
                 frame_start: PREFACE_LEN,
-                in_block: false,
                 frames: VecDeque::new(),
+                clean_ends: VecDeque::new(),
+                handed_clean: false,
             },
         }
     }
@@ -199,11 +232,11 @@ impl Intake {
                     _ => {}
                 }
             }
-            Seen::End(at) => {
+            Seen::End { at, clean } => {
                 let was_clean = half.is_empty();
                 let at = base + at as u64;
                 let frame = std::mem::replace(pending, Frame::Other);
-                movable.ended(frame, at, hold);
+                movable.ended(frame, at, clean, hold);
                 match frame {
                     // A request is open once the client has sent all of it, until answered: a
                     // stream whose client half stays open (RLQS) is not a request waiting.
@@ -258,6 +291,8 @@ impl Intake {
     /// `n` more bytes went to hyper.
     pub(super) fn hand(&mut self, n: u64) {
         self.handed += n;
+        let read_clean = self.frames.at_boundary();
+        self.movable.handed(self.handed, self.read, read_clean);
         while let Some(&(at, mark)) = self.marks.front() {
             if at > self.handed {
                 break;
@@ -315,6 +350,16 @@ impl Intake {
         let Some(&(start, end)) = movable.front() else {
             return 0;
         };
+        if !self.movable.handed_clean {
+            // Hyper has part of a frame or of a header block: the rest of it goes first (a
+            // frame never lands inside another), and no more of what is held.
+            let next = match self.movable.clean_ends.front() {
+                _ if handed < PREFACE_LEN => Some(&PREFACE_LEN),
+                next => next,
+            };
+            let rest = next.map_or(0, |&at| at - handed);
+            return self.hand_held(usize::try_from(rest).unwrap_or(0), out);
+        }
         let len = end - start;
         let Ok(n) = usize::try_from(len) else {
             return 0;
@@ -323,25 +368,21 @@ impl Intake {
             return 0;
         }
         self.movable.frames.pop_front();
-        let from = usize::try_from(start - self.handed).unwrap_or(usize::MAX);
+        let from = usize::try_from(start - handed).unwrap_or(usize::MAX);
         let frame: Vec<u8> = self.held.drain(from..from + n).collect();
         out.put_slice(&frame);
         // The held bytes before it now come after it: their positions move on by its length.
-        let (handed, moved) = (self.handed, |at: &mut u64| {
-            if *at > self.handed && *at <= start {
+        let moved = |at: &mut u64| {
+            if *at > handed && *at <= start {
                 *at += len;
             }
-        });
-        debug_assert!(handed <= start);
+        };
         self.marks.iter_mut().for_each(|(at, _)| moved(at));
         self.changes.iter_mut().for_each(|(at, _)| moved(at));
-        for (s, e) in &mut self.movable.frames {
-            if *s < start {
-                *s += len;
-                *e += len;
-            }
-        }
+        self.movable.moved(handed, start, end);
         self.hand(len);
+        // A whole frame outside any header block ended where hyper is now.
+        self.movable.handed_clean = true;
         n
     }
 

@@ -16,8 +16,13 @@
 //! frame headers are followed here).
 
 mod conn;
+#[cfg(any(test, fuzzing))]
+mod follow_check;
 mod frames;
 mod intake;
+
+#[cfg(fuzzing)]
+pub use follow_check::check as fuzz_frames;
 
 pub(super) use conn::Conn;
 

@@ -152,10 +152,36 @@ fn a_control_frame_inside_a_header_block_is_not_moved() {
     intake.follow(&b, true);
     let mut out = vec![0u8; b.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut out);
+    assert_eq!(intake.hand_control(&mut buf), 24, "the preface first");
     assert_eq!(
         intake.hand_control(&mut buf),
         17,
-        "the PING, not the SETTINGS"
+        "then the PING, not the SETTINGS"
     );
-    assert_eq!(buf.filled(), &b[b.len() - 17..]);
+    assert_eq!(&buf.filled()[24..], &b[b.len() - 17..]);
+}
+
+#[test]
+fn a_control_frame_waits_for_the_end_of_a_frame_or_block_hyper_has_part_of() {
+    let mut b = vec![b'P'; 24];
+    b.extend(frame(0x1, 0x0, 1, 10)); // HEADERS without END_HEADERS
+    let in_block = b.len() + 4;
+    b.extend(frame(0x9, 0x4, 1, 10)); // CONTINUATION, END_HEADERS
+    let block_end = b.len();
+    b.extend(frame(0x0, 0x1, 1, 30)); // DATA, END_STREAM
+    b.extend(frame(0x6, 0, 0, 8)); // PING
+    let mut intake = Intake::default();
+    intake.follow(&b, true);
+    let mut out = vec![0u8; b.len()];
+    let mut buf = tokio::io::ReadBuf::new(&mut out);
+    // Hyper was handed part of the CONTINUATION before the gate shut.
+    assert_eq!(intake.hand_held(in_block, &mut buf), in_block);
+    assert_eq!(
+        intake.hand_control(&mut buf),
+        block_end - in_block,
+        "the rest of the header block, and nothing of the DATA"
+    );
+    assert_eq!(intake.hand_control(&mut buf), 17, "then the PING");
+    assert_eq!(&buf.filled()[..block_end], &b[..block_end]);
+    assert_eq!(&buf.filled()[block_end..], &b[b.len() - 17..]);
 }
