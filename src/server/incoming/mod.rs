@@ -19,6 +19,8 @@ mod conn;
 #[cfg(any(test, fuzzing))]
 mod follow_check;
 mod frames;
+#[cfg(test)]
+mod goaway_tests;
 mod intake;
 
 #[cfg(fuzzing)]
