@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::process::{Process, RULES, metric, rules_root};
 
 mod connections;
+mod flood;
 mod mtls_peers;
 mod peers;
 

@@ -27,7 +27,7 @@ async fn tcp_from(local: IpAddr, port: u16) -> std::io::Result<tokio::net::TcpSt
 }
 
 /// A gRPC client whose one connection comes from `local`.
-async fn client_from(
+pub(super) async fn client_from(
     local: IpAddr,
     port: u16,
 ) -> RateLimitServiceClient<tonic::transport::Channel> {
@@ -247,66 +247,6 @@ async fn a_peer_over_its_part_is_refused_while_a_peer_within_it_is_answered() {
         shed,
         Some(refused.load(Ordering::Relaxed)),
         "every refusal counted by reason"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered() {
-    let root = rules_root(RULES);
-    // The adaptive limit off (the default): the door's budget is GRPC_FAIR_REQUESTS_OPEN, set
-    // far below the flood's streams so that it is held back for certain.
-    let p = Process::start(&root, &[("GRPC_FAIR_REQUESTS_OPEN", "64")]);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let answered = Arc::new(AtomicU64::new(0));
-    let mut flood = Vec::new();
-    // The flood: 8 connections from one peer, 128 streams each, calling without pause.
-    for c in 0..8 {
-        let client = client_from(HOG, p.grpc).await;
-        for i in 0..128 {
-            let (mut client, stop, answered) =
-                (client.clone(), Arc::clone(&stop), Arc::clone(&answered));
-            flood.push(tokio::spawn(async move {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let user = format!("flood-{c}-{i}-{n}");
-                    n += 1;
-                    match client
-                        .should_rate_limit(crate::support::req1("ops", &[("user", &user)]))
-                        .await
-                    {
-                        Ok(_) => {
-                            answered.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(status) => {
-                            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
-                        }
-                    }
-                }
-            }));
-        }
-    }
-    until(Duration::from_secs(10), "the flood under way", || {
-        answered.load(Ordering::Relaxed) >= 1_000
-    })
-    .await;
-    let mut honest = client_from(NEWCOMER, p.grpc).await;
-    for i in 0..100 {
-        let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
-        let answer = honest.should_rate_limit(call).await;
-        assert!(
-            answer.is_ok(),
-            "the well-behaved peer's call {i}: {answer:?}"
-        );
-    }
-    stop.store(true, Ordering::Relaxed);
-    for task in flood {
-        task.await.expect("flood caller");
-    }
-    // The flood's excess waited in the kernel: its connections stopped being read.
-    let paused = metric(&p.metrics(), "turnstile_peer_reads_paused_total");
-    assert!(
-        paused > Some(0),
-        "the flooding peer was held back: {paused:?}"
     );
 }
 

@@ -1,0 +1,137 @@
+//! A flood of streams from one peer beside well-behaved peers (issues 39 and 52): the flood is
+//! held at the door (its connections stop being read) and every call of the others is
+//! answered OK, with the door's budget set by count and with the default budget in time.
+//! Distinct peers are distinct loopback addresses.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::peers::client_from;
+use crate::process::{Process, RULES, metric, rules_root};
+use crate::support::until;
+
+const HOG: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// A flood from `HOG`: `connections` connections of `streams` callers each, calling without
+/// pause until stopped; every answer is OK or `RESOURCE_EXHAUSTED` (held or shed, never failed).
+struct Flood {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    callers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Flood {
+    async fn start(port: u16, connections: usize, streams: usize) -> Flood {
+        let (stop, answered) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let mut callers = Vec::new();
+        for c in 0..connections {
+            let client = client_from(HOG, port).await;
+            for i in 0..streams {
+                let (mut client, stop, answered) =
+                    (client.clone(), Arc::clone(&stop), Arc::clone(&answered));
+                callers.push(tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let user = format!("flood-{c}-{i}-{n}");
+                        n += 1;
+                        let call = crate::support::req1("ops", &[("user", &user)]);
+                        match client.should_rate_limit(call).await {
+                            Ok(_) => {
+                                answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(status) => {
+                                assert_eq!(
+                                    status.code(),
+                                    tonic::Code::ResourceExhausted,
+                                    "{status:?}"
+                                );
+                            }
+                        }
+                    }
+                }));
+            }
+        }
+        let flood = Flood {
+            stop,
+            answered,
+            callers,
+        };
+        until(Duration::from_secs(10), "the flood under way", || {
+            flood.answered.load(Ordering::Relaxed) >= 1_000
+        })
+        .await;
+        flood
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for caller in self.callers {
+            caller.await.expect("flood caller");
+        }
+    }
+}
+
+/// The flood was held at the door (its excess waited in the kernel) or shed.
+fn assert_held_or_shed(p: &Process) {
+    let metrics = p.metrics();
+    let paused = metric(&metrics, "turnstile_peer_reads_paused_total").unwrap_or(0);
+    let shed: f64 = (metrics.lines())
+        .filter(|l| l.starts_with("turnstile_requests_shed_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        paused > 0 || shed > 0.0,
+        "the flooding peer was held back or shed: paused {paused}, shed {shed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered() {
+    let root = rules_root(RULES);
+    // The door's budget by count, far below the flood's streams, so it is held for certain.
+    let p = Process::start(&root, &[("GRPC_FAIR_REQUESTS_OPEN", "64")]);
+    let flood = Flood::start(p.grpc, 8, 128).await;
+    let mut honest = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)), p.grpc).await;
+    for i in 0..100 {
+        let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
+        let answer = honest.should_rate_limit(call).await;
+        assert!(
+            answer.is_ok(),
+            "the well-behaved peer's call {i}: {answer:?}"
+        );
+    }
+    flood.stop().await;
+    assert_held_or_shed(&p);
+}
+
+/// The default door (its budget steered to `GRPC_FAIR_QUEUE_TARGET`): ten well-behaved peers,
+/// one connection each, calling at once beside a flood of 1,024 streams, are all answered OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_under_the_default_door() {
+    let root = rules_root(RULES);
+    let p = Process::start(&root, &[]);
+    let flood = Flood::start(p.grpc, 8, 128).await;
+    let mut peers = Vec::new();
+    for peer in 0..10u8 {
+        let mut client = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 30 + peer)), p.grpc).await;
+        peers.push(tokio::spawn(async move {
+            for i in 0..50 {
+                let user = format!("honest-{peer}-{i}");
+                let answer = client
+                    .should_rate_limit(crate::support::req1("ops", &[("user", &user)]))
+                    .await;
+                assert!(answer.is_ok(), "peer {peer}'s call {i}: {answer:?}");
+            }
+        }));
+    }
+    for peer in peers {
+        peer.await.expect("well-behaved peer");
+    }
+    flood.stop().await;
+    assert_held_or_shed(&p);
+}
