@@ -59,6 +59,8 @@ pub struct App {
     drain: Duration,
     tasks: JoinSet<()>,
     admin_token: crate::http::AdminToken,
+    /// Where the rules come from, for the status page.
+    source: crate::http::Source,
 }
 
 impl std::fmt::Debug for App {
@@ -105,6 +107,7 @@ impl App {
         let metrics = Arc::new(metrics(&settings)?);
         let initial = initial_load(&settings, &metrics)?;
         sinks(&settings, &metrics, &mut tasks)?;
+        tasks.spawn(sample_history(Arc::clone(&metrics)));
         let tracer = match &settings.tracing {
             None => None,
             Some(tracing) => {
@@ -162,6 +165,14 @@ impl App {
             drain: settings.drain,
             tasks,
             admin_token: crate::http::AdminToken(settings.admin_token_file.clone()),
+            source: match &settings.config_source {
+                crate::settings::ConfigSource::File => {
+                    crate::http::Source::Files(settings.config_dir.clone())
+                }
+                crate::settings::ConfigSource::Xds(xds) => {
+                    crate::http::Source::Xds(xds.server.clone())
+                }
+            },
         })
     }
 
@@ -190,6 +201,7 @@ impl App {
             drain,
             mut tasks,
             admin_token,
+            source,
         } = self;
         tracing::info!(target: LIFECYCLE, ?addresses, "serving");
         if !runtime::lifo_slot_off() {
@@ -225,7 +237,7 @@ impl App {
         let mut http = JoinSet::new();
         let api = crate::http::api_router(Arc::clone(&state), Arc::clone(&server.peers));
         http.spawn(crate::http::serve(listeners.http, api, stopped()));
-        let debug = crate::http::debug_router(Arc::clone(&state), admin_token);
+        let debug = crate::http::debug_router(Arc::clone(&state), admin_token, source);
         http.spawn(crate::http::serve(listeners.debug, debug, stopped()));
         if let Some((listener, path)) = listeners.prometheus {
             let router = crate::http::prometheus_router(&path, Arc::clone(&state));
@@ -249,7 +261,7 @@ impl App {
 }
 
 /// The metrics the settings ask for (`PROMETHEUS_MAPPER_YAML`,
-/// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`, `DISABLE_STATS`).
+/// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`, `DISABLE_STATS`, `TOP_LIMITED_SERIES`).
 fn metrics(settings: &Settings) -> Result<Metrics, AppError> {
     let mut metrics = Metrics::new(
         settings.stats_max_keys,
@@ -265,7 +277,19 @@ fn metrics(settings: &Settings) -> Result<Metrics, AppError> {
     if settings.disable_stats {
         metrics = metrics.without_stats();
     }
+    metrics = metrics.with_top_series(settings.top_limited_series);
     Ok(metrics)
+}
+
+/// Samples each rule's hits and refusals for the status page, every step, until shutdown.
+async fn sample_history(metrics: Arc<Metrics>) {
+    let step = std::time::Duration::from_millis(crate::metrics::history::STEP);
+    let mut ticks = tokio::time::interval(step);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        metrics.sample_history();
+    }
 }
 
 /// The statsd or DogStatsD sink, when one is on.

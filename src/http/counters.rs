@@ -103,25 +103,43 @@ fn parse(query: Option<&str>) -> Result<(String, Vec<Entry<'static>>), String> {
     Ok((domain, entries))
 }
 
-fn authorized(token: &AdminToken, headers: &HeaderMap) -> Result<(), Refusal> {
+/// Whether the caller gave the admin token (`ADMIN_TOKEN_FILE`; anyone when it is unset): as
+/// a `Bearer` token, or as the password of HTTP Basic authentication (what a browser sends).
+pub(super) fn token_given(token: &AdminToken, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(path) = &token.0 else {
         return Ok(());
     };
     let expected = std::fs::read_to_string(path).map_err(|e| {
-        tracing::error!(error = %e, path = %path.display(), "ADMIN_TOKEN_FILE cannot be read; refusing /counters");
+        tracing::error!(error = %e, path = %path.display(), "ADMIN_TOKEN_FILE cannot be read; refusing the admin endpoints");
         refused(StatusCode::SERVICE_UNAVAILABLE, "the admin token cannot be read")
     })?;
+    let expected = expected.trim();
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(given_token);
     match given {
-        Some(given) if given.trim() == expected.trim() && !expected.trim().is_empty() => Ok(()),
+        Some(given) if given.trim() == expected && !expected.is_empty() => Ok(()),
         _ => Err(refused(
             StatusCode::UNAUTHORIZED,
             "a bearer token is required",
         )),
     }
+}
+
+/// The token in an `Authorization` value: `Bearer <token>`, or `Basic` with the token as the
+/// password (any user name).
+fn given_token(value: &str) -> Option<String> {
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        return Some(token.to_owned());
+    }
+    use base64::Engine as _;
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    text.split_once(':').map(|(_, password)| password.to_owned())
 }
 
 /// The limit's state after `status` (a check or a reset), as JSON.
@@ -219,7 +237,7 @@ fn admitted(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<(String, Vec<Entry<'static>>), Refusal> {
-    authorized(token, headers)?;
+    token_given(token, headers)?;
     parse(query).map_err(|why| refused(StatusCode::BAD_REQUEST, &why))
 }
 

@@ -1,14 +1,16 @@
 //! The HTTP endpoints: on `PORT`, `/healthcheck` (200 `OK` or 500 naming the failing
 //! components) and `/json` (the reference's JSON API: 200 / 429 / 500, 400 for a bad request);
-//! on `DEBUG_PORT`, an index, `/rlconfig` (the loaded limits in the reference's dump format),
+//! on `DEBUG_PORT`, the status page (`/`, `/debug/status`, `/debug/top`), `/rlconfig` (the loaded limits in the reference's dump format),
 //! `/metrics` and `/counters` (read or reset a descriptor's counters); and the Prometheus endpoint (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`).
 //!
 //! Must not touch: memcached crates, YAML.
 
 mod counters;
 mod json;
+mod status;
 
 pub use counters::AdminToken;
+pub use status::Source;
 
 pub use json::{JsonError, request as json_request};
 
@@ -40,21 +42,26 @@ pub fn api_router<S: CounterStore>(state: Arc<ServiceState<S>>, peers: Arc<Peers
         .with_state(state)
 }
 
-/// `DEBUG_PORT`: `/`, `/rlconfig`, `/metrics`, `/healthcheck`, `/counters`.
-pub fn debug_router<S: CounterStore>(state: Arc<ServiceState<S>>, token: AdminToken) -> Router {
+/// `DEBUG_PORT`: the status page (`/`, its JSON `/debug/status` and `/debug/top`),
+/// `/rlconfig`, `/metrics`, `/healthcheck`, `/counters`.
+pub fn debug_router<S: CounterStore>(
+    state: Arc<ServiceState<S>>,
+    token: AdminToken,
+    source: Source,
+) -> Router {
     let counters = Router::new()
         .route(
             "/counters",
             get(counters::read::<S>).delete(counters::reset::<S>),
         )
-        .with_state((Arc::clone(&state), token));
+        .with_state((Arc::clone(&state), token.clone()));
     Router::new()
-        .route("/", get(|| async { "/rlconfig: the loaded rate limits\n/rlconfig?rlqs: how RLQS serves each limit\n/metrics: Prometheus metrics\n/healthcheck: health\n/counters?domain=D&entry=key=value: read (GET) or reset (DELETE) a descriptor's counters\n" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/healthcheck", get(healthcheck::<S>))
-        .with_state(state)
+        .with_state(Arc::clone(&state))
         .merge(counters)
+        .merge(status::router(state, token, source))
 }
 
 /// The Prometheus endpoint at `path`.

@@ -17,6 +17,7 @@ mod admission;
 mod connections;
 mod escape;
 mod histogram;
+pub mod history;
 mod instrumented;
 mod label;
 pub mod mapper;
@@ -24,6 +25,7 @@ pub mod mogrify;
 mod outage;
 mod peers;
 mod record;
+mod record_top;
 mod render;
 mod rlqs;
 mod source;
@@ -31,6 +33,8 @@ mod split;
 mod stats_key;
 pub mod statsd;
 mod table;
+pub mod top;
+mod top_series;
 
 pub use admission::AdmissionReadings;
 pub use connections::OpenConnections;
@@ -108,6 +112,12 @@ pub struct Metrics {
     /// `PROMETHEUS_MAPPER_YAML`: how the reference's statsd series are named in Prometheus
     /// (the built-in names when unset).
     mapper: Option<mapper::Mapper>,
+    /// Who is limited: per rule, the values refused and near their limit.
+    pub top: top::TopLimited,
+    /// `TOP_LIMITED_SERIES`: the first N values of each rule rendered as series (0: none).
+    top_series: usize,
+    /// Each rule's hits and refusals, sampled for the status page.
+    history: history::History,
 }
 
 impl Metrics {
@@ -152,12 +162,22 @@ impl Metrics {
             rlqs: RlqsMetrics::default(),
             source: SourceStatus::default(),
             mapper: None,
+            top: top::TopLimited::default(),
+            top_series: 0,
+            history: history::History::default(),
         }
     }
 
     /// Names the reference's series in Prometheus as `mapper` says (`PROMETHEUS_MAPPER_YAML`).
     pub fn with_mapper(mut self, mapper: mapper::Mapper) -> Self {
         self.mapper = Some(mapper);
+        self
+    }
+
+    /// Renders the first `n` values of each rule's top-limited summary as
+    /// `turnstile_top_limited_hits` series (`TOP_LIMITED_SERIES`; 0 renders none).
+    pub fn with_top_series(mut self, n: usize) -> Self {
+        self.top_series = n.min(top::ENTRIES);
         self
     }
 

@@ -1,6 +1,6 @@
 //! Recording decided requests per stats key, as the reference counts them: hits split into
-//! within / near / over the limit, the stats keys of request values bounded (`max_keys`, label
-//! length), unknown domains counted, and the sorted views the renderers read.
+//! within / near / over the limit (apart from them, the top-limited summaries), the stats keys
+//! of request values bounded (`max_keys`, label length), unknown domains counted, and the sorted views the renderers read.
 //!
 //! Must not touch: rendering (`render`, `statsd`), the limiter's decisions (read, never made).
 
@@ -117,6 +117,9 @@ impl Metrics {
     /// Records a decided request: per stats key, hits split into within/near/over as the
     /// reference splits them (near threshold = floor(limit × `NEAR_LIMIT_RATIO`)).
     pub fn record(&self, request: &Request<'_>, verdict: &Verdict<'_>) {
+        if verdict.domain_found && !verdict.failed_open {
+            self.record_top(request, verdict);
+        }
         if self.stats_disabled {
             return;
         }

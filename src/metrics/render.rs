@@ -125,6 +125,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
 
     m.rlqs.render(&mut out, extra);
     m.source.render(&mut out, extra);
+    super::top_series::render(&mut out, m, extra);
 
     let mut samples: Vec<GaugeSample> = Vec::new();
     for gauge in gauges {

@@ -272,6 +272,7 @@ pub(super) fn assign(
         rule: limit.full_key.clone(),
         used,
         limit: *per_window,
+        denied: 0,
     };
     (assignment, Some(global))
 }

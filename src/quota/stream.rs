@@ -163,6 +163,10 @@ impl QuotaStream {
             let (assignment, usage) =
                 assign(&self.settings, tracked, r, bucket_counts, shadow, now);
             tracked.reported(assignment, now);
+            let usage = usage.map(|g| GlobalUsage {
+                denied: u.denied,
+                ..g
+            });
             out.push(Decided {
                 bucket: u.bucket.clone(),
                 assignment,

@@ -28,4 +28,6 @@ pub struct GlobalUsage {
     pub used: u64,
     /// The limit per window.
     pub limit: u64,
+    /// Requests of this bucket the reporting data plane denied since its last report.
+    pub denied: u64,
 }

@@ -22,6 +22,7 @@ use opentelemetry::Context;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::clock::UnixMillis;
+use crate::metrics::top::Kind;
 use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -210,6 +211,10 @@ impl<S: CounterStore> Session<S> {
             metrics.rlqs.assigned(d.assignment.kind());
             if let Some(u) = &d.usage {
                 metrics.rlqs_usage(&u.rule, u.used, u.limit);
+                // Who is limited: the requests the data plane denied, by bucket.
+                let pairs = d.bucket.pairs().iter();
+                let entries = pairs.map(|(k, v)| (k.as_str(), v.as_str()));
+                metrics.top.record(&u.rule, entries, Kind::Over, u.denied);
             }
         }
         convert::response_to_pb(decided)

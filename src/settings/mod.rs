@@ -131,6 +131,9 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// `STATS_MAX_KEYS`: bound on distinct request-derived stats keys.
     pub stats_max_keys: usize,
+    /// `TOP_LIMITED_SERIES`: the most limited values per rule rendered as Prometheus series
+    /// (0: none; above the summary's entries per rule, all of them).
+    pub top_limited_series: usize,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
     pub healthy_needs_config: bool,
     /// `SHUTDOWN_DRAIN_SECONDS`: how long requests are still answered after SIGTERM while
@@ -257,6 +260,7 @@ impl Settings {
             extra_tags: r.or(stats::parse_tags(&r.string("EXTRA_TAGS", "")), Vec::new()),
             near_limit_ratio: stats::near_limit_ratio(r),
             stats_max_keys: r.number("STATS_MAX_KEYS", 10_000usize, 0, 10_000_000),
+            top_limited_series: r.number("TOP_LIMITED_SERIES", 0usize, 0, 100),
             healthy_needs_config: r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
             drain: Duration::from_secs(r.number("SHUTDOWN_DRAIN_SECONDS", 5u64, 0, 86_400)),
             max_connection_age: grpc::connection_age(r),
