@@ -28,6 +28,9 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
+# The status page is tested in a real headless browser (selenium drives chromium).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> installing ${missing[*]}"
   as_root apt-get update -qq
@@ -37,7 +40,7 @@ fi
 venv=.venv-peers
 peers_ok() {
   [ -x "$venv/bin/grpcurl" ] && [ -x "$venv/bin/kubernetes-validate" ] &&
-    "$venv/bin/python" -c "import grpc, grpc_health.v1, grpc_reflection.v1alpha, envoy.service.ratelimit.v3.rls_pb2, yaml" 2>/dev/null
+    "$venv/bin/python" -c "import grpc, grpc_health.v1, grpc_reflection.v1alpha, envoy.service.ratelimit.v3.rls_pb2, yaml, selenium" 2>/dev/null
 }
 if ! peers_ok; then
   echo "==> creating the peer virtualenv $venv"

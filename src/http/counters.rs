@@ -139,7 +139,8 @@ fn given_token(value: &str) -> Option<String> {
         .decode(encoded.trim())
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
-    text.split_once(':').map(|(_, password)| password.to_owned())
+    text.split_once(':')
+        .map(|(_, password)| password.to_owned())
 }
 
 /// The limit's state after `status` (a check or a reset), as JSON.

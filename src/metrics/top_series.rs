@@ -28,7 +28,10 @@ pub(super) fn render(out: &mut String, m: &Metrics, extra: &str) {
     let sep = if extra.is_empty() { "" } else { "," };
     for rule in &snapshot.rules {
         let name = escape(&bounded(&rule.rule));
-        for (kind, listed) in [("over_limit", &rule.over_limit), ("near_limit", &rule.near_limit)] {
+        for (kind, listed) in [
+            ("over_limit", &rule.over_limit),
+            ("near_limit", &rule.near_limit),
+        ] {
             for (rank, value) in listed.iter().enumerate() {
                 let _ = writeln!(
                     out,

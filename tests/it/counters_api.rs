@@ -27,7 +27,7 @@ descriptors:
 ";
 
 /// One HTTP/1.1 request with optional headers: (status, body).
-fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+pub(crate) fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("debug port");
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     for (k, v) in headers {

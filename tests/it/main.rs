@@ -43,6 +43,7 @@ mod settings_bounds;
 mod srv;
 mod stats_sinks;
 mod statsd_mapping;
+mod status_page;
 mod storage_contract;
 mod support;
 mod tls;

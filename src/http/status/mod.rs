@@ -1,5 +1,5 @@
 //! The status page on `DEBUG_PORT`: `/` (one page, readable without JavaScript), its script
-//! and style (`/status.js`, `/status.css`, compiled into the binary: no external asset, no
+//! style and icon (`/status.js`, `/status.css`, `/favicon.svg`, compiled into the binary: no external asset, no
 //! build step), and the JSON it is drawn from: `/debug/status` (rules and their source, stores
 //! and breakers, the local mode, peers, who is limited, each rule's recent hits and refusals)
 //! and `/debug/top` (who is limited, alone).
@@ -35,6 +35,10 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 
 const SCRIPT: &str = include_str!("status.js");
 const STYLE: &str = include_str!("status.css");
+/// The page's icon (a browser asks for one; without it, its console logs a 404).
+const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+                    <rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#d1242f\"/>\
+                    <rect x=\"7\" y=\"2\" width=\"2\" height=\"12\" fill=\"#fff\"/></svg>";
 
 /// Values listed per rule and kind on the page and by default in `/debug/top`.
 const LISTED: usize = 10;
@@ -52,6 +56,7 @@ pub(super) fn router<S: CounterStore>(
         .route("/", get(index::<S>))
         .route("/status.js", get(script))
         .route("/status.css", get(style))
+        .route("/favicon.svg", get(icon))
         .route("/debug/status", get(status::<S>))
         .route("/debug/top", get(top::<S>))
         .with_state((state, token, Arc::new(source)))
@@ -108,6 +113,10 @@ async fn script() -> Response {
 
 async fn style() -> Response {
     secured("text/css; charset=utf-8", STYLE.to_owned())
+}
+
+async fn icon() -> Response {
+    secured("image/svg+xml", ICON.to_owned())
 }
 
 async fn status<S: CounterStore>(

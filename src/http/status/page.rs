@@ -33,14 +33,20 @@ pub(super) fn render(s: &Snapshot) -> String {
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>Turnstile status</title><link rel=\"stylesheet\" href=\"/status.css\">\
+         <title>Turnstile status</title><link rel=\"icon\" href=\"/favicon.svg\">\
+         <link rel=\"stylesheet\" href=\"/status.css\">\
          <script src=\"/status.js\" defer></script></head><body>\
          <header><h1>Turnstile {}</h1><p id=\"health\">{}</p></header><main>",
         escape(s.version),
         health(s)
     );
     section(&mut out, "top", "Who is limited", &top(s));
-    section(&mut out, "charts", "Hits and refusals, last minutes", &charts(s));
+    section(
+        &mut out,
+        "charts",
+        "Hits and refusals, last minutes",
+        &charts(s),
+    );
     section(&mut out, "rules", "Rules in force", &rules(s));
     section(&mut out, "stores", "Stores", &stores(s));
     section(&mut out, "peers", "Peers", &peers(s));
@@ -87,7 +93,10 @@ fn top(s: &Snapshot) -> String {
             rule.refused,
             rule.near
         );
-        for (kind, listed) in [("over limit", &rule.over_limit), ("near limit", &rule.near_limit)] {
+        for (kind, listed) in [
+            ("over limit", &rule.over_limit),
+            ("near limit", &rule.near_limit),
+        ] {
             for value in listed {
                 out.push_str(&top_row(kind, value));
             }
@@ -153,7 +162,11 @@ fn chart(rule: &RuleHistory) -> String {
 fn rules(s: &Snapshot) -> String {
     let mut out = format!(
         "<p>From {} <code>{}</code>{}</p><table><tr><th>rule</th><th>limit</th></tr>",
-        if s.rules.source == "xds" { "the control plane" } else { "the files under" },
+        if s.rules.source == "xds" {
+            "the control plane"
+        } else {
+            "the files under"
+        },
         escape(&s.rules.from),
         s.rules
             .xds_version
@@ -162,7 +175,11 @@ fn rules(s: &Snapshot) -> String {
             .unwrap_or_default()
     );
     for line in &s.rules.limits {
-        let shadow = if line.shadow_mode { " (shadow mode)" } else { "" };
+        let shadow = if line.shadow_mode {
+            " (shadow mode)"
+        } else {
+            ""
+        };
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}{shadow}</td></tr>",

@@ -100,7 +100,11 @@ pub(super) fn take<S: CounterStore>(
         rules: rules(state, source),
         stores: stores(&state.limiter.gauges()),
         local_mode: LocalMode {
-            deciding_locally: outage.local_since.iter().map(|(d, _)| store_name(*d)).collect(),
+            deciding_locally: outage
+                .local_since
+                .iter()
+                .map(|(d, _)| store_name(*d))
+                .collect(),
             local_decisions: outage.local_decisions,
             handed_back: outage.handed_back,
         },

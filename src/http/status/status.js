@@ -1,5 +1,6 @@
 // Turnstile's status page: redraws the sections from /debug/status every second. Every text
 // goes through textContent (never HTML), so descriptor values stay text.
+(function () {
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -143,3 +144,4 @@ async function refresh() {
 }
 
 refresh();
+})();

@@ -281,7 +281,10 @@ fn live(epoch: u64, now: u64) -> bool {
 }
 
 /// The epochs' summaries merged: the total and the first `limit` values with their bounds.
-fn merge<'s>(summaries: impl Iterator<Item = &'s SpaceSaving<Value>>, limit: usize) -> (u64, Vec<Listed>) {
+fn merge<'s>(
+    summaries: impl Iterator<Item = &'s SpaceSaving<Value>>,
+    limit: usize,
+) -> (u64, Vec<Listed>) {
     let summaries: Vec<&SpaceSaving<Value>> = summaries.collect();
     let total: u64 = summaries.iter().map(|s| s.total()).sum();
     let mut merged: HashMap<u128, (Arc<Shown>, u64, u64)> = HashMap::new();
@@ -311,7 +314,11 @@ fn merge<'s>(summaries: impl Iterator<Item = &'s SpaceSaving<Value>>, limit: usi
             descriptor: (*shown).clone(),
             count,
             error,
-            share: if total == 0 { 0.0 } else { count.min(total) as f64 / total as f64 },
+            share: if total == 0 {
+                0.0
+            } else {
+                count.min(total) as f64 / total as f64
+            },
         })
         .collect();
     listed.sort_by(|a, b| b.count.cmp(&a.count).then(a.error.cmp(&b.error)));

@@ -28,9 +28,15 @@ fn the_flooding_value_is_first_beside_a_thousand_others_within_the_bound() {
     assert_eq!(rule.rule, "rl.user");
     assert_eq!(rule.refused, 5 * 1_000 + 10_010);
     let first = &rule.over_limit[0];
-    assert_eq!(first.descriptor.entries, vec![["user".to_owned(), "mallory".to_owned()]]);
+    assert_eq!(
+        first.descriptor.entries,
+        vec![["user".to_owned(), "mallory".to_owned()]]
+    );
     assert!(first.count >= 10_010, "an upper bound: {first:?}");
-    assert!(first.count - first.error <= 10_010, "within its error: {first:?}");
+    assert!(
+        first.count - first.error <= 10_010,
+        "within its error: {first:?}"
+    );
     assert!(first.error <= rule.refused / ENTRIES as u64, "{first:?}");
     assert!(first.share > 0.6, "{first:?}");
     assert_eq!(rule.over_limit.len(), 5);
@@ -43,7 +49,11 @@ fn epochs_older_than_the_window_are_forgotten_and_near_is_apart() {
     top.record("rl.user", one("user", "close"), Kind::Near, 3);
     clock.set_millis(2 * EPOCH + 1);
     let rule = &top.snapshot(10).rules[0];
-    assert_eq!((rule.refused, rule.near), (7, 3), "still within three epochs");
+    assert_eq!(
+        (rule.refused, rule.near),
+        (7, 3),
+        "still within three epochs"
+    );
     assert_eq!(rule.near_limit[0].descriptor.entries[0][1], "close");
     clock.set_millis(3 * EPOCH);
     top.record("rl.user", one("user", "new"), Kind::Over, 1);
@@ -51,7 +61,10 @@ fn epochs_older_than_the_window_are_forgotten_and_near_is_apart() {
     assert_eq!(rule.refused, 1, "epoch 0 left the window: {rule:?}");
     assert_eq!(rule.over_limit[0].descriptor.entries[0][1], "new");
     clock.set_millis(7 * EPOCH);
-    assert!(top.snapshot(10).rules.is_empty(), "nothing refused in the window");
+    assert!(
+        top.snapshot(10).rules.is_empty(),
+        "nothing refused in the window"
+    );
 }
 
 #[test]
@@ -59,17 +72,31 @@ fn hostile_and_huge_values_are_kept_whole_up_to_the_shown_bytes() {
     let (top, _clock) = at(0);
     let huge = "é".repeat(1_000);
     top.record("rl.user", one("user", &huge), Kind::Over, 1);
-    top.record("rl.user", one("user", "<script>alert(1)</script>"), Kind::Over, 2);
+    top.record(
+        "rl.user",
+        one("user", "<script>alert(1)</script>"),
+        Kind::Over,
+        2,
+    );
     let snapshot = top.snapshot(10);
     let listed = &snapshot.rules[0].over_limit;
-    assert_eq!(listed[0].descriptor.entries[0][1], "<script>alert(1)</script>");
+    assert_eq!(
+        listed[0].descriptor.entries[0][1],
+        "<script>alert(1)</script>"
+    );
     assert!(!listed[0].descriptor.cut);
     let shown = &listed[1].descriptor;
     assert!(shown.cut);
     assert!(shown.entries[0][1].len() <= SHOWN_BYTES - "user".len());
-    assert!(shown.entries[0][1].chars().all(|c| c == 'é'), "cut at a character boundary");
+    assert!(
+        shown.entries[0][1].chars().all(|c| c == 'é'),
+        "cut at a character boundary"
+    );
     let json = serde_json::to_string(&snapshot).expect("json");
-    assert!(json.contains(r#""<script>alert(1)</script>""#), "JSON keeps the text: {json}");
+    assert!(
+        json.contains(r#""<script>alert(1)</script>""#),
+        "JSON keeps the text: {json}"
+    );
 }
 
 #[test]
