@@ -64,7 +64,7 @@
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `clock`, `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `clock`, `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `backoff`, `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
-//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters` | `rls`, `limiter`, `pb`, `peers`, `quota`, `rules`, `storage` |
+//! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters`, the status page and `/debug/top` | `rls`, `limiter`, `metrics`, `pb`, `peers`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain; the runtime it runs on (LIFO slot off) | every module |
 

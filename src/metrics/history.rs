@@ -74,7 +74,7 @@ impl Metrics {
             })
             .collect();
         drop(read);
-        rules.sort_by(|a, b| b.1.0.cmp(&a.1.0));
+        rules.sort_by_key(|rule| std::cmp::Reverse(rule.1.0));
         rules.truncate(MAX_RULES);
         rules.into_iter().collect()
     }

@@ -79,10 +79,10 @@ fn secured(content_type: &'static str, body: String) -> Response {
     response
 }
 
-/// Whether the caller may see the page (`ADMIN_TOKEN_FILE`), or the refusal.
-fn allowed(token: &AdminToken, headers: &HeaderMap) -> Result<(), Response> {
+/// The refusal when the caller may not see the page (`ADMIN_TOKEN_FILE`); `None` when it may.
+fn refusal(token: &AdminToken, headers: &HeaderMap) -> Option<Response> {
     match super::counters::token_given(token, headers) {
-        Ok(()) => Ok(()),
+        Ok(()) => None,
         Err(refusal) => {
             let mut response = refusal.into_response();
             if response.status() == StatusCode::UNAUTHORIZED {
@@ -91,7 +91,7 @@ fn allowed(token: &AdminToken, headers: &HeaderMap) -> Result<(), Response> {
                     HeaderValue::from_static("Basic realm=\"turnstile\", charset=\"UTF-8\""),
                 );
             }
-            Err(response)
+            Some(response)
         }
     }
 }
@@ -100,7 +100,7 @@ async fn index<S: CounterStore>(
     State((state, token, source)): State<Status<S>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = allowed(&token, &headers) {
+    if let Some(refused) = refusal(&token, &headers) {
         return refused;
     }
     let snapshot = snapshot::take(&state, &source, LISTED);
@@ -123,7 +123,7 @@ async fn status<S: CounterStore>(
     State((state, token, source)): State<Status<S>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = allowed(&token, &headers) {
+    if let Some(refused) = refusal(&token, &headers) {
         return refused;
     }
     let snapshot = snapshot::take(&state, &source, LISTED);
@@ -136,7 +136,7 @@ async fn top<S: CounterStore>(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Err(refused) = allowed(&token, &headers) {
+    if let Some(refused) = refusal(&token, &headers) {
         return refused;
     }
     let limit = match query.as_deref().map(|q| q.strip_prefix("limit=")) {

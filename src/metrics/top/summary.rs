@@ -97,7 +97,7 @@ impl<K: std::hash::Hash + Eq + Clone> SpaceSaving<K> {
     /// The entries, heaviest first.
     pub(crate) fn heaviest(&self) -> Vec<&Counted<K>> {
         let mut out: Vec<&Counted<K>> = self.entries.iter().collect();
-        out.sort_by(|a, b| b.count.cmp(&a.count));
+        out.sort_by_key(|entry| std::cmp::Reverse(entry.count));
         out
     }
 

@@ -8,6 +8,7 @@ mod per_second;
 mod replicas;
 mod simulation;
 mod stream;
+mod top;
 mod wire;
 
 /// Rules the RLQS tests share: `user` alone (5 a minute), `path: /api` then `user` (10 a
