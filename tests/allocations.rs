@@ -157,6 +157,12 @@ fn allocations_per_decision_stay_within_todays_counts() {
         five <= DECODE_FIVE_DESCRIPTORS,
         "decoding 5 descriptors: {five} allocations"
     );
+    let held = bytes_held_by_one_rules_top_limited();
+    eprintln!("top limited: one rule under 1,000,000 distinct values holds {held} bytes");
+    assert!(
+        held <= turnstile::metrics::top::RULE_BYTES,
+        "one rule's summaries hold {held} bytes, past RULE_BYTES"
+    );
     // The same over one real memcached, the pipelined transport included (its writer and
     // reader tasks run on the same thread).
     let Some(memcached) = support::Memcached::start() else {
@@ -190,6 +196,39 @@ fn allocations_per_decision_stay_within_todays_counts() {
         three <= MEMCACHED_THREE_SERVERS,
         "memcached, 5 descriptors over 3 servers: {three} allocations"
     );
+}
+
+/// The bytes one rule's who-is-limited summaries hold after 1,000,000 distinct values, each
+/// past [`SHOWN_BYTES`], were refused and near their limit over four epochs (so that every
+/// epoch kept is full and one was dropped).
+///
+/// [`SHOWN_BYTES`]: turnstile::metrics::top::SHOWN_BYTES
+fn bytes_held_by_one_rules_top_limited() -> usize {
+    use turnstile::metrics::top::{EPOCH, Kind, SHOWN_BYTES, TopLimited};
+    const VALUES: u64 = 1_000_000;
+    let clock = ManualClock::new(1_796_000_000);
+    let region = Region::new(ALLOCATOR);
+    let top = TopLimited::new(Arc::new(clock.clone()));
+    let pad = "v".repeat(SHOWN_BYTES);
+    for i in 0..VALUES {
+        if i % (VALUES / 4) == 0 {
+            clock.advance_millis(EPOCH);
+        }
+        let value = format!("{i}-{pad}");
+        for kind in [Kind::Over, Kind::Near] {
+            let entries = [("user", value.as_str())].into_iter();
+            top.record("shop.user", entries, kind, 1 + i % 3);
+        }
+    }
+    let change = region.change();
+    assert_eq!(top.snapshot(1).rules.len(), 1, "one rule summarised");
+    // stats_alloc adds a reallocation's growth to bytes_allocated and its shrinking to
+    // bytes_deallocated: what is held is the difference.
+    let held = change
+        .bytes_allocated
+        .saturating_sub(change.bytes_deallocated);
+    drop(top);
+    held
 }
 
 /// Today's counts (2026-12-03): lower them as allocations go, never raise them.

@@ -35,10 +35,12 @@ pub(crate) struct SpaceSaving<K> {
 impl<K: std::hash::Hash + Eq + Clone> SpaceSaving<K> {
     /// An empty summary of `capacity` entries (at least one).
     pub(crate) fn new(capacity: usize) -> SpaceSaving<K> {
+        // Room for every entry up front: the summary fills, and never grows past it.
+        let capacity = capacity.max(1);
         SpaceSaving {
-            capacity: capacity.max(1),
-            entries: Vec::new(),
-            index: HashMap::new(),
+            capacity,
+            entries: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity(capacity),
             total: 0,
         }
     }

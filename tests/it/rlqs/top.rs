@@ -19,8 +19,10 @@ async fn denied_requests_reported_over_rlqs_are_listed_by_bucket() {
         [("mallory", 2, 40), ("bob", 1, 3), ("alice", 1, 0)],
         [("mallory", 0, 30), ("bob", 0, 0), ("alice", 1, 0)],
     ] {
-        let buckets: Vec<[(&str, &str); 1]> =
-            report.iter().map(|(user, _, _)| [("user", *user)]).collect();
+        let buckets: Vec<[(&str, &str); 1]> = report
+            .iter()
+            .map(|(user, _, _)| [("user", *user)])
+            .collect();
         let usages: Vec<_> = report
             .iter()
             .zip(&buckets)
