@@ -186,9 +186,11 @@ fn envoy_and_istio_configs_validate_with_a_real_envoy() {
     let istio = root().join("deploy/istio/envoyfilter.yaml");
     let (ok, report) = envoy_check(&envoy, "bootstrap", &bootstrap);
     assert!(ok, "{report}");
-    let algorithms = root().join("deploy/envoy/algorithms.yaml");
-    let (ok, report) = envoy_check(&envoy, "bootstrap", &algorithms);
-    assert!(ok, "{report}");
+    for file in ["algorithms.yaml", "token-budget.yaml"] {
+        let (ok, report) =
+            envoy_check(&envoy, "bootstrap", &root().join("deploy/envoy").join(file));
+        assert!(ok, "{file}: {report}");
+    }
     let (ok, report) = envoy_check(&envoy, "envoyfilter", &istio);
     assert!(ok, "{report}");
     // RLQS: the bootstrap and the Istio patch, and a misspelled bucket setting is refused.

@@ -47,6 +47,7 @@ mod status_page;
 mod storage_contract;
 mod support;
 mod tls;
+mod token_budget;
 mod tracing;
 mod wire_decode;
 mod wire_oracle;
