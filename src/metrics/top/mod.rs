@@ -1,6 +1,6 @@
 //! Who is limited: per rule, the descriptor values answered OVER_LIMIT and those near their
 //! limit (hits above `NEAR_LIMIT_RATIO` of it, 80 % by default), over the last two to three
-//! minutes, in bounded [`SpaceSaving`] summaries. `GET /debug/top` and the status page read
+//! minutes, in bounded `SpaceSaving` summaries. `GET /debug/top` and the status page read
 //! [`TopLimited::snapshot`]; `TOP_LIMITED_SERIES` renders the first N of each rule.
 //!
 //! **Window.** Time is cut into epochs of [`EPOCH`] (one minute); a rule keeps the summaries of
