@@ -37,6 +37,7 @@ const SIZES: &[(&str, &str)] = &[
     ("GRPC_MAX_REQUESTS_IN_FLIGHT", "memory"),
     ("GRPC_MAX_HEADER_LIST_SIZE", "memory"),
     ("STATS_MAX_KEYS", "memory"),
+    ("TOP_LIMITED_SERIES", "memory"),
     ("LOCAL_CACHE_SIZE_IN_BYTES", "memory"),
     ("SHUTDOWN_DRAIN_SECONDS", "memory"),
     ("MEMORY_MAX_KEYS", "memory"),
