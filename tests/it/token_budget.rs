@@ -7,6 +7,8 @@
 //! shows the budget before the response's own charge. A refund (`is_negative_hits`) lowers the
 //! count, never below zero, and a refused request charges nothing.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::counters_api::call;
@@ -14,7 +16,7 @@ use crate::deploy::envoy;
 use crate::envoy_e2e::{header, request, start_envoy, wait_for};
 use crate::process::{Process, metric, rules_root};
 use crate::support::redis_server::RedisProcess;
-use crate::support::{Memcached, free_port, unique};
+use crate::support::{Memcached, free_port, unique, wait};
 
 const RULES: &str = "\
 domain: tokens
@@ -38,14 +40,6 @@ fn calls(p: &Process) -> u64 {
     metric(&p.metrics(), series).unwrap_or(0)
 }
 
-/// Seconds left in the current wall-clock minute.
-fn left_in_minute() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock");
-    60 - now.as_secs() % 60
-}
-
 fn budget(env: &[(&str, &str)]) {
     let Some(binary) = envoy() else { return };
     let turnstile = Process::start(&rules_root(RULES), env);
@@ -61,7 +55,9 @@ fn budget(env: &[(&str, &str)]) {
     // The budget is per wall-clock minute: the scenario (a few seconds) starts with at least
     // 20 s of its minute left, so that no window ends inside it. The condition waited for is
     // the clock itself.
-    wait_for("20 s left in the minute", || left_in_minute() >= 20);
+    wait::blocking(Duration::from_secs(21), "20 s left in the minute", || {
+        wait::left_in_window(60) >= 20
+    });
 
     let ann = unique("ann");
     let who = [("x-user", ann.as_str())];

@@ -5,10 +5,10 @@
 mod browser;
 mod top;
 
-/// The rules of these tests: one value per user, five a minute.
+/// The rules of these tests: one value per user, five an hour.
 pub(crate) const RULES: &str = "\
 domain: shop
 descriptors:
   - key: user
-    rate_limit: { unit: minute, requests_per_unit: 5 }
+    rate_limit: { unit: hour, requests_per_unit: 5 }
 ";

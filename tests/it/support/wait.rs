@@ -81,3 +81,23 @@ where
         tokio::time::sleep(poll).await;
     }
 }
+
+/// Seconds left in the current wall-clock window of `unit` seconds (fixed windows start at
+/// multiples of their unit since the Unix epoch, as the stores count them).
+pub fn left_in_window(unit: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    unit - now.as_secs() % unit
+}
+
+/// Waits until at least `needed` seconds are left in the current window of `unit` seconds, so
+/// that a scenario counting in fixed windows never sees one end inside it. The condition
+/// waited for is the clock itself.
+pub async fn window_left(unit: u64, needed: u64) {
+    let what = format!("{needed} s left in the {unit} s window");
+    until(Duration::from_secs(needed + 1), &what, || {
+        left_in_window(unit) >= needed
+    })
+    .await;
+}
