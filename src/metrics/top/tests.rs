@@ -117,3 +117,37 @@ fn rules_past_the_bound_are_counted_as_untracked() {
     assert_eq!(snapshot.rules.len(), MAX_RULES);
     assert_eq!(snapshot.untracked, 10);
 }
+
+#[test]
+fn a_value_refused_last_is_listed_when_an_epoch_ends_inside_the_flood() {
+    // CI's shape: 1,000 users × 5 refusals with a minute boundary half-way through them, the
+    // flooder's 1,995 and, last, a value refused twice. Both epochs' summaries are full, so the
+    // merged window holds up to 2 × ENTRIES values; the last one is in the current epoch.
+    let (top, clock) = at(10 * EPOCH - 1);
+    for i in 0..1_000 {
+        if i == 500 {
+            clock.set_millis(10 * EPOCH);
+        }
+        top.record("rl.user", one("user", &format!("user-{i}")), Kind::Over, 5);
+    }
+    top.record("rl.user", one("user", "mallory"), Kind::Over, 1_995);
+    top.record("rl.user", one("user", "last"), Kind::Over, 2);
+    let listed = |limit| {
+        let snapshot = top.snapshot(limit);
+        let rule = &snapshot.rules[0];
+        assert_eq!(rule.refused, 5_000 + 1_995 + 2);
+        assert!(
+            rule.over_limit.len() <= 2 * ENTRIES,
+            "{}",
+            rule.over_limit.len()
+        );
+        rule.over_limit
+            .iter()
+            .any(|v| v.descriptor.entries[0][1] == "last")
+    };
+    assert!(listed(2 * ENTRIES), "every merged value is listed");
+    assert_eq!(
+        top.snapshot(1).rules[0].over_limit[0].descriptor.entries[0][1],
+        "mallory"
+    );
+}
