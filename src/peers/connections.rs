@@ -42,6 +42,11 @@ pub struct ConnState {
     activity: AtomicU64,
     /// Whether a call was ever made on it (one that never made one is closed first for room).
     used: AtomicBool,
+    /// Whether it is in its peer's queue at the gate (it is there at most once).
+    pub(super) at_gate: AtomicBool,
+    /// Whether it was woken from that queue and has not read since: its next read may pass
+    /// the queue (one of the places the wake was for).
+    pub(super) pass: AtomicBool,
 }
 
 /// Bits of [`ConnState::activity`] that count the calls open (more than any connection may
@@ -86,6 +91,42 @@ impl ConnState {
     /// Wakes the connection's reader when it is told to close.
     pub fn register(&self, waker: &std::task::Waker) {
         self.waker.register(waker);
+    }
+
+    /// Registers `waker` and queues the connection at its peer's gate, to be woken when a
+    /// request of the peer closes and leaves room; whether the gate is still shut to it once
+    /// queued (when not, the caller reads on: one may have closed meanwhile, or its turn came).
+    pub fn wait_at_gate(self: &Arc<Self>, waker: &std::task::Waker) -> bool {
+        self.waker.register(waker);
+        self.peer.queue_at_gate(self);
+        self.gate(self.pass.load(Ordering::Acquire)) == super::Gate::Shut
+    }
+
+    /// The gate as this connection meets it: the peer's gate when it holds a pass (`passed`),
+    /// else shut too while others of its peer wait in the queue, so that it queues behind them
+    /// (first come, first read) instead of taking the place one of them was woken for.
+    pub fn gate(&self, passed: bool) -> super::Gate {
+        let gate = self.peer.gate();
+        if passed || gate == super::Gate::Shut || !self.peer.anyone_waiting() {
+            gate
+        } else {
+            super::Gate::Shut
+        }
+    }
+
+    /// Takes the pass its wake from the queue gave it, if any: a read that begins with one
+    /// hands the turn on when it ends ([`Peer::turn_ended`]), used or not.
+    pub fn take_pass(&self) -> bool {
+        let passed = self.pass.swap(false, Ordering::AcqRel);
+        if passed {
+            self.peer.pass_taken();
+        }
+        passed
+    }
+
+    /// Wakes the connection's task (its turn at the gate came).
+    pub(super) fn wake(&self) {
+        self.waker.wake();
     }
 
     /// Tells the connection to close (the first reason stays); counts it.
@@ -234,6 +275,8 @@ impl Connections {
             waker: AtomicWaker::new(),
             activity: AtomicU64::new(0),
             used: AtomicBool::new(false),
+            at_gate: AtomicBool::new(false),
+            pass: AtomicBool::new(false),
         });
         state
             .activity

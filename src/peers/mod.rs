@@ -92,9 +92,12 @@ pub struct Peer {
     decisions: AtomicU32,
     /// Requests open on the peer's connections (see `requests`).
     requests: AtomicU32,
-    /// Connections that stopped reading while the peer was over its part of the calls open.
-    waiting: Mutex<Vec<std::task::Waker>>,
+    /// Connections that stopped reading while the peer was at its part of the requests open,
+    /// first come first woken; each at most once (see `requests`).
+    waiting: Mutex<std::collections::VecDeque<Weak<ConnState>>>,
     anyone_waiting: std::sync::atomic::AtomicBool,
+    /// Connections woken from the queue that have not read yet (each holds a pass).
+    passes: AtomicU32,
     streams: AtomicU32,
     connections: AtomicU32,
     /// Calls refused since the last log line about this peer.
@@ -212,8 +215,9 @@ impl Peers {
             seen_at,
             decisions: AtomicU32::new(0),
             requests: AtomicU32::new(0),
-            waiting: Mutex::new(Vec::new()),
+            waiting: Mutex::new(std::collections::VecDeque::new()),
             anyone_waiting: std::sync::atomic::AtomicBool::new(false),
+            passes: AtomicU32::new(0),
             streams: AtomicU32::new(0),
             connections: AtomicU32::new(0),
             shed_unlogged: AtomicU64::new(0),

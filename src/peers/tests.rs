@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use super::{CloseReason, ConnectionLimits, Fair, PeerId, Peers};
+use super::{CloseReason, ConnectionLimits, Fair, Gate, PeerId, Peers};
 use crate::metrics::PeerReadings;
 
 fn peers(max: usize, per_peer: usize) -> (Arc<Peers>, Arc<PeerReadings>) {
@@ -120,4 +120,74 @@ fn a_peer_at_its_own_cap_closes_its_own_longest_idle() {
         2,
         "a closed connection was already uncounted"
     );
+}
+
+/// A waker that counts its wakes.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_close_wakes_as_many_queued_connections_as_it_leaves_room_for_and_none_is_left() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (peers, _) = peers(10_000, 10_000);
+    peers.set_budget(4); // a part of 8 requests open, the least there is
+    let conns = peers.connections();
+    let peer = peers.peer(ip(2), None);
+    let mut handles: Vec<_> = (0..1_000).map(|_| conns.open(Arc::clone(&peer))).collect();
+    let counts: Vec<Arc<Counting>> = (0..1_000)
+        .map(|_| Arc::new(Counting(AtomicUsize::new(0))))
+        .collect();
+    let wakes = |i: usize| counts[i].0.load(Ordering::Relaxed);
+    peer.requests_opened(8);
+    for (conn, count) in handles.iter().zip(&counts) {
+        let waker = std::task::Waker::from(Arc::clone(count));
+        assert!(conn.state().wait_at_gate(&waker), "8 of 8 open: shut");
+        assert!(
+            conn.state().wait_at_gate(&waker),
+            "queued once however often"
+        );
+    }
+    assert_eq!(peer.waiting_at_gate(), 1_000);
+    // The first in the queue closed: it is skipped, the next takes the one place freed.
+    drop(handles.remove(0));
+    peer.requests_closed(1);
+    assert_eq!((wakes(0), wakes(1), wakes(2)), (0, 1, 0));
+    assert_eq!(
+        (1..1_000).map(wakes).sum::<usize>(),
+        1,
+        "one place, one wake"
+    );
+    assert_eq!(peer.waiting_at_gate(), 998);
+    // Woken, it reads (its pass taken); had it to wait again, it would queue at the back.
+    let again = std::task::Waker::from(Arc::clone(&counts[1]));
+    assert!(handles[0].state().take_pass(), "woken with a pass");
+    peer.requests_opened(1);
+    assert!(handles[0].state().wait_at_gate(&again));
+    assert_eq!(peer.waiting_at_gate(), 999);
+    // Three close: three places, the next three in the queue.
+    peer.requests_closed(3);
+    assert_eq!((2..5).map(wakes).collect::<Vec<_>>(), vec![1, 1, 1]);
+    assert_eq!((5..1_000).map(wakes).sum::<usize>(), 0);
+    // With others queued, a connection without a pass meets the gate shut although the part
+    // has room (it would take a woken one's place); with its pass it meets the peer's gate.
+    assert_eq!(peer.gate(), Gate::Narrow, "5 of 8 open");
+    assert_eq!(handles[9].state().gate(false), Gate::Shut);
+    assert_eq!(handles[1].state().gate(true), Gate::Narrow);
+    // A woken one that finds nothing to read hands its turn to the next in the queue.
+    assert!(handles[1].state().take_pass());
+    peer.turn_ended();
+    assert_eq!((wakes(5), wakes(6)), (1, 0), "the next one, and only it");
+    // Nothing open: no later close would wake anyone, so every queued connection is woken.
+    peer.requests_closed(5);
+    assert_eq!(peer.waiting_at_gate(), 0);
+    assert!(
+        (1..1_000).all(|i| wakes(i) >= 1),
+        "no connection left at the gate"
+    );
+    assert_eq!(wakes(1), 2, "the requeued one, once more");
 }

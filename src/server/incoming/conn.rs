@@ -127,6 +127,10 @@ impl<S> Conn<S> {
 
 impl<S> Drop for Conn<S> {
     fn drop(&mut self) {
+        if self.handle.state().take_pass() {
+            // Woken from the gate's queue and closed before it read: the turn goes on.
+            self.handle.state().peer().turn_ended();
+        }
         self.open.closed();
         self.settle();
         let still_open = self.intake.open_streams();
@@ -203,6 +207,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        // Woken from the gate's queue: this read may pass it, and hands the turn on after.
+        let mut passed = this.state().take_pass();
+        let read = this.poll_read_turn(cx, buf, &mut passed);
+        if passed {
+            this.state().peer().turn_ended();
+        }
+        read
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    fn poll_read_turn(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        passed: &mut bool,
+    ) -> Poll<io::Result<()>> {
+        let this = self;
         if this.ended {
             return Poll::Ready(Ok(()));
         }
@@ -221,7 +243,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         if this.goodbye.is_some() {
             return this.poll_goodbye(cx);
         }
-        let gate = this.state().peer().gate();
+        let gate = this.state().gate(*passed);
         if gate == Gate::Open && !this.intake.holds() {
             // The common case: read straight into hyper's buffer.
             let before = buf.filled().len();
@@ -237,18 +259,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
                 Poll::Pending => this.poll_idle(cx),
             };
         }
-        this.poll_read_gated(cx, buf, gate)
+        this.poll_read_gated(cx, buf, gate, passed)
     }
-}
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
-    /// A read while the peer is near or at its part of the calls open: small steps through the
-    /// intake, and none past the end of the requests already begun while the gate is shut.
+    /// A read while the peer is near or at its part of the calls open (or others of it wait
+    /// in the queue): small steps through the intake, and none past the end of the requests
+    /// already begun while the gate is shut.
     fn poll_read_gated(
         &mut self,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
         gate: Gate,
+        passed: &mut bool,
     ) -> Poll<io::Result<()>> {
         let mut gate = gate;
         loop {
@@ -267,13 +289,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => {}
                 }
-                if self.state().peer().wait_at_gate(cx.waker()) {
+                if self.state().wait_at_gate(cx.waker()) {
                     self.state().peer().held_back();
                     // Woken when a request of the peer closes, or when the client sends more
                     // (read ahead registered the socket); the deadline still applies.
                     return self.poll_idle(cx);
                 }
-                gate = self.state().peer().gate();
+                // Not shut to it: one closed meanwhile, or its own queueing gave it the turn.
+                *passed |= self.state().take_pass();
+                gate = self.state().gate(*passed);
                 continue;
             }
             if self.intake.holds() {

@@ -135,3 +135,54 @@ async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_under_the_defaul
     flood.stop().await;
     assert_held_or_shed(&p);
 }
+
+/// Issue 54: one peer's 250 connections of 8 callers each, calling at once, against a part
+/// of 16 requests open (the least `GRPC_FAIR_REQUESTS_OPEN` allows, the adaptive limit off so
+/// that it is the budget): one read of a connection brings up to 8 requests, so most
+/// connections wait at the gate in turn; every call is answered OK (no connection is left in
+/// the queue), and once the clients close, every connection is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peers_many_connections_take_turns_at_the_gate_and_all_are_answered() {
+    const CONNECTIONS: usize = 250;
+    const CALLERS: usize = 8;
+    let root = rules_root(RULES);
+    let env = [
+        ("GRPC_FAIR_REQUESTS_OPEN", "16"),
+        ("GRPC_ADAPTIVE_CONCURRENCY", "false"),
+    ];
+    let p = Process::start(&root, &env);
+    let start = Arc::new(tokio::sync::Barrier::new(CONNECTIONS * CALLERS));
+    let mut callers = Vec::new();
+    for c in 0..CONNECTIONS {
+        let client = client_from(HOG, p.grpc).await;
+        for k in 0..CALLERS {
+            let (mut client, start) = (client.clone(), Arc::clone(&start));
+            callers.push(tokio::spawn(async move {
+                start.wait().await;
+                for i in 0..5 {
+                    let user = format!("mesh-{c}-{k}-{i}");
+                    let call = crate::support::req1("ops", &[("user", &user)]);
+                    // A connection left in the queue would never be answered: a deadline.
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        client.should_rate_limit(call),
+                    )
+                    .await;
+                    let answer = answer.expect("answered, not left at the gate");
+                    assert!(answer.is_ok(), "connection {c}'s call {k}.{i}: {answer:?}");
+                }
+            }));
+        }
+    }
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    let paused = metric(&p.metrics(), "turnstile_peer_reads_paused_total").unwrap_or(0);
+    assert!(paused > 0, "the gate held connections back: {paused}");
+    until(
+        Duration::from_secs(10),
+        "every connection given back",
+        || metric(&p.metrics(), "turnstile_grpc_connections_open") == Some(0),
+    )
+    .await;
+}
