@@ -8,10 +8,13 @@
 # Writes FIGURES.tsv and a markdown table to OUT (default target/bench-scale), and draws the
 # figures as SVG charts (scripts/bench-scale-charts.py). Medians of ROUNDS interleaved rounds.
 #   [OUT=dir] [ONLY="connections descriptors servers keys"] ./scripts/bench-scale.sh [SECONDS] [ROUNDS]
-# h2load is one client address: the per-peer caps are raised (GRPC_MAX_CONNECTIONS_PER_PEER)
-# so that the connections shape measures connections, not the cap; the requests in flight are
-# the same in every connections point (256: 8 x 32, 100 x 3, then one per connection), so the
-# offered load is spread over the connections, not multiplied by them.
+# Connections: the requests in flight are the same at every point (256: 8 x 32, 100 x 3, then
+# one per connection), so the offered load is spread over the connections, not multiplied by
+# them. h2load has one client address; as root the script gives each connection one of its
+# own (an iptables SNAT rule per address, taken in turn: `statistic --mode nth`), as a mesh's
+# sidecars are, so per-peer limits apply at their defaults (series "memory"). "memory, one
+# peer" is the same load from one address with the per-peer caps raised: every connection of
+# it shares one part at the door and takes turns at its gate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5} rounds=${2:-3}
@@ -23,7 +26,11 @@ bin=target/release
 mkdir -p "$out"
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  iptables-save -t nat 2>/dev/null | grep -q -- '--comment bench-scale' && nat_clear
+  rm -rf "$work"
+}
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)"
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not up" >&2; return 1; }
@@ -59,7 +66,7 @@ start() { # name ENV... ; sets $server
   else
     shift
     env GRPC_HOST=127.0.0.1 GRPC_PORT=18181 HOST=127.0.0.1 PORT=18182 DEBUG_HOST=127.0.0.1 DEBUG_PORT=18183 \
-      SHUTDOWN_DRAIN_SECONDS=0 GRPC_MAX_CONNECTIONS=20000 GRPC_MAX_CONNECTIONS_PER_PEER=20000 "$@" \
+      SHUTDOWN_DRAIN_SECONDS=0 GRPC_MAX_CONNECTIONS=20000 "$@" \
       taskset -c 0 "$bin/turnstile" --config-dir scripts/bench-rules 2>/dev/null & server=$!
   fi
   wait_port 18181
@@ -98,7 +105,7 @@ point() {
     for s in "${specs[@]}"; do
       IFS='|' read -r name envs <<<"$s"
       # shellcheck disable=SC2086
-      if [ "$name" = floor ]; then start floor; else start turnstile $envs; fi
+      if [[ $name == floor* ]]; then start floor; else start turnstile $envs; fi
       runs[$name]+="$(h2 "$@")"$'\n'
       stop
     done
@@ -123,10 +130,31 @@ echo
 echo "| dimension | x | series | calls/s | p50 ms | p99 ms | RSS MB | ratio to the first |"
 echo "|---|---|---|---|---|---|---|---|"
 memcached1="BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=$(mc 1)"
+# One source address per connection to the server's port (root only; removed on exit).
+nat_peers() {
+  [ "$(id -u)" = 0 ] && command -v iptables-restore >/dev/null || return 1
+  python3 - <<'PY' > "$work/nat.rules"
+n = 10000
+print("*nat")
+for i in range(n):
+    print(f"-A POSTROUTING -o lo -p tcp --dport 18181 -m statistic --mode nth --every {n - i} "
+          f"--packet 0 -j SNAT --to-source 127.0.{1 + i // 250}.{1 + i % 250} -m comment --comment bench-scale")
+print("COMMIT")
+PY
+  iptables-restore --noflush < "$work/nat.rules"
+}
+nat_clear() { iptables-save -t nat | grep -v -- '--comment bench-scale' | iptables-restore; }
 if [[ " $only " == *" connections "* ]]; then
+  one_peer="memory, one peer|BACKEND_TYPE=memory GRPC_MAX_CONNECTIONS_PER_PEER=20000"
   for shape in "8 32" "100 3" "1000 1" "10000 1"; do
     read -r conns streams <<<"$shape"
-    point connections "$conns" "floor|" "memory|BACKEND_TYPE=memory" -- "$conns" "$streams" 1
+    if nat_peers; then
+      point connections "$conns" "floor|" "memory|BACKEND_TYPE=memory" -- "$conns" "$streams" 1
+      nat_clear
+      point connections "$conns" "floor, one address|" "$one_peer" -- "$conns" "$streams" 1
+    else
+      point connections "$conns" "floor|" "$one_peer" -- "$conns" "$streams" 1
+    fi
   done
 fi
 if [[ " $only " == *" descriptors "* ]]; then
@@ -147,10 +175,11 @@ if [[ " $only " == *" servers "* ]]; then
 fi
 if [[ " $only " == *" keys "* ]]; then
   for keys in 1000000 10000000; do
-    start turnstile BACKEND_TYPE=memory MEMORY_MAX_KEYS=$((keys * 2))
+    # Counted per hour (key `hourly`): every key sent is still live when RSS is read.
+    start turnstile BACKEND_TYPE=memory MEMORY_MAX_KEYS=$((keys + keys / 50))
     base=$(rss_mb)
     taskset -c 1 "$bin/turnstile-loadgen" --addr 127.0.0.1:18181 --connections 4 --concurrency 64 \
-      --unique --requests "$keys" --duration 600 --domain bench >/dev/null
+      --unique --requests "$keys" --duration 900 --domain bench --key hourly >/dev/null
     full=$(rss_mb)
     stop
     per_key=$(awk -v a="$full" -v b="$base" -v k="$keys" 'BEGIN {printf "%.0f", (a - b) * 1048576 / k}')

@@ -26,6 +26,9 @@ use movable::Movable;
 /// of a flood stays in the kernel).
 pub(super) const HOLD_AT_GATE: usize = 16 * 1024;
 
+/// A held buffer emptied is kept if at most this large (a request or two), else given back.
+const RELEASE_ABOVE: usize = 1024;
+
 /// What a connection has read and followed; see the module doc.
 #[derive(Debug)]
 pub(super) struct Intake {
@@ -308,6 +311,7 @@ impl Intake {
         self.movable.frames.pop_front();
         let from = usize::try_from(start - handed).unwrap_or(usize::MAX);
         let frame: Vec<u8> = self.held.drain(from..from + n).collect();
+        self.release_if_empty();
         out.put_slice(&frame);
         // The held bytes before it now come after it: their positions move on by its length.
         let moved = |at: &mut u64| {
@@ -332,8 +336,18 @@ impl Intake {
         out.put_slice(&front[..from_front]);
         out.put_slice(&back[..n - from_front]);
         self.held.drain(..n);
+        self.release_if_empty();
         self.hand(n as u64);
         n
+    }
+
+    /// Gives back the held bytes' buffer once they are all handed: a connection that waited
+    /// at the gate once does not keep up to [`HOLD_AT_GATE`] bytes for the rest of its life
+    /// (thousands of mostly idle connections in a mesh).
+    fn release_if_empty(&mut self) {
+        if self.held.is_empty() && self.held.capacity() > RELEASE_ABOVE {
+            self.held = VecDeque::new();
+        }
     }
 }
 

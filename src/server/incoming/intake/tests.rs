@@ -185,3 +185,31 @@ fn a_control_frame_waits_for_the_end_of_a_frame_or_block_hyper_has_part_of() {
     assert_eq!(&buf.filled()[..block_end], &b[..block_end]);
     assert_eq!(&buf.filled()[block_end..], &b[b.len() - 17..]);
 }
+
+#[test]
+fn a_held_buffer_is_given_back_once_handed_and_a_small_one_is_kept() {
+    let mut b = vec![b'P'; 24];
+    for stream in (1..200u32).step_by(2) {
+        b.extend(frame(0x1, 0x4, stream, 100));
+        b.extend(frame(0x0, 0x1, stream, 60));
+    }
+    let mut intake = Intake::default();
+    intake.follow(&b, true);
+    assert!(intake.held.capacity() >= b.len(), "all of it is held");
+    let mut store = vec![0u8; b.len()];
+    let mut buf = tokio::io::ReadBuf::new(&mut store);
+    assert_eq!(intake.hand_held(usize::MAX, &mut buf), b.len());
+    assert_eq!(buf.filled(), &b[..], "handed unchanged");
+    assert_eq!(
+        intake.held.capacity(),
+        0,
+        "a 16 KiB buffer is not kept for an idle life"
+    );
+    // A request or two: the buffer is kept for the next one.
+    let small = frame(0x1, 0x4, 201, 40);
+    intake.follow(&small, true);
+    let mut store = vec![0u8; small.len()];
+    let mut buf = tokio::io::ReadBuf::new(&mut store);
+    assert_eq!(intake.hand_held(usize::MAX, &mut buf), small.len());
+    assert!(intake.held.capacity() > 0 && intake.held.capacity() <= super::RELEASE_ABOVE);
+}
