@@ -3,10 +3,14 @@
 //! # Data flow
 //!
 //! ```text
+//! a TCP or TLS connection to the one gRPC server (RLS, RLQS, health, reflection)
+//!   │ server::incoming  the first hop: connections per peer (caps, idle, age), the door (a
+//!   │                   peer's part of the requests open, its gate), HTTP/2 frames followed
+//!   ▼
 //! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
-//!   │ server::routes  service by path name    │
 //!   │ server::admission  adaptive limit on    │
-//!   │ calls in flight (GRPC_ADAPTIVE_…)       │
+//!   │ calls in flight (GRPC_ADAPTIVE_…),      │
+//!   │ around server::routes (by path name)    │
 //!   │ rls::service → unary → decode: bytes →  │ rlqs::convert  reports → Usage; bounds and
 //!   │ Request, INVALID_ARGUMENT naming field  │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
 //!   ▼                                         ▼
@@ -38,16 +42,17 @@
 //!
 //! # Layers
 //!
-//! Each module may use only the crate modules named in its row (`tests/it/architecture.rs`
-//! checks every `crate::` path of every module against this table, and that the table has no
-//! cycle). Lower rows never reach up: the decision knows nothing of protocols, metrics observe
-//! the decision and the store without being called by them, and only `app` wires everything.
+//! Each module may use only the crate modules named in its row, and a row names only rows
+//! above it: read top down, the table is the order the layers build on one another
+//! (`tests/it/architecture.rs` checks every `crate::` path of every module's code against its
+//! row, and the order). So the decision knows nothing of protocols, settings are parsed into
+//! the stores' and the limiter's own option types, metrics observe the decision and the store
+//! without being called by them, and only `app` wires everything.
 //!
 //! | module | owns | may use |
 //! |---|---|---|
 //! | `clock` | the injected wall clock | |
 //! | `backoff` | the pauses between retries: exponential schedules, random spread | |
-//! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage` |
 //! | `telemetry` | log set-up (text or reference-style JSON) | |
 //! | `health` | readiness components (backend, config, shutdown) | |
 //! | `pb` | the generated protobuf types | |
@@ -55,11 +60,12 @@
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
 //! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `backoff`, `clock` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
+//! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage` |
+//! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `clock`, `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `peers` | the clients as peers (address or certificate): connections per peer, a peer's part of the decisions in flight, RLQS streams per peer | `metrics` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
-//! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
 //! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `clock`, `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `clock`, `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |

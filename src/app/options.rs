@@ -30,7 +30,7 @@ pub(super) fn store_bounds(redis: bool, memcached_classic: bool) -> StoreBounds 
     if redis {
         StoreBounds {
             name: "BACKEND_TYPE=redis",
-            bucket_capacity_period_ms: Some(crate::storage::redis::BUCKET_MAX_SCALE),
+            bucket_capacity_period_ms: Some(crate::storage::redis::TOKEN_BUCKET_MAX_SCALE),
             windows_only: false,
         }
     } else if memcached_classic {

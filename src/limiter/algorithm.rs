@@ -30,7 +30,7 @@ pub(crate) enum Plan<C, B> {
     },
     /// One lease counter.
     Lease { counter: C },
-    /// One bucket step on a bucket of `capacity` tokens.
+    /// One token-bucket step on a token bucket of `capacity` tokens.
     TokenBucket { step: B, capacity: u128 },
 }
 
@@ -134,7 +134,7 @@ pub(crate) fn plan(p: &mut PlanInput<'_>) -> Plan<CounterOp, TokenStep> {
                         capacity: capacity.get(),
                     }
                 }
-                // A bucket that never refills (`requests_per_unit: 0`, e.g. by an override)
+                // A token bucket that never refills (`requests_per_unit: 0`, e.g. by an override)
                 // blocks everything, as a fixed window of 0 does.
                 _ => window_plan(p, period, false),
             }

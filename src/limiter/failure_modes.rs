@@ -48,7 +48,7 @@ impl<S: CounterStore> Limiter<S> {
         for (to, error) in &failed {
             let decided = local[to.lane()];
             if decided > 0 {
-                let n = self.local_share(error)?;
+                let n = self.local_portion(error)?;
                 let ops = &mut batch.ops;
                 self.outage.count(ops, *to, n, decided, error).await?;
             }
@@ -88,7 +88,7 @@ impl<S: CounterStore> Limiter<S> {
     /// The replica count a local decision after `error` divides by, or why there is none: the
     /// store's error is local only when the store is unreachable or late (never Turnstile's
     /// own overload, nor an answer the store gave), and N must be known.
-    fn local_share(&self, error: &StorageError) -> Result<NonZeroU64, StorageError> {
+    fn local_portion(&self, error: &StorageError) -> Result<NonZeroU64, StorageError> {
         if !matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) {
             return Err(error.clone());
         }
@@ -123,7 +123,7 @@ impl<S: CounterStore> Limiter<S> {
         }
         self.outage.want();
         for (to, error) in &failed {
-            let n = self.local_share(error)?;
+            let n = self.local_portion(error)?;
             self.outage.count(ops, *to, n, 1, error).await?;
         }
         Ok(())

@@ -1,7 +1,7 @@
 //! The one port to the stores: operations bound for the main, per-second or durable store,
 //! each answered in place. An operation is added with its [`Destination`] and gives back a
 //! typed slot ([`CountSlot`], [`StepSlot`]) that reads its answer after [`Limiter::apply`](super::Limiter::apply);
-//! each store gets at most one counter call and one bucket call, every store at the same time.
+//! each store gets at most one counter call and one token-bucket call, every store at the same time.
 //! RLS, RLQS and the counters API all go through here; nothing else calls a store.
 //!
 //! Must not touch: the algorithms' arithmetic, rules, protobuf.
@@ -54,7 +54,7 @@ impl CountSlot {
     }
 }
 
-/// Where a bucket step's answer is (see [`CountSlot`]).
+/// Where a token-bucket step's answer is (see [`CountSlot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepSlot {
     to: Destination,
@@ -122,7 +122,7 @@ impl Operations {
         }
     }
 
-    /// Adds a bucket step bound for `to`; its answer is read with [`Operations::answer`].
+    /// Adds a token-bucket step bound for `to`; its answer is read with [`Operations::answer`].
     pub fn add_step(&mut self, to: Destination, step: TokenStep) -> StepSlot {
         let steps = &mut self.lanes[to.lane()].steps;
         steps.push(step);
@@ -155,12 +155,12 @@ impl Operations {
         self.lanes[slot.to.lane()].counts[slot.at]
     }
 
-    /// The answer to the bucket step at `slot` (see [`Operations::count`]).
+    /// The answer to the token-bucket step at `slot` (see [`Operations::count`]).
     pub fn answer(&self, slot: StepSlot) -> TokenAnswer {
         self.lanes[slot.to.lane()].answers[slot.at]
     }
 
-    /// Sends every operation to its store, counters and buckets and every store at the same
+    /// Sends every operation to its store, counters and token buckets and every store at the same
     /// time, and keeps the answers. Either every operation is answered or an error comes back.
     pub(crate) async fn apply<S: CounterStore>(
         &mut self,

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// Why a call was refused, as the metric's `reason` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShedReason {
-    /// The peer was over its part of the decisions in flight while others were active.
-    PeerOverPart,
+    /// The peer was over its allotment of the decisions in flight while others were active
+    /// (label `peer_over_part`, the name users alert on and messages use).
+    PeerOverAllotment,
     /// No place under the limit came within the call's deadline.
     Limit,
     /// The peer already had its most RLQS streams open.
@@ -25,7 +26,7 @@ impl ShedReason {
     /// The label value.
     pub fn label(self) -> &'static str {
         match self {
-            ShedReason::PeerOverPart => "peer_over_part",
+            ShedReason::PeerOverAllotment => "peer_over_part",
             ShedReason::Limit => "limit",
             ShedReason::PeerStreams => "peer_streams",
             ShedReason::StoreTooSlow => "store_too_slow",
@@ -34,7 +35,7 @@ impl ShedReason {
 
     /// Every reason, in the order the metric lists them.
     pub const ALL: [ShedReason; 4] = [
-        ShedReason::PeerOverPart,
+        ShedReason::PeerOverAllotment,
         ShedReason::Limit,
         ShedReason::PeerStreams,
         ShedReason::StoreTooSlow,
@@ -88,10 +89,10 @@ pub struct PeerReadings {
     closed: [AtomicU64; CloseReason::ALL.len()],
     /// Since the last scrape: the most decisions one peer held, and the most in flight in all
     /// at that moment or any other.
-    largest_held: AtomicU32,
+    largest_holding: AtomicU32,
     peak_total: AtomicU32,
     active: AtomicU32,
-    held_back: AtomicU64,
+    reads_paused: AtomicU64,
     /// The door's budget in time (requests open in all; 0 until first steered) and
     /// the last probe of the runtime's queue (µs).
     door_budget: AtomicU32,
@@ -99,11 +100,11 @@ pub struct PeerReadings {
 }
 
 impl PeerReadings {
-    /// A peer now holds `held` decisions, of `total` in flight.
-    pub fn held(&self, held: u32, total: u32) {
+    /// A peer now holds `holding` decisions, of `total` in flight.
+    pub fn holding(&self, holding: u32, total: u32) {
         // A load first: on the decision's path the maxima rarely move.
-        if held > self.largest_held.load(Ordering::Relaxed) {
-            self.largest_held.fetch_max(held, Ordering::Relaxed);
+        if holding > self.largest_holding.load(Ordering::Relaxed) {
+            self.largest_holding.fetch_max(holding, Ordering::Relaxed);
         }
         if total > self.peak_total.load(Ordering::Relaxed) {
             self.peak_total.fetch_max(total, Ordering::Relaxed);
@@ -120,14 +121,14 @@ impl PeerReadings {
         self.active.load(Ordering::Relaxed)
     }
 
-    /// A connection stopped being read at its peer's part of the requests open.
-    pub fn held_back(&self) {
-        self.held_back.fetch_add(1, Ordering::Relaxed);
+    /// A connection stopped being read at its peer's allotment of the requests open.
+    pub fn reads_paused(&self) {
+        self.reads_paused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Connections held back so far.
-    pub fn held_back_total(&self) -> u64 {
-        self.held_back.load(Ordering::Relaxed)
+    pub fn reads_paused_total(&self) -> u64 {
+        self.reads_paused.load(Ordering::Relaxed)
     }
 
     /// The door's budget became `budget` after a probe that waited `queue`.
@@ -178,12 +179,12 @@ impl PeerReadings {
     /// The largest share of the decisions in flight one peer held since the last call (0 to
     /// 1; 0 when none was in flight), and starts the next span.
     pub fn take_largest_share(&self) -> f64 {
-        let held = self.largest_held.swap(0, Ordering::Relaxed);
+        let holding = self.largest_holding.swap(0, Ordering::Relaxed);
         let total = self.peak_total.swap(0, Ordering::Relaxed);
         if total == 0 {
             0.0
         } else {
-            f64::from(held) / f64::from(total)
+            f64::from(holding) / f64::from(total)
         }
     }
 }

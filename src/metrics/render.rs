@@ -253,7 +253,7 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
             "turnstile_peer_reads_paused_total",
             "times a client's connection stopped being read because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
             "counter",
-            p.held_back_total().to_string(),
+            p.reads_paused_total().to_string(),
         ),
         (
             "turnstile_door_budget",

@@ -1,4 +1,4 @@
-//! A peer's part of the decisions in flight (the rule is in the module doc of `peers`), the
+//! A peer's allotment of the decisions in flight (the rule is in the module doc of `peers`), the
 //! guards that count a decision or an RLQS stream while it lasts, and the refusal's record: a
 //! metric by reason and at most one log line per peer every [`LOG_EVERY_MS`].
 
@@ -11,19 +11,19 @@ use crate::metrics::ShedReason;
 /// At most one log line per peer being refused in this many milliseconds.
 const LOG_EVERY_MS: u64 = 10_000;
 
-/// Whether one more decision of a peer fits its part of `limit`.
+/// Whether one more decision of a peer fits its allotment of `limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fair {
-    /// Within its part: admit it now, even past the limit.
+    /// Within its allotment: admit it now, even past the limit.
     Within,
-    /// Over its part, but no other peer is active: it may wait for a place.
+    /// Over its allotment, but no other peer is active: it may wait for a place.
     Alone,
-    /// Over its part while others are active: refuse it now.
+    /// Over its allotment while others are active: refuse it now.
     Over {
         /// Decisions the peer has in flight.
-        held: u32,
-        /// Its part of the limit.
-        part: u32,
+        holding: u32,
+        /// Its allotment of the limit.
+        allotment: u32,
         /// Peers active, this one included.
         active: u32,
     },
@@ -67,12 +67,12 @@ impl Peer {
     pub(super) fn decision_started(&self) {
         let tally = &self.tally;
         let total = tally.decisions.fetch_add(1, Ordering::AcqRel) + 1;
-        let held = self.decisions.fetch_add(1, Ordering::AcqRel) + 1;
-        if held == 1 {
+        let holding = self.decisions.fetch_add(1, Ordering::AcqRel) + 1;
+        if holding == 1 {
             let active = tally.active.fetch_add(1, Ordering::AcqRel) + 1;
             tally.readings.set_active(active);
         }
-        tally.readings.held(held, total);
+        tally.readings.holding(holding, total);
     }
 
     /// A decision of this peer ended.
@@ -91,7 +91,7 @@ impl Peer {
     }
 
     /// A decision of this peer without waiting (the HTTP API's `/json`): counted when the
-    /// decisions in flight are under the limit or the peer is within its part or alone;
+    /// decisions in flight are under the limit or the peer is within its allotment or alone;
     /// otherwise the refusal, recorded, saying why.
     pub fn try_enter(self: &Arc<Self>) -> Result<Decision, String> {
         let limit = self.tally.limit.load(Ordering::Relaxed);
@@ -99,41 +99,53 @@ impl Peer {
             return Ok(self.enter());
         }
         match self.fair(limit) {
-            Fair::Over { held, part, active } => {
-                Err(self.refuse_over_part(limit, held, part, active))
-            }
+            Fair::Over {
+                holding,
+                allotment,
+                active,
+            } => Err(self.refuse_over_allotment(limit, holding, allotment, active)),
             _ => Ok(self.enter()),
         }
     }
 
-    /// Records the refusal of a decision of this peer, which holds `held` of `limit` decisions
-    /// in flight, over its `part` of it among `active` peers, and says why.
-    pub fn refuse_over_part(&self, limit: u32, held: u32, part: u32, active: u32) -> String {
+    /// Records the refusal of a decision of this peer, which holds `holding` of `limit` decisions
+    /// in flight, over its `allotment` of it among `active` peers, and says why.
+    pub fn refuse_over_allotment(
+        &self,
+        limit: u32,
+        holding: u32,
+        allotment: u32,
+        active: u32,
+    ) -> String {
         let why = format!(
-            "Turnstile is at its limit of {limit} decisions in flight and {self} holds {held} of \
-             them, over its part ({part}, the limit shared by {active} active clients); try again \
+            "Turnstile is at its limit of {limit} decisions in flight and {self} holds {holding} of \
+             them, over its part ({allotment}, the limit shared by {active} active clients); try again \
              later"
         );
-        self.shed(ShedReason::PeerOverPart, &why);
+        self.shed(ShedReason::PeerOverAllotment, &why);
         why
     }
 
-    /// Whether one more decision of this peer fits its part of `limit`.
+    /// Whether one more decision of this peer fits its allotment of `limit`.
     pub fn fair(&self, limit: u32) -> Fair {
-        let held = self.decisions();
+        let holding = self.decisions();
         let others = self
             .tally
             .active
             .load(Ordering::Relaxed)
-            .saturating_sub(u32::from(held > 0));
+            .saturating_sub(u32::from(holding > 0));
         let active = others + 1;
-        let part = (limit / active).max(1);
-        if held < part {
+        let allotment = (limit / active).max(1);
+        if holding < allotment {
             Fair::Within
         } else if others == 0 {
             Fair::Alone
         } else {
-            Fair::Over { held, part, active }
+            Fair::Over {
+                holding,
+                allotment,
+                active,
+            }
         }
     }
 
@@ -156,10 +168,10 @@ impl Peer {
         self.log_at_most_every(reason.label(), why);
     }
 
-    /// Records a connection of this peer held back at its part of the requests open: the
+    /// Records a connection of this peer held back at its allotment of the requests open: the
     /// metric, and the same rate-limited log line (only while another peer has requests open).
-    pub fn held_back(&self) {
-        self.tally.readings.held_back();
+    pub fn reads_paused(&self) {
+        self.tally.readings.reads_paused();
         if self.tally.requesters.load(Ordering::Relaxed) < 2 {
             // Alone, it is held to the whole limit: the service is saturated, not unfair.
             return;

@@ -1,5 +1,5 @@
 //! The door's budget in time: how many requests may be open at once (read, not yet answered,
-//! in all peers' parts) so that a call arriving now waits at most a few milliseconds behind
+//! in all peers' allotments) so that a call arriving now waits at most a few milliseconds behind
 //! them. A count alone (`GRPC_FAIR_REQUESTS_OPEN`) cannot say that: 1,024 requests open are
 //! 8 ms of work on one core at 120,000 calls/s and 0.1 ms on sixteen, so the count stays as the
 //! ceiling and this controller keeps the budget under it.
@@ -14,12 +14,12 @@
 //! not shrink the budget; only work that is queued ahead of others does.
 //!
 //! Why this orders calls by peer without a queue of our own: the door reads a peer's
-//! connections only while the peer has fewer than its part of the budget open, and the parts
+//! connections only while the peer has fewer than its allotment of the budget open, and the allotments
 //! are equal among the peers with requests open. Every peer's backlog waits in its own socket
 //! buffers (the kernel's TCP flow control), one queue per peer; the runtime's queue holds at
-//! most each peer's part. A peer within its part is read at once and its call waits behind at
+//! most each peer's allotment. A peer within its allotment is read at once and its call waits behind at
 //! most the budget (the time target), never behind another peer's backlog: deficit round
-//! robin with a quantum of one part per peer, the kernel's buffers being the per-peer queues.
+//! robin with a quantum of one allotment per peer, the kernel's buffers being the per-peer queues.
 //! A peer alone gets the whole budget.
 //!
 //! Must not touch: protocols, the decision, the stores; what is counted per peer (the parent

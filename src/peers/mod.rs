@@ -4,22 +4,22 @@
 //! service between peers:
 //!
 //! - **Decisions in flight.** When the decisions in flight reach the limit (the adaptive limit
-//!   or the fixed one), each active peer (one with a decision in flight) gets an equal part of
-//!   it: `limit / active peers`, at least one. A peer within its part is admitted at once even
+//!   or the fixed one), each active peer (one with a decision in flight) gets an equal allotment of
+//!   it: `limit / active peers`, at least one. A peer within its allotment is admitted at once even
 //!   when the limit is full (it never queues behind another peer's backlog: the places it
-//!   takes beyond the limit are bounded by the parts, so the total stays under twice the
-//!   limit and falls back as the peer over its part is refused); a peer over its part while
+//!   takes beyond the limit are bounded by the allotments, so the total stays under twice the
+//!   limit and falls back as the peer over its allotment is refused); a peer over its allotment while
 //!   others are active is refused at once; a peer alone waits for a place as before. This is
 //!   per-peer partitions of the limit rather than deficit round robin: it needs no queue per
 //!   peer and no scheduler, only two counters read on the call's path.
 //! - **Requests open**, from the client's END_STREAM handed to hyper to the answer, polled or
-//!   not: a peer holding its part of the budget (`GRPC_FAIR_REQUESTS_OPEN`, or twice the
+//!   not: a peer holding its allotment of the budget (`GRPC_FAIR_REQUESTS_OPEN`, or twice the
 //!   adaptive limit, divided by the peers with a request open; at least 8) is not read further
 //!   until it has fewer (see [`Gate`]): its excess waits in the kernel (TCP flow control), not in
 //!   the runtime's queue ahead of everyone else's calls, and one peer alone is held to the whole
 //!   budget. The budget is steered in time under that count ([`door`]: the runtime's queue
 //!   kept within `GRPC_FAIR_QUEUE_TARGET`), which is also why no queue per peer is needed
-//!   after the door. Admission then refuses what gets through over its part of the decisions.
+//!   after the door. Admission then refuses what gets through over its allotment of the decisions.
 //! - **RLQS streams** open per peer, bounded (`RLQS_MAX_STREAMS_PER_PEER`).
 //! - **Connections** per peer and in all (the [`Connections`] registry): a new connection is
 //!   always let in; at a cap, the longest-idle connection of the peer holding the most (or of
@@ -92,7 +92,7 @@ pub struct Peer {
     decisions: AtomicU32,
     /// Requests open on the peer's connections (see `requests`).
     requests: AtomicU32,
-    /// Connections that stopped reading while the peer was at its part of the requests open,
+    /// Connections that stopped reading while the peer was at its allotment of the requests open,
     /// first come first woken; each at most once (see `requests`).
     waiting: Mutex<std::collections::VecDeque<Weak<ConnState>>>,
     anyone_waiting: std::sync::atomic::AtomicBool,
@@ -129,7 +129,7 @@ struct Tally {
     decisions: AtomicU32,
     active: AtomicU32,
     /// Peers with a request open, and the requests open all peers may share (the limit on
-    /// decisions in flight: a peer's part of it is what its connections may have open before
+    /// decisions in flight: a peer's allotment of it is what its connections may have open before
     /// they stop being read).
     requesters: AtomicU32,
     budget: AtomicU32,

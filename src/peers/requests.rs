@@ -1,4 +1,4 @@
-//! A peer's requests open, against its part of the budget: whether its connections may be
+//! A peer's requests open, against its allotment of the budget: whether its connections may be
 //! read. A request is open from when its connection hands hyper its last frame (the client's
 //! END_STREAM) until the stream closes (the server's END_STREAM, or RST_STREAM either way),
 //! whether or not its task has been polled yet: what counts is what waits in the runtime. A
@@ -7,7 +7,7 @@
 //!
 //! A connection that may not be read joins its peer's queue at the gate (once: a flag on the
 //! connection says it is there, so joining is O(1) whatever the peer's connections number).
-//! A request's close wakes, first come first woken, as many as the part has room for (at
+//! A request's close wakes, first come first woken, as many as the allotment has room for (at
 //! least one), and every one when the peer has nothing open left (no later close would wake
 //! them): one close never wakes a herd of thousands that mostly find the gate shut again,
 //! and no queued connection is left waiting while its peer has nothing open. A queued
@@ -19,7 +19,7 @@
 //! (measured with 10,000 connections of one peer: that cost several wasted wakes per call and
 //! left some connections waiting seconds). A read that began with a pass hands the turn on
 //! when it ends, used or not, and so does a connection that closes holding one: a place is
-//! never held by a connection that does not use it. Queueing while the part has room wakes
+//! never held by a connection that does not use it. Queueing while the allotment has room wakes
 //! the head of the queue at once.
 
 use std::sync::Arc;
@@ -27,18 +27,18 @@ use std::sync::atomic::Ordering;
 
 use super::{ConnState, Peer};
 
-/// No peer's part of the requests open (twice its part of the decisions in flight) is smaller
+/// No peer's allotment of the requests open (twice its allotment of the decisions in flight) is smaller
 /// than this.
-pub(super) const MIN_PART: u32 = 8;
+pub(super) const MIN_ALLOTMENT: u32 = 8;
 
 /// Whether a peer's connections may be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
-    /// Well within its part: read as much as comes.
+    /// Well within its allotment: read as much as comes.
     Open,
-    /// Past half its part: read in small steps, so one read cannot bring far more than the part.
+    /// Past half its allotment: read in small steps, so one read cannot bring far more than the allotment.
     Narrow,
-    /// At its part: read only to the end of a request already begun.
+    /// At its allotment: read only to the end of a request already begun.
     Shut,
 }
 
@@ -68,24 +68,24 @@ impl Peer {
 
     /// Whether this peer's connections may be read now.
     pub fn gate(&self) -> Gate {
-        let (open, part) = (self.requests(), self.part());
-        if open >= part {
+        let (open, allotment) = (self.requests(), self.allotment());
+        if open >= allotment {
             Gate::Shut
-        } else if open.saturating_mul(2) >= part {
+        } else if open.saturating_mul(2) >= allotment {
             Gate::Narrow
         } else {
             Gate::Open
         }
     }
 
-    /// The requests this peer may have open: twice its part of the budget (the decisions in
-    /// flight): what gets through over its part of the decisions is refused at once by
+    /// The requests this peer may have open: twice its allotment of the budget (the decisions in
+    /// flight): what gets through over its allotment of the decisions is refused at once by
     /// admission, the rest waits in the kernel.
-    fn part(&self) -> u32 {
+    fn allotment(&self) -> u32 {
         let requesters = self.tally.requesters.load(Ordering::Relaxed).max(1);
         let budget = self.tally.budget.load(Ordering::Relaxed);
         let budget = budget.min(self.tally.timed.load(Ordering::Relaxed));
-        (budget / requesters).saturating_mul(2).max(MIN_PART)
+        (budget / requesters).saturating_mul(2).max(MIN_ALLOTMENT)
     }
 
     /// Puts `conn` in the queue at the gate unless it is there already.
@@ -127,7 +127,7 @@ impl Peer {
         self.wake_waiting();
     }
 
-    /// Wakes as many queued connections as the part has room for beyond the passes already
+    /// Wakes as many queued connections as the allotment has room for beyond the passes already
     /// out (every one when nothing is open), if any wait and the gate is no longer shut.
     fn wake_waiting(&self) {
         if !self.anyone_waiting() || self.gate() == Gate::Shut {
@@ -138,7 +138,7 @@ impl Peer {
             u32::MAX
         } else {
             let passes = self.passes.load(Ordering::Acquire);
-            self.part().saturating_sub(open).saturating_sub(passes)
+            self.allotment().saturating_sub(open).saturating_sub(passes)
         };
         let Ok(mut waiting) = self.waiting.lock() else {
             return;

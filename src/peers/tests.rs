@@ -1,4 +1,4 @@
-//! Unit tests of fairness between peers: parts of the limit, RLQS streams, and which
+//! Unit tests of fairness between peers: allotments of the limit, RLQS streams, and which
 //! connection a cap closes.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -24,14 +24,14 @@ fn a_peer_alone_may_wait_and_a_peer_over_its_part_beside_others_is_over() {
     // Alone: within the whole limit, then alone over it.
     let held: Vec<_> = (0..4).map(|_| a.enter()).collect();
     assert_eq!(a.fair(4), Fair::Alone);
-    assert_eq!(b.fair(4), Fair::Within, "a newcomer's part is 4 / 2");
-    // B becomes active: A's part is halved, B stays within its own.
+    assert_eq!(b.fair(4), Fair::Within, "a newcomer's allotment is 4 / 2");
+    // B becomes active: A's allotment is halved, B stays within its own.
     let b_held = b.enter();
     assert_eq!(
         a.fair(4),
         Fair::Over {
-            held: 4,
-            part: 2,
+            holding: 4,
+            allotment: 2,
             active: 2
         }
     );
@@ -135,7 +135,7 @@ impl std::task::Wake for Counting {
 fn a_close_wakes_as_many_queued_connections_as_it_leaves_room_for_and_none_is_left() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (peers, _) = peers(10_000, 10_000);
-    peers.set_budget(4); // a part of 8 requests open, the least there is
+    peers.set_budget(4); // a allotment of 8 requests open, the least there is
     let conns = peers.connections();
     let peer = peers.peer(ip(2), None);
     let mut handles: Vec<_> = (0..1_000).map(|_| conns.open(Arc::clone(&peer))).collect();
@@ -173,7 +173,7 @@ fn a_close_wakes_as_many_queued_connections_as_it_leaves_room_for_and_none_is_le
     peer.requests_closed(3);
     assert_eq!((2..5).map(wakes).collect::<Vec<_>>(), vec![1, 1, 1]);
     assert_eq!((5..1_000).map(wakes).sum::<usize>(), 0);
-    // With others queued, a connection without a pass meets the gate shut although the part
+    // With others queued, a connection without a pass meets the gate shut although the allotment
     // has room (it would take a woken one's place); with its pass it meets the peer's gate.
     assert_eq!(peer.gate(), Gate::Narrow, "5 of 8 open");
     assert_eq!(handles[9].state().gate(false), Gate::Shut);

@@ -5,10 +5,10 @@
 //! limit waits for a place, parked, as long as the time left by its `grpc-timeout` allows.
 //!
 //! The limit is a gradient on latency, as Envoy's adaptive concurrency filter and Netflix's
-//! Gradient2 are: every [`WINDOW`] the admitted calls' mean latency (admission to answer; a
+//! Gradient2 are: every [`PERIOD`] the admitted calls' mean latency (admission to answer; a
 //! call its caller gave up on counts with the time it had taken) is compared with the latency
 //! of an unloaded call plus the tolerance. Above it the limit is multiplied by
-//! `target / latency` (at most halved per window); at or below it, and while the limit is in
+//! `target / latency` (at most halved per period); at or below it, and while the limit is in
 //! use, it grows by its square root. It starts at its minimum and doubles per round of calls
 //! until latency first passes the target (slow start, as TCP's). The unloaded latency is the
 //! fastest single call of the last [`BASELINE_SPAN`] (a fastest call is one that met no queue;
@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::metrics::AdmissionReadings;
 
 /// How often the limit is recomputed.
-pub(super) const WINDOW: Duration = Duration::from_millis(100);
+pub(super) const PERIOD: Duration = Duration::from_millis(100);
 
 /// How far back the fastest single call is remembered as the unloaded latency.
 pub(super) const BASELINE_SPAN: Duration = Duration::from_secs(30);

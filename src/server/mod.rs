@@ -264,19 +264,19 @@ fn degraded<S: CounterStore>(
     down_since: Option<std::time::SystemTime>,
 ) -> Option<String> {
     let readings = state.limiter.outage_readings();
-    let share = match readings.replicas {
+    let portion = match readings.replicas {
         Some(n) => format!("this replica's share of each limit (1/{n})"),
         None => "(no replica count learned yet: calls fail)".to_owned(),
     };
     match (ready, down_since) {
         (Err(why), Some(since)) if state.limiter.decides_locally() => Some(format!(
-            "counter store unreachable since {} ({why}); deciding locally with {share}",
+            "counter store unreachable since {} ({why}); deciding locally with {portion}",
             humantime::format_rfc3339_seconds(since)
         )),
         _ => readings.local_since.first().map(|(store, since_ms)| {
             let since = std::time::UNIX_EPOCH + Duration::from_millis(*since_ms);
             format!(
-                "the {store:?} counter store failed at {}; deciding locally with {share} until                  it answers",
+                "the {store:?} counter store failed at {}; deciding locally with {portion} until                  it answers",
                 humantime::format_rfc3339_seconds(since)
             )
         }),

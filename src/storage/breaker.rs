@@ -24,9 +24,9 @@ use std::time::Instant;
 use super::remote::{Backoff, lock};
 use super::{CounterOp, CounterStore, ErrorKind, Gauge, StorageError, TokenAnswer, TokenStep};
 
-/// The window over which the failure ratio is taken, in milliseconds.
-const RATIO_WINDOW_MS: u64 = 1_000;
-/// The fewest calls in a window for its failure ratio to open the breaker.
+/// The period over which the failure ratio is taken, in milliseconds.
+const RATIO_PERIOD_MS: u64 = 1_000;
+/// The fewest calls in a period for its failure ratio to open the breaker.
 const RATIO_MIN_CALLS: u32 = 10;
 
 /// What a caller may do now.
@@ -47,10 +47,10 @@ pub struct Breaker {
     threshold: u32,
     backoff: Backoff,
     in_a_row: AtomicU32,
-    /// Milliseconds since `epoch` at which the current ratio window began.
-    window_start: AtomicU64,
-    window_calls: AtomicU32,
-    window_failures: AtomicU32,
+    /// Milliseconds since `epoch` at which the current ratio period began.
+    period_start: AtomicU64,
+    period_calls: AtomicU32,
+    period_failures: AtomicU32,
     opens: AtomicU64,
     probes: AtomicU64,
     /// Milliseconds since `epoch` at which it opened (while open).
@@ -68,9 +68,9 @@ impl Breaker {
             threshold: threshold.max(1),
             backoff: Backoff::default(),
             in_a_row: AtomicU32::new(0),
-            window_start: AtomicU64::new(0),
-            window_calls: AtomicU32::new(0),
-            window_failures: AtomicU32::new(0),
+            period_start: AtomicU64::new(0),
+            period_calls: AtomicU32::new(0),
+            period_failures: AtomicU32::new(0),
             opens: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             opened_at: AtomicU64::new(0),
@@ -149,24 +149,24 @@ impl Breaker {
         }
     }
 
-    /// Counts one call in the current ratio window (a new window after one second); the
-    /// window's calls and failures so far.
+    /// Counts one call in the current ratio period (a new period after one second); the
+    /// period's calls and failures so far.
     fn count_call(&self, failed: bool) -> (u32, u32) {
         let now = self.now_ms();
-        let start = self.window_start.load(Ordering::Relaxed);
-        if now.saturating_sub(start) >= RATIO_WINDOW_MS
+        let start = self.period_start.load(Ordering::Relaxed);
+        if now.saturating_sub(start) >= RATIO_PERIOD_MS
             && self
-                .window_start
+                .period_start
                 .compare_exchange(start, now, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            self.window_calls.store(0, Ordering::Relaxed);
-            self.window_failures.store(0, Ordering::Relaxed);
+            self.period_calls.store(0, Ordering::Relaxed);
+            self.period_failures.store(0, Ordering::Relaxed);
         }
-        let calls = self.window_calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let calls = self.period_calls.fetch_add(1, Ordering::Relaxed) + 1;
         let failures = match failed {
-            true => self.window_failures.fetch_add(1, Ordering::Relaxed) + 1,
-            false => self.window_failures.load(Ordering::Relaxed),
+            true => self.period_failures.fetch_add(1, Ordering::Relaxed) + 1,
+            false => self.period_failures.load(Ordering::Relaxed),
         };
         (calls, failures)
     }

@@ -1,17 +1,19 @@
-//! The layer table in `src/lib.rs` is the law: every `crate::` path in a module's code (tests
-//! excepted) names a module its row allows, and the table itself has no cycle.
+//! The layer table in `src/lib.rs` is the law: every `crate::` path in a module's code (test
+//! items excepted, wherever they stand) names a module its row allows, and every row names only
+//! rows above it (the table is ordered by dependency, so it has no cycle).
+
+mod source;
+mod words;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn src() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
-}
+use source::{code_of, ident, rust_files, src};
 
-/// `module → allowed modules` from the table (`None` = every module).
-fn table() -> BTreeMap<String, Option<BTreeSet<String>>> {
+/// The rows of the table in order: `module → allowed modules` (`None` = every module).
+fn rows() -> Vec<(String, Option<BTreeSet<String>>)> {
     let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for line in lib.lines() {
         let cells: Vec<&str> = line
             .trim_start_matches("//!")
@@ -35,31 +37,19 @@ fn table() -> BTreeMap<String, Option<BTreeSet<String>>> {
                     .collect(),
             )
         };
-        out.insert(module, allowed);
+        out.push((module, allowed));
     }
     out
 }
 
-fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.is_dir() {
-        for entry in std::fs::read_dir(path).expect("read_dir").flatten() {
-            rust_files(&entry.path(), out);
-        }
-    } else if path.extension().is_some_and(|e| e == "rs") {
-        out.push(path.to_path_buf());
-    }
+/// `module → allowed modules` from the table.
+fn table() -> BTreeMap<String, Option<BTreeSet<String>>> {
+    rows().into_iter().collect()
 }
 
-/// The identifier `text` starts with (empty when it starts with something else).
-fn ident(text: &str) -> String {
-    text.chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect()
-}
-
-/// The crate modules named by `crate::X` in `text`, up to its `#[cfg(test)]` part.
+/// The crate modules named by `crate::X` in `text`'s code (its test items cut).
 fn uses(text: &str) -> BTreeSet<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let code = code_of(text);
     code.match_indices("crate::")
         .map(|(at, _)| ident(&code[at + 7..]))
         .filter(|name| !name.is_empty())
@@ -105,42 +95,40 @@ fn every_module_uses_only_what_its_row_allows() {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
+/// Each row names only rows above it: read top down, the table is the order the layers build
+/// on one another (and so has no cycle).
 #[test]
-fn the_layer_table_has_no_cycle() {
-    let table = table();
-    // Repeatedly remove modules whose allowed modules are all removed already.
-    let mut left: BTreeMap<&String, BTreeSet<&String>> = table
-        .iter()
-        .filter_map(|(m, a)| a.as_ref().map(|a| (m, a.iter().collect())))
-        .collect();
-    loop {
-        let ready: Vec<&String> = left
-            .iter()
-            .filter(|(_, deps)| deps.iter().all(|d| !left.contains_key(d)))
-            .map(|(m, _)| *m)
-            .collect();
-        if ready.is_empty() {
-            break;
+fn the_layer_table_is_ordered_by_dependency() {
+    let rows = rows();
+    let mut above = BTreeSet::new();
+    let mut reaching_down = Vec::new();
+    for (module, allowed) in &rows {
+        for used in allowed.iter().flatten() {
+            if !above.contains(used) {
+                reaching_down.push(format!("`{module}` uses `{used}`, which is not above it"));
+            }
         }
-        for m in ready {
-            left.remove(m);
-        }
+        above.insert(module.clone());
     }
-    assert!(left.is_empty(), "modules in a cycle: {:?}", left.keys());
+    assert!(rows.len() >= 15, "the layer table was not found in lib.rs");
+    assert!(reaching_down.is_empty(), "{}", reaching_down.join("\n"));
 }
 
 #[test]
 fn the_checker_sees_a_back_edge() {
-    let text = "use crate::metrics::Metrics;\nfn f() { crate::app::run(); }\n#[cfg(test)]\nuse crate::config;";
+    let text = "use crate::metrics::Metrics;\nfn f() { crate::app::run(); }\n#[cfg(test)]\nuse crate::config;\n#[cfg(test)]\nfn t() { crate::rls::x(); }\nuse crate::pb::Y;";
     let found = uses(text);
     assert_eq!(
         found,
-        ["app", "metrics"].iter().map(|s| (*s).to_owned()).collect()
+        ["app", "metrics", "pb"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
     );
 }
 
 /// Only the limiter's port applies operations to the stores: no code outside `storage` and the
-/// port itself (`limiter/ops.rs`, `Operations::apply`) calls a store's `apply_ops` or `bucket`
+/// port itself (`limiter/ops.rs`, `Operations::apply`) calls a store's `apply_ops` or `take_tokens`
 /// (not the rest of the limiter either), except the two wrappers that forward one store's calls
 /// to another (`metrics::instrumented`, `app::store`). RLS, RLQS and the counters API go
 /// through `Operations`, so its routing (`REDIS_PERSECOND`, `POSTGRES_FROM_UNIT`) cannot be
@@ -160,8 +148,7 @@ fn only_the_limiter_reaches_the_stores() {
         if inside || forwarding.contains(&relative) {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("read");
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = code_of(&std::fs::read_to_string(&file).expect("read"));
         for call in [".apply_ops(", ".take_tokens("] {
             if code.contains(call) {
                 violations.push(format!("{} calls a store's `{call}`", relative.display()));
@@ -172,12 +159,16 @@ fn only_the_limiter_reaches_the_stores() {
 }
 
 /// The sibling modules a module file names in code (`super::X`, or `crate::<its parent>::X`;
-/// not in comments and doc links), up to its `#[cfg(test)]` part.
-fn sibling_uses(text: &str, parent: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
-    let code: String = text
-        .split("#[cfg(test)]")
-        .next()
-        .unwrap_or("")
+/// not in comments and doc links), its test items cut.
+/// In a file below a sibling's own (`x/y.rs` of sibling `x`), `super::` is not the parent:
+/// only the absolute paths count (`super_is_parent` false).
+fn sibling_uses(
+    text: &str,
+    parent: &str,
+    siblings: &BTreeSet<String>,
+    super_is_parent: bool,
+) -> BTreeSet<String> {
+    let code: String = code_of(text)
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
@@ -185,7 +176,12 @@ fn sibling_uses(text: &str, parent: &str, siblings: &BTreeSet<String>) -> BTreeS
     let code = code.as_str();
     let mut out = BTreeSet::new();
     let absolute = format!("crate::{parent}::");
-    for prefix in ["super::", absolute.as_str()] {
+    let prefixes: &[&str] = if super_is_parent {
+        &["super::", absolute.as_str()]
+    } else {
+        &[absolute.as_str()]
+    };
+    for &prefix in prefixes {
         for (at, _) in code.match_indices(prefix) {
             // `super::super::x` is not a sibling; `crate::a::super::` does not occur.
             if prefix == "super::" && code[..at].ends_with("super::") {
@@ -206,6 +202,31 @@ fn sibling_uses(text: &str, parent: &str, siblings: &BTreeSet<String>) -> BTreeS
             out.extend(names.into_iter().filter(|n| siblings.contains(n)));
         }
     }
+    out
+}
+
+/// The code files of sibling module `name` in `dir`: `name.rs` or `name/mod.rs` (where
+/// `super::` is `dir`'s module) and the files below `name/` (where it is not); test files are
+/// left out.
+fn module_files(dir: &Path, name: &str) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    let own = [
+        dir.join(format!("{name}.rs")),
+        dir.join(name).join("mod.rs"),
+    ];
+    out.extend(
+        own.iter()
+            .filter(|f| f.is_file())
+            .map(|f| (f.clone(), true)),
+    );
+    let mut below = Vec::new();
+    rust_files(&dir.join(name), &mut below);
+    let is_test = |f: &Path| {
+        f.file_name().is_some_and(|n| n == "tests.rs")
+            || f.components().any(|c| c.as_os_str() == "tests")
+    };
+    below.retain(|f| !own.contains(f) && !is_test(f.strip_prefix(dir).unwrap_or(f)));
+    out.extend(below.into_iter().map(|f| (f, false)));
     out
 }
 
@@ -278,10 +299,11 @@ fn sibling_files_do_not_import_each_other() {
             .collect();
         let mut graph = BTreeMap::new();
         for sibling in &siblings {
-            let Ok(text) = std::fs::read_to_string(dir.join(format!("{sibling}.rs"))) else {
-                continue;
-            };
-            let mut named = sibling_uses(&text, &parent, &siblings);
+            let mut named = BTreeSet::new();
+            for (file, super_is_parent) in module_files(&dir, sibling) {
+                let text = std::fs::read_to_string(&file).expect("read");
+                named.extend(sibling_uses(&text, &parent, &siblings, super_is_parent));
+            }
             named.remove(sibling);
             graph.insert(sibling.clone(), named);
         }
@@ -297,7 +319,7 @@ fn the_cycle_checker_sees_a_ring_and_reads_braces() {
     let siblings: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
     let text = "//! See [`A`](super::a::A).\nuse super::{b::X, other};\nuse crate::m::c;\nuse super::super::a;\n#[cfg(test)]\nuse super::a;";
     assert_eq!(
-        sibling_uses(text, "m", &siblings),
+        sibling_uses(text, "m", &siblings, true),
         ["b", "c"].map(String::from).into()
     );
     let ring: BTreeMap<String, BTreeSet<String>> =
@@ -315,9 +337,9 @@ fn the_cycle_checker_sees_a_ring_and_reads_braces() {
 }
 
 /// The type names a file declares (`pub`/`pub(crate)`/private `struct` and `enum`), outside its
-/// `#[cfg(test)]` part.
+/// test items.
 fn declared_types(text: &str) -> BTreeSet<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let code = code_of(text);
     let mut out = BTreeSet::new();
     for line in code.lines() {
         let line = line.trim_start();

@@ -11,7 +11,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::config::{LoadOptions, StoreBounds, parse_files};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use turnstile::storage::memory::MemoryStore;
-use turnstile::storage::redis::{BUCKET_MAX_SCALE, RedisTarget};
+use turnstile::storage::redis::{RedisTarget, TOKEN_BUCKET_MAX_SCALE};
 
 use crate::process::{command, loopback_env, rules_root};
 use crate::support::redis_server::{RedisProcess, redis_store};
@@ -156,7 +156,7 @@ fn a_token_bucket_redis_cannot_count_is_refused_at_load_for_redis_only() {
     let redis = LoadOptions {
         store: StoreBounds {
             name: "BACKEND_TYPE=redis",
-            bucket_capacity_period_ms: Some(BUCKET_MAX_SCALE),
+            bucket_capacity_period_ms: Some(TOKEN_BUCKET_MAX_SCALE),
             windows_only: false,
         },
         ..Default::default()

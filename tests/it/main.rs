@@ -11,6 +11,7 @@ mod config_files;
 mod counters_api;
 mod counting_edges;
 mod deploy;
+mod docs_figures;
 mod envoy_e2e;
 mod envoy_gateway;
 mod faults;

@@ -1,5 +1,5 @@
-//! The limit's arithmetic, over one window's measurements at a time: no clock, no atomics, so
-//! its tests state exactly what a window does to the limit.
+//! The limit's arithmetic, over one period's measurements at a time: no clock, no atomics, so
+//! its tests state exactly what a period does to the limit.
 
 use std::time::{Duration, Instant};
 
@@ -9,17 +9,17 @@ use crate::settings::AdaptiveConcurrency;
 /// How many spans the baseline's memory is cut into (the oldest is forgotten whole).
 const SPANS: usize = 10;
 
-/// What one window measured of the admitted calls.
+/// What one period measured of the admitted calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::server) struct Measured {
-    /// Calls that finished in the window.
+    /// Calls that finished in the period.
     pub calls: u64,
     /// Their mean latency, admission to answer.
     pub mean: Duration,
     /// The fastest of them (a call dropped unanswered counts with the time it had taken, a
     /// lower bound of its latency); `None` when none finished.
     pub fastest: Option<Duration>,
-    /// The most calls in flight at once during the window.
+    /// The most calls in flight at once during the period.
     pub peak_in_flight: u32,
 }
 
@@ -27,7 +27,7 @@ pub(in crate::server) struct Measured {
 #[derive(Debug)]
 pub(in crate::server) struct Controller {
     limit: u32,
-    /// Until latency first passes the target, the limit doubles per window (and a window is
+    /// Until latency first passes the target, the limit doubles per period (and a period is
     /// as many calls as the limit: a round of calls, as in TCP's slow start), so a fresh
     /// replica taking a full share of traffic admits it within a few rounds without being
     /// flooded at once.
@@ -53,7 +53,7 @@ impl Controller {
         self.limit
     }
 
-    /// During slow start, a window ends after this many calls (else after [`super::WINDOW`]).
+    /// During slow start, a period ends after this many calls (else after [`super::PERIOD`]).
     pub(in crate::server) fn round(&self) -> Option<u64> {
         self.slow_start.then_some(u64::from(self.limit))
     }
@@ -68,23 +68,23 @@ impl Controller {
             .min()
     }
 
-    /// The limit after `window`, which ended at `now`.
-    pub(in crate::server) fn update(&mut self, window: &Measured, now: Instant) -> u32 {
-        if let Some(fastest) = window.fastest {
+    /// The limit after `period`, which ended at `now`.
+    pub(in crate::server) fn update(&mut self, period: &Measured, now: Instant) -> u32 {
+        if let Some(fastest) = period.fastest {
             self.remember(fastest, now);
         }
         // Nothing measured, or nothing yet to measure against.
-        let (true, Some(unloaded)) = (window.calls > 0, self.unloaded(now)) else {
+        let (true, Some(unloaded)) = (period.calls > 0, self.unloaded(now)) else {
             return self.limit;
         };
         let target = unloaded + self.bounds.tolerance;
-        let latency = window.mean;
+        let latency = period.mean;
         let limit = f64::from(self.limit);
         let next = if latency > target {
             self.slow_start = false;
-            // At most halved per window: the latency lags the limit by a window.
+            // At most halved per period: the latency lags the limit by a period.
             limit * (target.as_secs_f64() / latency.as_secs_f64()).max(0.5)
-        } else if u64::from(window.peak_in_flight) * 2 >= u64::from(self.limit) {
+        } else if u64::from(period.peak_in_flight) * 2 >= u64::from(self.limit) {
             // In use and fast: room for more.
             match self.slow_start {
                 true => limit * 2.0,

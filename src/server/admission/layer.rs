@@ -1,10 +1,10 @@
 //! The tower layer in front of the services: holds `ShouldRateLimit` calls to the limit's
 //! places (a semaphore resized as the limit moves); a call that finds none is admitted anyway
-//! when its peer is within its part (`peers`), refused at once when its peer is over its part
+//! when its peer is within its allotment (`peers`), refused at once when its peer is over its allotment
 //! while others are active, and otherwise waits for a place (parked, not polled: waiting costs
 //! no CPU) while it can still be answered within its deadline (or the default one) and
 //! `max_wait`, refused with `RESOURCE_EXHAUSTED` after that. It times the admitted calls and,
-//! once per window, hands the window's measurements to the controller. Every call, decision or
+//! once per period, hands the period's measurements to the controller. Every call, decision or
 //! not, is counted open on its connection (idle means no call), and RLQS streams per peer.
 
 use std::future::Future;
@@ -116,7 +116,7 @@ where
                 },
                 false => None,
             };
-            return Either::Right(Box::pin(held_open(
+            return Either::Right(Box::pin(counted_open(
                 self.inner.call(request),
                 (call, stream),
             )));
@@ -140,7 +140,7 @@ where
             Ok(_) => {}
             Err(status) => return Either::Right(Box::pin(refuse(request, status))),
         }
-        // Alone over its part, no place now: wait for one, as long as the call can still be
+        // Alone over its allotment, no place now: wait for one, as long as the call can still be
         // answered within its deadline (the service was readied for this call, so it goes
         // along).
         let deadline = request
@@ -185,7 +185,7 @@ async fn refuse<E>(
 
 /// A call that is not a decision: its connection counts it open (and its peer the RLQS
 /// stream) until its response body ends.
-async fn held_open<F, E, G>(call: F, guards: G) -> Result<http::Response<Body>, E>
+async fn counted_open<F, E, G>(call: F, guards: G) -> Result<http::Response<Body>, E>
 where
     F: Future<Output = Result<http::Response<Body>, E>>,
     G: Send + Unpin + 'static,

@@ -1,4 +1,4 @@
-//! The window being measured, filled lock-free by every admitted call as it finishes: when it
+//! The period being measured, filled lock-free by every admitted call as it finishes: when it
 //! began, how many calls finished, their summed and fastest latency, the most in flight. The
 //! finishing call that closes it takes its [`Measured`] for the controller. Time is tokio's, so
 //! a test on a paused runtime moves it.
@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::WINDOW;
+use super::PERIOD;
 use super::controller::Measured;
 
-/// The current window's measurements (latencies in µs, times in µs since `epoch`).
+/// The current period's measurements (latencies in µs, times in µs since `epoch`).
 #[derive(Debug)]
 pub(super) struct Measuring {
     start_us: AtomicU64,
@@ -25,7 +25,7 @@ pub(super) struct Measuring {
 }
 
 impl Measuring {
-    /// A window that begins now.
+    /// A period that begins now.
     pub(super) fn new() -> Measuring {
         Measuring {
             start_us: AtomicU64::new(0),
@@ -43,7 +43,7 @@ impl Measuring {
     }
 
     /// A call admitted at `admitted` finished at `now`. True for the one caller whose call
-    /// closes the window: [`WINDOW`] has passed, or `round` calls have finished in it.
+    /// closes the period: [`PERIOD`] has passed, or `round` calls have finished in it.
     pub(super) fn finished(&self, admitted: Instant, now: Instant, round: u64) -> bool {
         let us = micros(now.saturating_duration_since(admitted));
         let calls = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
@@ -51,14 +51,14 @@ impl Measuring {
         self.fastest_us.fetch_min(us, Ordering::Relaxed);
         let now_us = micros(now.saturating_duration_since(self.epoch));
         let start = self.start_us.load(Ordering::Relaxed);
-        let over = now_us.saturating_sub(start) >= micros(WINDOW) || calls >= round;
+        let over = now_us.saturating_sub(start) >= micros(PERIOD) || calls >= round;
         over && self
             .start_us
             .compare_exchange(start, now_us, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
-    /// The closed window's measurements; the next one starts with `in_flight` calls.
+    /// The closed period's measurements; the next one starts with `in_flight` calls.
     pub(super) fn take(&self, in_flight: u32) -> Measured {
         let calls = self.calls.swap(0, Ordering::Relaxed);
         let sum = self.sum_us.swap(0, Ordering::Relaxed);
@@ -84,32 +84,32 @@ mod tests {
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
-    /// On a paused clock: calls of known latency make the window's mean, fastest and peak; the
-    /// window closes at [`WINDOW`] or at a round of calls, for one caller only.
+    /// On a paused clock: calls of known latency make the period's mean, fastest and peak; the
+    /// period closes at [`PERIOD`] or at a round of calls, for one caller only.
     #[tokio::test(start_paused = true)]
-    async fn a_window_measures_its_calls_and_closes_once() {
+    async fn a_period_measures_its_calls_and_closes_once() {
         let m = Measuring::new();
         let t0 = Instant::now();
         m.entered(3);
         m.entered(2);
         tokio::time::advance(MS(10)).await;
-        assert!(!m.finished(t0, Instant::now(), u64::MAX), "10 ms < WINDOW");
+        assert!(!m.finished(t0, Instant::now(), u64::MAX), "10 ms < PERIOD");
         tokio::time::advance(MS(20)).await;
         let t1 = Instant::now();
         assert!(!m.finished(t0, t1, u64::MAX));
-        tokio::time::advance(WINDOW).await;
+        tokio::time::advance(PERIOD).await;
         let end = Instant::now();
         assert!(
             m.finished(t1, end, u64::MAX),
-            "WINDOW passed: this call closes it"
+            "PERIOD passed: this call closes it"
         );
         assert!(!m.finished(t1, end, u64::MAX), "and no other");
-        let window = m.take(1);
+        let period = m.take(1);
         // Latencies 10, 30, 100 and 100 ms.
-        assert_eq!(window.calls, 4);
-        assert_eq!(window.mean, MS(60));
-        assert_eq!(window.fastest, Some(MS(10)));
-        assert_eq!(window.peak_in_flight, 3);
+        assert_eq!(period.calls, 4);
+        assert_eq!(period.mean, MS(60));
+        assert_eq!(period.fastest, Some(MS(10)));
+        assert_eq!(period.peak_in_flight, 3);
         let next = m.take(0);
         assert_eq!(
             (next.calls, next.fastest, next.peak_in_flight),
@@ -118,7 +118,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn in_slow_start_a_round_of_calls_closes_the_window() {
+    async fn in_slow_start_a_round_of_calls_closes_the_period() {
         let m = Measuring::new();
         let at = Instant::now();
         assert!(!m.finished(at, at, 2));

@@ -1,5 +1,5 @@
 //! The limit's shared state: the places (a semaphore resized as the limit moves), the
-//! permits that hold them and time their calls, the hand-over of a closed window's
+//! permits that hold them and time their calls, the hand-over of a closed period's
 //! measurements (`measuring`) to the [`Controller`], the wait a call may have, and the refusal.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -34,14 +34,14 @@ pub(super) struct Shared {
     /// given back while this is above zero is forgotten instead.
     debt: AtomicU32,
     limit: AtomicU32,
-    /// The last window's mean latency (µs): what an admitted call is expected to take.
+    /// The last period's mean latency (µs): what an admitted call is expected to take.
     expected_us: AtomicU64,
-    /// The last window's fastest call (µs): when even that is longer than a caller's deadline,
+    /// The last period's fastest call (µs): when even that is longer than a caller's deadline,
     /// the store (not Turnstile's load) is what keeps the call from an answer in time.
     fastest_recent_us: AtomicU64,
-    /// In slow start, a window also ends after this many calls (`u64::MAX`: by time only).
+    /// In slow start, a period also ends after this many calls (`u64::MAX`: by time only).
     round: AtomicU64,
-    /// The window being measured.
+    /// The period being measured.
     measuring: Measuring,
     controller: Mutex<Controller>,
     readings: Arc<AdmissionReadings>,
@@ -110,13 +110,13 @@ impl Permit {
     }
 
     /// The call was answered, or dropped unanswered (its caller cancelled it or its deadline
-    /// passed: it took at least this long): its latency joins the window, which may end here.
+    /// passed: it took at least this long): its latency joins the period, which may end here.
     fn finished(&self) {
         let now = Instant::now();
         let shared = &self.shared;
         let round = shared.round.load(Ordering::Relaxed);
         if shared.measuring.finished(self.admitted, now, round) {
-            shared.end_window(now);
+            shared.end_period(now);
         }
     }
 }
@@ -156,7 +156,7 @@ impl Shared {
     }
 
     /// With the adaptive limit off: whether `peer`'s next decision fits the fixed limit, or
-    /// its part of it.
+    /// its allotment of it.
     pub(super) fn fixed_admits(&self, peer: &Arc<Peer>) -> Result<(), tonic::Status> {
         if self.peers.decisions() < self.fixed {
             return Ok(());
@@ -164,16 +164,20 @@ impl Shared {
         self.fair(peer).map(|_| ())
     }
 
-    /// Where `peer`'s next decision stands against its part of the limit: the refusal when it
-    /// is over its part while others are active.
+    /// Where `peer`'s next decision stands against its allotment of the limit: the refusal when it
+    /// is over its allotment while others are active.
     pub(super) fn fair(&self, peer: &Arc<Peer>) -> Result<Fair, tonic::Status> {
         let limit = match self.enabled {
             true => self.limit.load(Ordering::Relaxed),
             false => self.fixed,
         };
         match peer.fair(limit) {
-            Fair::Over { held, part, active } => Err(tonic::Status::resource_exhausted(
-                peer.refuse_over_part(limit, held, part, active),
+            Fair::Over {
+                holding,
+                allotment,
+                active,
+            } => Err(tonic::Status::resource_exhausted(
+                peer.refuse_over_allotment(limit, holding, allotment, active),
             )),
             fair => Ok(fair),
         }
@@ -244,24 +248,24 @@ impl Shared {
         }
     }
 
-    /// Takes the window's measurements (the one caller that won the window's end) and sets
+    /// Takes the period's measurements (the one caller that won the period's end) and sets
     /// the next limit.
-    fn end_window(&self, now: Instant) {
+    fn end_period(&self, now: Instant) {
         let in_flight = u32::try_from(self.readings.in_flight()).unwrap_or(u32::MAX);
-        let window = self.measuring.take(in_flight);
+        let period = self.measuring.take(in_flight);
         let Ok(mut controller) = self.controller.lock() else {
             // A panic elsewhere while updating: keep the limit as it was.
             return;
         };
         let before = controller.limit();
-        let limit = controller.update(&window, now.into_std());
+        let limit = controller.update(&period, now.into_std());
         self.resize(before, limit);
         self.round
             .store(controller.round().unwrap_or(u64::MAX), Ordering::Relaxed);
         self.limit.store(limit, Ordering::Relaxed);
         self.expected_us
-            .store(micros(window.mean), Ordering::Relaxed);
-        if let Some(fastest) = window.fastest {
+            .store(micros(period.mean), Ordering::Relaxed);
+        if let Some(fastest) = period.fastest {
             self.fastest_recent_us
                 .store(micros(fastest), Ordering::Relaxed);
         }
@@ -299,12 +303,12 @@ mod tests {
         ))
     }
 
-    /// On a paused clock: once a window of calls that each took 30 ms has closed, a call may
+    /// On a paused clock: once a period of calls that each took 30 ms has closed, a call may
     /// wait its deadline less those 30 ms and a tenth of the deadline; a caller whose deadline
     /// the fastest call does not fit is told the store is too slow (`UNAVAILABLE`), any other
     /// that Turnstile is overloaded (`RESOURCE_EXHAUSTED`).
     #[tokio::test(start_paused = true)]
-    async fn a_closed_window_sets_the_wait_and_the_refusal() {
+    async fn a_closed_period_sets_the_wait_and_the_refusal() {
         let shared = shared();
         let peer = shared.local_peer();
         assert_eq!(

@@ -290,7 +290,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     Poll::Pending => {}
                 }
                 if self.state().wait_at_gate(cx.waker()) {
-                    self.state().peer().held_back();
+                    self.state().peer().reads_paused();
                     // Woken when a request of the peer closes, or when the client sends more
                     // (read ahead registered the socket); the deadline still applies.
                     return self.poll_idle(cx);
@@ -301,7 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 continue;
             }
             if self.intake.holds() {
-                self.intake.hand_held(allowed, buf);
+                self.intake.hand_withheld(allowed, buf);
                 self.settle();
                 return Poll::Ready(Ok(()));
             }
@@ -326,7 +326,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// when there is nothing to read now (or the intake holds enough: then nothing registers,
     /// and the gate's wake-up reads next).
     fn read_ahead(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
-        if self.intake.held() >= HOLD_AT_GATE {
+        if self.intake.withheld() >= HOLD_AT_GATE {
             return Poll::Pending;
         }
         let mut step = [0u8; NARROW_READ];

@@ -138,7 +138,7 @@ fn hand_once(intake: &mut Intake, gated: bool, room: usize, out: &mut Vec<u8>) {
     if allowed == 0 {
         intake.hand_control(&mut buf);
     } else if intake.holds() {
-        intake.hand_held(allowed, &mut buf);
+        intake.hand_withheld(allowed, &mut buf);
     }
     out.extend_from_slice(buf.filled());
 }

@@ -45,7 +45,7 @@ pub(super) struct Intake {
     /// Whether no request is half received at `handed`.
     clean_at_handed: bool,
     /// Bytes read and not yet handed (positions `handed..read`).
-    held: VecDeque<u8>,
+    withheld: VecDeque<u8>,
     /// Where requests become open (the client's END_STREAM: all of it sent) and close (the
     /// client's RST_STREAM): counted when handed to hyper.
     marks: VecDeque<(u64, Mark)>,
@@ -108,7 +108,7 @@ impl Default for Intake {
             handed: 0,
             changes: VecDeque::new(),
             clean_at_handed: true,
-            held: VecDeque::new(),
+            withheld: VecDeque::new(),
             marks: VecDeque::new(),
             open: Streams::default(),
             opened: 0,
@@ -138,7 +138,7 @@ impl Intake {
 
     /// Whether bytes are held back.
     pub(super) fn holds(&self) -> bool {
-        !self.held.is_empty()
+        !self.withheld.is_empty()
     }
 
     /// Follows `bytes` just read; `hold`: they are kept here until handed out.
@@ -146,7 +146,7 @@ impl Intake {
         let start = self.read;
         self.read += bytes.len() as u64;
         if hold {
-            self.held.extend(bytes);
+            self.withheld.extend(bytes);
         }
         let skip = usize::try_from(PREFACE_LEN.saturating_sub(start)).unwrap_or(usize::MAX);
         let Some(frames) = bytes.get(skip.min(bytes.len())..) else {
@@ -277,8 +277,8 @@ impl Intake {
     }
 
     /// Bytes held.
-    pub(super) fn held(&self) -> usize {
-        self.held.len()
+    pub(super) fn withheld(&self) -> usize {
+        self.withheld.len()
     }
 
     /// Hands the first held control frame into `out`, ahead of the held bytes before it (see
@@ -299,7 +299,7 @@ impl Intake {
                 next => next,
             };
             let rest = next.map_or(0, |&at| at - handed);
-            return self.hand_held(usize::try_from(rest).unwrap_or(0), out);
+            return self.hand_withheld(usize::try_from(rest).unwrap_or(0), out);
         }
         let len = end - start;
         let Ok(n) = usize::try_from(len) else {
@@ -310,7 +310,7 @@ impl Intake {
         }
         self.movable.frames.pop_front();
         let from = usize::try_from(start - handed).unwrap_or(usize::MAX);
-        let frame: Vec<u8> = self.held.drain(from..from + n).collect();
+        let frame: Vec<u8> = self.withheld.drain(from..from + n).collect();
         self.release_if_empty();
         out.put_slice(&frame);
         // The held bytes before it now come after it: their positions move on by its length.
@@ -329,13 +329,13 @@ impl Intake {
     }
 
     /// Hands up to `most` held bytes into `out`; how many.
-    pub(super) fn hand_held(&mut self, most: usize, out: &mut tokio::io::ReadBuf<'_>) -> usize {
-        let n = most.min(self.held.len()).min(out.remaining());
-        let (front, back) = self.held.as_slices();
+    pub(super) fn hand_withheld(&mut self, most: usize, out: &mut tokio::io::ReadBuf<'_>) -> usize {
+        let n = most.min(self.withheld.len()).min(out.remaining());
+        let (front, back) = self.withheld.as_slices();
         let from_front = n.min(front.len());
         out.put_slice(&front[..from_front]);
         out.put_slice(&back[..n - from_front]);
-        self.held.drain(..n);
+        self.withheld.drain(..n);
         self.release_if_empty();
         self.hand(n as u64);
         n
@@ -345,8 +345,8 @@ impl Intake {
     /// at the gate once does not keep up to [`HOLD_AT_GATE`] bytes for the rest of its life
     /// (thousands of mostly idle connections in a mesh).
     fn release_if_empty(&mut self) {
-        if self.held.is_empty() && self.held.capacity() > RELEASE_ABOVE {
-            self.held = VecDeque::new();
+        if self.withheld.is_empty() && self.withheld.capacity() > RELEASE_ABOVE {
+            self.withheld = VecDeque::new();
         }
     }
 }

@@ -11,13 +11,14 @@
 //! (`MEMCACHE_SRV`) and refreshed.
 //!
 //! Where things are: `hits` (a batch of counter operations grouped by server), `token_bucket`
-//! (bucket states by compare-and-swap), `ring` (which server owns a key), `discovery` (SRV),
-//! `server` (one server's health and deadlines), `transport` (the trait and the configured
-//! kind), and the two transports, `pipelined/` (our own connections) and `pooled/` (bb8 and
-//! async-memcached).
+//! (token-bucket states by compare-and-swap), `ring` (which server owns a key), `discovery` (SRV),
+//! `server` (one server's health and deadlines), `transport` (the trait the two transports
+//! implement, below them), the two transports, `pipelined/` (our own connections) and
+//! `pooled/` (bb8 and async-memcached), and `kind` (the configured kind, which names them).
 
 pub mod discovery;
 mod hits;
+mod kind;
 mod pipelined;
 mod pooled;
 mod ring;
@@ -38,11 +39,12 @@ use futures_util::future::try_join_all;
 use super::{CounterOp, CounterStore, Gauge, StorageError, TokenAnswer, TokenStep};
 use crate::clock::Clock;
 use discovery::Resolver;
+use kind::ServerTransport;
 use pipelined::Pipelined;
 use pooled::{Pooled, Protocol};
 use ring::Ring;
 use server::Server;
-use transport::{Command, Sent, ServerTransport, Transport};
+use transport::{Command, Sent, Transport};
 
 /// How long a probe after a late answer may take before the server is marked down.
 const PROBE_DEADLINE: Duration = Duration::from_secs(1);
@@ -105,7 +107,7 @@ struct Topology {
 struct Inner {
     topology: ArcSwap<Topology>,
     /// Token-bucket steps waiting per key while one update of that key is out.
-    buckets: token_bucket::StepQueue,
+    step_queue: token_bucket::StepQueue,
     transport: MemcachedTransport,
     pool_size: u32,
     pipelined_connections: NonZeroUsize,
@@ -130,7 +132,7 @@ impl MemcachedStore {
         let store = Self {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
-                buckets: token_bucket::StepQueue::default(),
+                step_queue: token_bucket::StepQueue::default(),
                 transport: options.transport,
                 pool_size: options.pool_size,
                 pipelined_connections: options.pipelined_connections,

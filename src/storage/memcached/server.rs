@@ -11,7 +11,7 @@
 //! at once instead of each waiting for a deadline, and one operation per backoff period (50 ms
 //! doubling to 1 s, ±25 %) is let through as its probe. A success closes it.
 //!
-//! Must not touch: what the commands are (counters, bucket states), the ring.
+//! Must not touch: what the commands are (counters, token-bucket states), the ring.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +22,8 @@ use futures_util::FutureExt;
 use futures_util::future::Either;
 
 use super::PROBE_DEADLINE;
-use super::transport::{Sent, ServerTransport, Transport, TransportError};
+use super::kind::ServerTransport;
+use super::transport::{Sent, Transport, TransportError};
 use crate::storage::ErrorKind;
 use crate::storage::StorageError;
 use crate::storage::breaker::{Admit, Breaker};

@@ -33,7 +33,7 @@ const LOST_RACE: Schedule =
 
 type Reply = oneshot::Sender<Result<TokenAnswer, StorageError>>;
 
-/// Steps waiting per bucket key while an update of that key is out.
+/// Steps waiting per token-bucket key while an update of that key is out.
 #[derive(Debug, Default)]
 pub(super) struct StepQueue {
     waiting: Mutex<HashMap<CounterKey, Vec<(TokenStep, Reply)>>>,
@@ -77,11 +77,11 @@ impl MemcachedStore {
     pub(super) async fn token_step(&self, step: TokenStep) -> Result<TokenAnswer, StorageError> {
         let (reply, answer) = oneshot::channel();
         let key = step.key.clone();
-        if self.inner.buckets.enqueue(step, reply) {
+        if self.inner.step_queue.enqueue(step, reply) {
             // The update runs on its own task, so a caller that gives up (deadline, cancelled
             // request) never strands the steps queued behind it.
             let inner = Arc::clone(&self.inner);
-            tokio::spawn(async move { inner.drain_bucket(key).await });
+            tokio::spawn(async move { inner.drain_token_bucket(key).await });
         }
         answer
             .await
@@ -91,14 +91,14 @@ impl MemcachedStore {
 
 impl Inner {
     /// Applies every queued step of `key`, batch after batch, until none is left.
-    async fn drain_bucket(&self, key: CounterKey) {
+    async fn drain_token_bucket(&self, key: CounterKey) {
         loop {
-            let batch = self.buckets.take(&key);
+            let batch = self.step_queue.take(&key);
             if batch.is_empty() {
                 return;
             }
             let steps: Vec<&TokenStep> = batch.iter().map(|(step, _)| step).collect();
-            match self.update_bucket(&key, &steps).await {
+            match self.update_token_bucket(&key, &steps).await {
                 Ok(answers) => {
                     for ((_, reply), answer) in batch.into_iter().zip(answers) {
                         let _ = reply.send(Ok(answer));
@@ -114,7 +114,7 @@ impl Inner {
     }
 
     /// One read, every step applied in order, one compare-and-swap; again on a lost race.
-    async fn update_bucket(
+    async fn update_token_bucket(
         &self,
         key: &str,
         steps: &[&TokenStep],

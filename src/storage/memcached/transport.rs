@@ -1,15 +1,14 @@
-//! How commands reach one memcached server: the [`Transport`] trait and its error type.
-//! Two transports implement it:
-//! [`Pipelined`] (our own meta-protocol connections shared by every
-//! caller, one write per batch; the default) and [`Pooled`]
+//! How commands reach one memcached server: the [`Transport`] trait and what it carries
+//! (commands, token-token-bucket states, errors, bytes sent). Two transports implement it:
+//! [`Pipelined`](super::pipelined::Pipelined) (our own meta-protocol connections shared by every
+//! caller, one write per batch; the default) and [`Pooled`](super::pooled::Pooled)
 //! (async-memcached connections in a bb8 pool, one command in flight each; meta commands, or the
 //! classic `incr`/`add` family for memcached < 1.6). The trait carries what every transport
-//! does alike (bucket states, probes, connections); counter batches, the hot path, go each
+//! does alike (token-token-bucket states, probes, connections); counter batches, the hot path, go each
 //! transport's own way: a pipelined call's parts are gathered in place across its servers
-//! (`pipelined::gather`), a pooled call runs one command per connection (`Pooled::apply`). The
-//! trait is dispatched statically: [`ServerTransport`], an enum over the kinds, is a server's
-//! configured transport (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`), since a
-//! `dyn Transport` would box every call's future, per server per call.
+//! (`pipelined::gather`), a pooled call runs one command per connection (`Pooled::apply`).
+//! This file sits below the two clients and names neither; the configured kind that names
+//! them is `kind::ServerTransport`, above them.
 //!
 //! Must not touch: rules, limiter, the store's grouping of hits by server, health.
 
@@ -19,8 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::pipelined::Pipelined;
-use super::pooled::Pooled;
 use crate::storage::Change;
 
 /// One counter command for a server.
@@ -128,14 +125,14 @@ pub(super) struct Connections {
 
 /// A way of carrying counter commands to one server.
 pub(super) trait Transport: Send + Sync + fmt::Debug {
-    /// Reads a bucket state and its CAS token (`None` when missing).
+    /// Reads a token-bucket state and its CAS token (`None` when missing).
     fn read_state<'a>(
         &'a self,
         key: &'a str,
         sent: &'a Sent,
     ) -> impl Future<Output = Answer<Option<StoredState>>> + Send + 'a;
 
-    /// Writes a bucket state; `false` when another writer got there first.
+    /// Writes a token-bucket state; `false` when another writer got there first.
     fn write_state<'a>(
         &'a self,
         write: StateWrite<'a>,
@@ -150,69 +147,4 @@ pub(super) trait Transport: Send + Sync + fmt::Debug {
 
     /// The connections held now.
     fn connections(&self) -> Connections;
-}
-
-/// The transport of one server, of the configured kind (`MEMCACHE_CLIENT`,
-/// `MEMCACHE_CLASSIC_PROTOCOL`).
-#[derive(Debug)]
-pub(super) enum ServerTransport {
-    /// Shared pipelined connections (the default).
-    Pipelined(Pipelined),
-    /// A bb8 pool, meta or classic commands.
-    Pooled(Pooled),
-}
-
-impl ServerTransport {
-    /// The pipelined transport, when it is that kind.
-    pub(super) fn pipelined(&self) -> Option<&Pipelined> {
-        match self {
-            ServerTransport::Pipelined(t) => Some(t),
-            ServerTransport::Pooled(_) => None,
-        }
-    }
-
-    /// The pooled transport, when it is that kind.
-    pub(super) fn pooled(&self) -> Option<&Pooled> {
-        match self {
-            ServerTransport::Pooled(t) => Some(t),
-            ServerTransport::Pipelined(_) => None,
-        }
-    }
-}
-
-impl Transport for ServerTransport {
-    async fn read_state(&self, key: &str, sent: &Sent) -> Answer<Option<StoredState>> {
-        match self {
-            ServerTransport::Pipelined(t) => t.read_state(key, sent).await,
-            ServerTransport::Pooled(t) => t.read_state(key, sent).await,
-        }
-    }
-
-    async fn write_state(&self, write: StateWrite<'_>, sent: &Sent) -> Answer<bool> {
-        match self {
-            ServerTransport::Pipelined(t) => t.write_state(write, sent).await,
-            ServerTransport::Pooled(t) => t.write_state(write, sent).await,
-        }
-    }
-
-    async fn probe(&self) -> Result<(), TransportError> {
-        match self {
-            ServerTransport::Pipelined(t) => t.probe().await,
-            ServerTransport::Pooled(t) => t.probe().await,
-        }
-    }
-
-    fn reset(&self) {
-        match self {
-            ServerTransport::Pipelined(t) => t.reset(),
-            ServerTransport::Pooled(t) => t.reset(),
-        }
-    }
-
-    fn connections(&self) -> Connections {
-        match self {
-            ServerTransport::Pipelined(t) => t.connections(),
-            ServerTransport::Pooled(t) => t.connections(),
-        }
-    }
 }

@@ -11,7 +11,7 @@
 //! at once so the next call reconnects (and, behind Sentinel, asks the sentinels for the master
 //! again).
 //!
-//! Must not touch: rules, limits, the algorithms' arithmetic (the bucket script mirrors
+//! Must not touch: rules, limits, the algorithms' arithmetic (the token-bucket script mirrors
 //! `storage::token_bucket`, which the contract suite checks), key layout.
 
 mod breakers;
@@ -45,7 +45,7 @@ use scripts::Scripts;
 
 /// A token bucket's `capacity × period (ms)` must stay below this here: the script's numbers
 /// are Lua doubles, exact below 2^53. Rules beyond it are refused when they load.
-pub const BUCKET_MAX_SCALE: u128 = 1 << 53;
+pub const TOKEN_BUCKET_MAX_SCALE: u128 = 1 << 53;
 
 /// What one call sends: a script invocation, or plain commands pipelined in one write.
 enum Request<'a> {
@@ -170,11 +170,11 @@ impl Inner {
         error.caused_by(e.clone())
     }
 
-    /// Bucket steps in one script call, in order (their keys must share a slot on a cluster).
+    /// Token-bucket steps in one script call, in order (their keys must share a slot on a cluster).
     async fn steps(&self, steps: &[&TokenStep]) -> Result<Vec<TokenAnswer>, StorageError> {
-        let mut invocation = self.scripts.bucket.prepare_invoke();
+        let mut invocation = self.scripts.token_bucket.prepare_invoke();
         for step in steps {
-            if step.capacity.get().saturating_mul(step.interval.get()) >= BUCKET_MAX_SCALE {
+            if step.capacity.get().saturating_mul(step.interval.get()) >= TOKEN_BUCKET_MAX_SCALE {
                 return Err(StorageError::protocol(format!(
                     "token bucket too large for Redis: capacity {} x period {} ms must stay \
                      under 2^53",
@@ -182,7 +182,7 @@ impl Inner {
                 )));
             }
             let rate = step.ticks_per_milli.get();
-            // More than a full bucket is refused (a take) or fills it (a refund) whatever the
+            // More than a full token bucket is refused (a take) or fills it (a refund) whatever the
             // amount: bounded so, n × period stays within the script's exact range.
             let full = u64::try_from(step.capacity.get()).unwrap_or(u64::MAX);
             let (n, refund) = match step.take {
@@ -201,7 +201,7 @@ impl Inner {
         let flat: Vec<i64> = self.call(Request::Script(&invocation)).await?;
         if flat.len() != 3 * steps.len() {
             return Err(StorageError::protocol(format!(
-                "{}: {} values for {} bucket steps",
+                "{}: {} values for {} token-bucket steps",
                 self.name,
                 flat.len(),
                 steps.len()

@@ -51,7 +51,7 @@ return out
 /// now (ms), rate L, period P (ms), capacity C, n, refund (0/1). The state is `q:r` with
 /// TAT = q + r/L ms (0 ≤ r < L), so every number in the script stays a whole number below 2^53
 /// while C × P does (checked by the caller). Returns `admitted, q, r` per step.
-const BUCKET: &str = r"
+const TOKEN_BUCKET: &str = r"
 local function divmod(a, b)
   local q = math.floor(a / b)
   while q * b > a do q = q - 1 end
@@ -94,14 +94,14 @@ return out
 #[derive(Debug)]
 pub(super) struct Scripts {
     pub(super) counters: Script,
-    pub(super) bucket: Script,
+    pub(super) token_bucket: Script,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
         Scripts {
             counters: Script::new(COUNTERS),
-            bucket: Script::new(BUCKET),
+            token_bucket: Script::new(TOKEN_BUCKET),
         }
     }
 }

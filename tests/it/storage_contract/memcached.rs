@@ -38,10 +38,10 @@ async fn classic() -> Option<Fixture<MemcachedStore>> {
 
 contract_cases!(pipelined, super::pipelined);
 contract_cases!(pooled, super::pooled);
-// No leases or buckets on the classic protocol: `classic_store` checks they are refused.
+// No leases or token buckets on the classic protocol: `classic_store` checks they are refused.
 contract_cases!(classic, super::classic, counts, race, saturation, past_2038);
 
-/// What only memcached does: a lease's expiry moves (meta commands), leases and buckets are
+/// What only memcached does: a lease's expiry moves (meta commands), leases and token buckets are
 /// refused in words (classic), and counters expire in real time.
 async fn memcached(transport: MemcachedTransport) {
     let Some(mc) = Memcached::start() else { return };
@@ -79,7 +79,7 @@ async fn memcached(transport: MemcachedTransport) {
 }
 
 /// The classic protocol (memcached < 1.6) has no TTL update or compare-and-swap here: leases
-/// and buckets get a clear error, never a wrong count.
+/// and token buckets get a clear error, never a wrong count.
 async fn classic_refuses_what_it_cannot_do_atomically<S: CounterStore>(
     store: &S,
     clock: &ManualClock,

@@ -1,7 +1,7 @@
 //! One behaviour suite for every `CounterStore`, run on the memory store (`memory`), memcached
 //! with meta commands and with the classic `incr`/`add` fallback (`memcached`), Redis single,
 //! cluster and Sentinel (`redis`) and PostgreSQL (`postgres`). Each case is its own test on each
-//! backend ([`contract_cases!`]: `storage_contract::memcached::pipelined::buckets`), so a failure
+//! backend ([`contract_cases!`]: `storage_contract::memcached::pipelined::token_buckets`), so a failure
 //! names both.
 
 /// One `#[tokio::test]` per case for one backend: `contract_cases!(name, fixture)` (every
@@ -11,7 +11,7 @@
 macro_rules! contract_cases {
     // Every case.
     ($backend:ident, $fixture:path) => {
-        contract_cases!($backend, $fixture, counts, race, leases, buckets, saturation, past_2038);
+        contract_cases!($backend, $fixture, counts, race, leases, token_buckets, saturation, past_2038);
     };
     ($backend:ident, $fixture:path, $($case:ident),+ $(,)?) => {
         mod $backend {
@@ -72,10 +72,10 @@ pub(super) mod cases {
         super::leases(&f.stores[0], &f.clock).await;
     }
 
-    pub(in crate::storage_contract) async fn buckets<S: CounterStore + Clone + 'static>(
+    pub(in crate::storage_contract) async fn token_buckets<S: CounterStore + Clone + 'static>(
         f: &Fixture<S>,
     ) {
-        super::buckets(&f.stores, &f.clock).await;
+        super::token_buckets(&f.stores, &f.clock).await;
     }
 
     pub(in crate::storage_contract) async fn saturation<S: CounterStore>(f: &Fixture<S>) {
@@ -233,7 +233,10 @@ pub(super) fn step(key: &str, now: u128, take: Take) -> TokenStep {
 }
 
 /// Token-bucket steps: applied atomically, in order, and exactly once each under a race.
-pub(super) async fn buckets<S: CounterStore + Clone + 'static>(stores: &[S], clock: &ManualClock) {
+pub(super) async fn token_buckets<S: CounterStore + Clone + 'static>(
+    stores: &[S],
+    clock: &ManualClock,
+) {
     let store = &stores[0];
     let now = u128::from(clock.now().millis());
     let key = unique("bucket");

@@ -25,14 +25,14 @@ pub(super) struct Movable {
 }
 
 impl Movable {
-    /// `frame` ended at `at`, `clean` outside any header block; `held`: its bytes are kept in
+    /// `frame` ended at `at`, `clean` outside any header block; `withheld`: its bytes are kept in
     /// the intake.
-    pub(super) fn ended(&mut self, frame: Frame, at: u64, clean: bool, held: bool) {
+    pub(super) fn ended(&mut self, frame: Frame, at: u64, clean: bool, withheld: bool) {
         let start = std::mem::replace(&mut self.frame_start, at);
-        if held && matches!(frame, Frame::Ping | Frame::Control) {
+        if withheld && matches!(frame, Frame::Ping | Frame::Control) {
             self.frames.push_back((start, at));
         }
-        if held && clean {
+        if withheld && clean {
             self.clean_ends.push_back(at);
         }
     }

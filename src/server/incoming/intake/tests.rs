@@ -62,8 +62,8 @@ fn held_bytes_are_handed_in_order_and_a_reset_ends_a_request() {
     intake.follow(&b, true);
     let mut out = vec![0u8; b.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut out);
-    assert_eq!(intake.hand_held(40, &mut buf), 40);
-    assert_eq!(intake.hand_held(usize::MAX, &mut buf), b.len() - 40);
+    assert_eq!(intake.hand_withheld(40, &mut buf), 40);
+    assert_eq!(intake.hand_withheld(usize::MAX, &mut buf), b.len() - 40);
     assert_eq!(buf.filled(), &b[..]);
     assert!(!intake.holds());
     assert_eq!(
@@ -87,7 +87,7 @@ fn requests_count_as_open_once_sent_whole_and_handed() {
     let (b, _, after_first) = bytes();
     let mut intake = Intake::default();
     intake.follow(&b, true);
-    assert_eq!(intake.take_changes(), (0, 0), "held, not handed");
+    assert_eq!(intake.take_changes(), (0, 0), "withheld, not handed");
     intake.hand(after_first as u64);
     assert_eq!(intake.take_changes(), (1, 0));
     intake.hand((b.len() - after_first) as u64);
@@ -103,7 +103,7 @@ fn control_frames_held_behind_requests_go_first_and_the_requests_keep_their_mark
     let (mut b, _, after_first) = bytes();
     let settings = frame(0x4, 0, 0, 6);
     let window = frame(0x8, 0, 0, 4);
-    let stream_window = frame(0x8, 0, 3, 4); // on a held stream: never moved
+    let stream_window = frame(0x8, 0, 3, 4); // on a withheld stream: never moved
     b.extend(frame(0x0, 0x1, 3, 10)); // the second request's DATA, END_STREAM
     b.extend(&stream_window);
     b.extend(&settings);
@@ -112,7 +112,7 @@ fn control_frames_held_behind_requests_go_first_and_the_requests_keep_their_mark
     intake.follow(&b, true);
     let mut out = vec![0u8; b.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut out);
-    assert_eq!(intake.hand_held(after_first, &mut buf), after_first);
+    assert_eq!(intake.hand_withheld(after_first, &mut buf), after_first);
     assert_eq!(intake.take_changes(), (1, 0));
     assert_eq!(intake.allowance(true), 0, "gated: the second request waits");
     assert_eq!(intake.hand_control(&mut buf), settings.len());
@@ -123,8 +123,8 @@ fn control_frames_held_behind_requests_go_first_and_the_requests_keep_their_mark
         (0, 0),
         "no request opened by moving them"
     );
-    let rest = intake.held();
-    assert_eq!(intake.hand_held(rest, &mut buf), rest);
+    let rest = intake.withheld();
+    assert_eq!(intake.hand_withheld(rest, &mut buf), rest);
     assert_eq!(
         intake.take_changes(),
         (1, 0),
@@ -175,7 +175,7 @@ fn a_control_frame_waits_for_the_end_of_a_frame_or_block_hyper_has_part_of() {
     let mut out = vec![0u8; b.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut out);
     // Hyper was handed part of the CONTINUATION before the gate shut.
-    assert_eq!(intake.hand_held(in_block, &mut buf), in_block);
+    assert_eq!(intake.hand_withheld(in_block, &mut buf), in_block);
     assert_eq!(
         intake.hand_control(&mut buf),
         block_end - in_block,
@@ -195,13 +195,16 @@ fn a_held_buffer_is_given_back_once_handed_and_a_small_one_is_kept() {
     }
     let mut intake = Intake::default();
     intake.follow(&b, true);
-    assert!(intake.held.capacity() >= b.len(), "all of it is held");
+    assert!(
+        intake.withheld.capacity() >= b.len(),
+        "all of it is withheld"
+    );
     let mut store = vec![0u8; b.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut store);
-    assert_eq!(intake.hand_held(usize::MAX, &mut buf), b.len());
+    assert_eq!(intake.hand_withheld(usize::MAX, &mut buf), b.len());
     assert_eq!(buf.filled(), &b[..], "handed unchanged");
     assert_eq!(
-        intake.held.capacity(),
+        intake.withheld.capacity(),
         0,
         "a 16 KiB buffer is not kept for an idle life"
     );
@@ -210,6 +213,6 @@ fn a_held_buffer_is_given_back_once_handed_and_a_small_one_is_kept() {
     intake.follow(&small, true);
     let mut store = vec![0u8; small.len()];
     let mut buf = tokio::io::ReadBuf::new(&mut store);
-    assert_eq!(intake.hand_held(usize::MAX, &mut buf), small.len());
-    assert!(intake.held.capacity() > 0 && intake.held.capacity() <= super::RELEASE_ABOVE);
+    assert_eq!(intake.hand_withheld(usize::MAX, &mut buf), small.len());
+    assert!(intake.withheld.capacity() > 0 && intake.withheld.capacity() <= super::RELEASE_ABOVE);
 }

@@ -32,7 +32,7 @@ const PENDING_QUEUE: usize = 16_384;
 
 /// What a caller queues on a connection.
 enum Outgoing {
-    /// Command lines of its own, answered as replies (bucket states, probes).
+    /// Command lines of its own, answered as replies (token-bucket states, probes).
     Lines(Command),
     /// A call's part of counter commands, answered in place.
     Part(Ticket),

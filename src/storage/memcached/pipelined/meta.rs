@@ -1,4 +1,4 @@
-//! The meta-protocol command lines Turnstile sends: counters (`ma`), leases, and bucket states
+//! The meta-protocol command lines Turnstile sends: counters (`ma`), leases, and token-bucket states
 //! (`mg ... c` and `ms ... C<cas>`), each key base64-encoded (`b`). Pure byte building, shared by
 //! the pipelined connection; the answers are parsed in `pipelined`.
 //!
@@ -88,14 +88,14 @@ pub(super) fn push_counter(out: &mut Vec<u8>, c: &Command<'_>) {
     }
 }
 
-/// Appends `mg` for a bucket state with its CAS token.
+/// Appends `mg` for a token-bucket state with its CAS token.
 pub(super) fn push_read_state(out: &mut Vec<u8>, key: &str) {
     out.extend_from_slice(b"mg ");
     push_key(out, key);
     out.extend_from_slice(b" b v c\r\n");
 }
 
-/// Appends `ms` writing a bucket state: compare-and-swap against `cas`, or add (create only if
+/// Appends `ms` writing a token-bucket state: compare-and-swap against `cas`, or add (create only if
 /// missing) when `cas` is `None`.
 pub(super) fn push_write_state(out: &mut Vec<u8>, write: StateWrite<'_>) {
     let (data, exptime) = (write.value.to_string(), write.exptime);

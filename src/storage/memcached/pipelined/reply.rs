@@ -22,7 +22,7 @@ pub(super) enum Reply {
     NotFound,
     /// `MN`.
     Noop,
-    /// `VA` with a bucket state and its CAS token (`mg ... v c`).
+    /// `VA` with a token-bucket state and its CAS token (`mg ... v c`).
     State {
         /// The stored TAT.
         value: u128,
@@ -59,7 +59,7 @@ impl Reply {
     }
 }
 
-/// The longest value a reply carries: a u128 bucket state in decimal is at most 39 digits.
+/// The longest value a reply carries: a u128 token-bucket state in decimal is at most 39 digits.
 const MAX_VALUE_LEN: usize = 48;
 
 /// Reads one reply (`None` at the end of the stream); `line` and `data` are reused buffers.

@@ -1,6 +1,6 @@
-//! The counter and bucket commands of the pooled transport, one async-memcached call (or the
+//! The counter and token-bucket commands of the pooled transport, one async-memcached call (or the
 //! classic `incr` → `add` → `incr` fallback) each: create-or-add with the count after, refund,
-//! lease with a TTL update, and a bucket state's read and compare-and-swap.
+//! lease with a TTL update, and a token-bucket state's read and compare-and-swap.
 //!
 //! Must not touch: the pool, deadlines, health (those are `pooled`'s and the store's).
 
@@ -140,7 +140,7 @@ pub(super) async fn lease(conn: &mut Client, command: &Command<'_>) -> Result<u6
     }
 }
 
-/// Reads a bucket state and its CAS token.
+/// Reads a token-bucket state and its CAS token.
 pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<StoredState>, Error> {
     let b64 = STANDARD.encode(key);
     let Some(value) = conn
@@ -157,12 +157,14 @@ pub(super) async fn read_state(conn: &mut Client, key: &str) -> Result<Option<St
     match (text.parse::<u128>(), value.cas) {
         (Ok(value), Some(cas)) => Ok(Some(StoredState { value, cas })),
         _ => Err(Error::Protocol(Status::Error(
-            async_memcached::ErrorKind::Protocol(Some(format!("not a bucket state: {text:?}"))),
+            async_memcached::ErrorKind::Protocol(Some(format!(
+                "not a token-bucket state: {text:?}"
+            ))),
         ))),
     }
 }
 
-/// Writes a bucket state by compare-and-swap (or add when new); `false` if another won.
+/// Writes a token-bucket state by compare-and-swap (or add when new); `false` if another won.
 pub(super) async fn write_state(conn: &mut Client, write: StateWrite<'_>) -> Result<bool, Error> {
     let b64 = STANDARD.encode(write.key);
     let ttl = format!("T{}", write.exptime);
