@@ -49,7 +49,7 @@ proptest! {
         });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), settings);
         let calls = steps.iter().filter(|s| matches!(s, super::Step::Call { .. })).count();
-        super::run_with_share(&runtime, &limiter, &clock, 5_000, share, steps)?;
+        super::run_with_share(&runtime, &limiter, &clock, super::Expiry::TestClock, share, steps)?;
         let readings = limiter.outage_readings();
         prop_assert_eq!(readings.replicas, Some(share));
         prop_assert_eq!(readings.local_decisions, calls as u64, "every call decided locally");

@@ -9,6 +9,7 @@ mod exactness;
 mod local;
 mod models;
 mod scenarios;
+mod stalls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,10 @@ use turnstile::limiter::{Code, Descriptor, Entry, Limiter, Request};
 use turnstile::storage::CounterStore;
 use turnstile::storage::memory::MemoryStore;
 
+use crate::support::redis_server::redis_store_within;
 use crate::support::{Memcached, memcached_store, unique};
 use models::{Answer, Bucket, Leases, Sliding};
+use stalls::{Expiry, Stalls};
 
 /// The rules under test. Concurrency leases live 5 s on memory (the model checks their expiry)
 /// and an hour on memcached (whose expiry runs on real time, not the test clock).
@@ -80,15 +83,19 @@ fn request<'a>(key: &'a str, value: &'a str, hits: u64, refund: bool) -> Request
     }
 }
 
+/// How long a remote store may take to answer here: these tests compare answers, not
+/// deadlines, and a loaded machine must not turn a slow answer into a failed case.
+const PATIENCE: Duration = Duration::from_secs(20);
+
 /// Drives `steps` through the limiter and the models; the first difference fails the case.
 fn run<S: CounterStore>(
     runtime: &tokio::runtime::Runtime,
     limiter: &Limiter<S>,
     clock: &ManualClock,
-    lease_ms: u64,
+    expiry: Expiry,
     steps: Vec<Step>,
 ) -> Result<(), TestCaseError> {
-    run_with_share(runtime, limiter, clock, lease_ms, 1, steps)
+    run_with_share(runtime, limiter, clock, expiry, 1, steps)
 }
 
 /// [`run`] for a limiter that decides with a share of 1/`share` of each limit: in the models
@@ -97,18 +104,20 @@ fn run_with_share<S: CounterStore>(
     runtime: &tokio::runtime::Runtime,
     limiter: &Limiter<S>,
     clock: &ManualClock,
-    lease_ms: u64,
+    expiry: Expiry,
     share: u64,
     steps: Vec<Step>,
 ) -> Result<(), TestCaseError> {
-    let rules = crate::support::rules(&[("alg.yaml", &rules_for(lease_ms))], false);
+    let rules = crate::support::rules(&[("alg.yaml", &rules_for(expiry))], false);
     let mut models = Models {
         sliding: Sliding::new(5, 2_000),
         bucket: Bucket::new(3, 2, 2_000),
-        leases: Leases::new(3, lease_ms),
+        leases: Leases::new(3, expiry.lease_ms()),
     };
     let case = unique("case");
+    let mut stalls = Stalls::new(expiry);
     for step in steps {
+        stalls.catch_up(clock);
         let (key, value, hits, refund) = match step {
             Step::Advance(ms) => {
                 clock.advance_millis(ms);
@@ -132,6 +141,7 @@ fn run_with_share<S: CounterStore>(
         let verdict = runtime
             .block_on(limiter.check(&rules, &request(key, &value, hits, refund)))
             .map_err(|e| TestCaseError::fail(format!("store: {e}")))?;
+        stalls.called();
         let status = &verdict.statuses[0];
         let got = Answer {
             over: status.code == Code::OverLimit,
@@ -140,24 +150,19 @@ fn run_with_share<S: CounterStore>(
                 u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
             }),
         };
-        prop_assert_eq!(
-            got,
-            want,
-            "{} {} hits {} refund {} at {}",
-            key,
-            value,
-            hits,
-            refund,
-            now
-        );
+        if got != want {
+            return Err(stalls.difference(format!(
+                "{key} {value} hits {hits} refund {refund} at {now}: got {got:?}, the model says {want:?}"
+            )));
+        }
     }
     Ok(())
 }
 
-fn rules_for(lease_ms: u64) -> String {
-    match lease_ms {
-        5_000 => rules("second, unit_multiplier: 5"),
-        _ => rules("hour"),
+fn rules_for(expiry: Expiry) -> String {
+    match expiry {
+        Expiry::TestClock => rules("second, unit_multiplier: 5"),
+        Expiry::RealTime => rules("hour"),
     }
 }
 
@@ -169,7 +174,7 @@ proptest! {
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::new(100_000, Arc::new(clock.clone()));
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
-        run(&runtime, &limiter, &clock, 5_000, steps)?;
+        run(&runtime, &limiter, &clock, Expiry::TestClock, steps)?;
     }
 }
 
@@ -181,9 +186,9 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         // memcached expires on real time: the test clock starts at the real present.
         let clock = ManualClock::new(SystemClock.now_secs());
-        let store = runtime.block_on(async { memcached_store(&[memcached], &clock, Duration::from_secs(2)) });
+        let store = runtime.block_on(async { memcached_store(&[memcached], &clock, PATIENCE) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
-        run(&runtime, &limiter, &clock, 3_600_000, steps)?;
+        run(&runtime, &limiter, &clock, Expiry::RealTime, steps)?;
     }
 }
 
@@ -203,7 +208,7 @@ proptest! {
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::new(100_000, Arc::new(clock.clone()));
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
-        let rules = crate::support::rules(&[("alg.yaml", &rules_for(5_000))], false);
+        let rules = crate::support::rules(&[("alg.yaml", &rules_for(Expiry::TestClock))], false);
         let (limit, period) = (5u64, 2_000u64);
         let mut admitted: Vec<u64> = Vec::new();
         for gap in gaps {
@@ -234,10 +239,10 @@ fn models_on_redis(target: turnstile::storage::redis::RedisTarget, cases: u32) {
     let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
         // Redis expires on real time: the test clock starts at the real present.
         let clock = ManualClock::new(SystemClock.now_secs());
-        let store = runtime
-            .block_on(async { crate::support::redis_server::redis_store(target.clone(), &clock) });
+        let store =
+            runtime.block_on(async { redis_store_within(target.clone(), &clock, PATIENCE) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), Default::default());
-        run(&runtime, &limiter, &clock, 3_600_000, steps)
+        run(&runtime, &limiter, &clock, Expiry::RealTime, steps)
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -292,7 +297,7 @@ fn every_algorithm_matches_its_model_on_postgres() {
         let shared: Arc<dyn turnstile::clock::Clock> = Arc::new(clock.clone());
         let (store, _schema) = pg.store(&shared);
         let limiter = Limiter::new(store, shared, Default::default());
-        run(&runtime, &limiter, &clock, 5_000, steps)
+        run(&runtime, &limiter, &clock, Expiry::TestClock, steps)
     });
     if let Err(e) = result {
         panic!("{e}");

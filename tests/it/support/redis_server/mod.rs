@@ -311,6 +311,23 @@ pub fn redis_store(target: RedisTarget, clock: &ManualClock) -> RedisStore {
     redis_store_as(target, None, clock)
 }
 
+/// A store over `target` on `clock` that waits `timeout` for an answer (tests that compare
+/// answers, not deadlines, wait long enough for a loaded machine).
+pub fn redis_store_within(
+    target: RedisTarget,
+    clock: &ManualClock,
+    timeout: Duration,
+) -> RedisStore {
+    let options = RedisOptions {
+        target,
+        auth: None,
+        timeout,
+        jitter_max_seconds: 0,
+        tls: None,
+    };
+    RedisStore::new(options, Arc::new(clock.clone()))
+}
+
 /// A store over `target` on `clock`, authenticating with `auth`.
 pub fn redis_store_as(
     target: RedisTarget,
