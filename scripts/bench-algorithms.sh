@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

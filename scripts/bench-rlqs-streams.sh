@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 streams=${1:-2000} buckets=${2:-20} interval=${3:-5} secs=${4:-30}
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }

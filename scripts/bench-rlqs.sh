@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20} rate=${2:-2000} users=${3:-10}
-cargo build --release --locked --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --bins >/dev/null 2>&1
 envoy=.venv-envoy/bin/envoy
 work=$(mktemp -d)
 pids=()

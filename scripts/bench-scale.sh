@@ -21,7 +21,7 @@ secs=${1:-5} rounds=${2:-3}
 out=${OUT:-target/bench-scale}
 only=${ONLY:-connections descriptors servers keys}
 command -v h2load >/dev/null || { echo "install nghttp2-client (h2load)"; exit 1; }
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 mkdir -p "$out"
 work=$(mktemp -d)

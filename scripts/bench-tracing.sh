@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-5}
 rounds=${2:-5}
 command -v h2load >/dev/null || { echo "install nghttp2-client (h2load)"; exit 1; }
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 work=$(mktemp -d)
 pids=()

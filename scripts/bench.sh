@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-5}
 command -v h2load >/dev/null || { echo "install nghttp2-client (h2load)"; exit 1; }
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || { echo "install memcached"; exit 1; }
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 work=$(mktemp -d)
 pids=()

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ref=${1:-localhost/turnstile:dev}
 command -v buildah >/dev/null || { echo "install buildah (Debian: apt-get install buildah)" >&2; exit 1; }
 
-cargo build --release --locked --bin turnstile >&2
+. scripts/lib/build.sh && release_build --bin turnstile >&2
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 

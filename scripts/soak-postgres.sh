@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-180}
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 work=$(mktemp -d)

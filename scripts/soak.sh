@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-10} rate=${2:-20000}
 secs=$((minutes * 60))
-cargo build --release --locked --workspace --bins >/dev/null 2>&1
+. scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 work=$(mktemp -d)
 mkdir "$work/rules"
 cp scripts/bench-rules/*.yaml "$work/rules/"

@@ -69,6 +69,8 @@ fi
 
 # A missing peer fails its tests unless a developer opts out; never in CI.
 unset TURNSTILE_SKIP_MISSING_PEERS
+# A RUSTFLAGS of the caller's would drop .cargo/config.toml's --cfg tokio_unstable.
+. scripts/lib/build.sh && keep_tokio_unstable
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"

@@ -264,23 +264,37 @@ fn degraded<S: CounterStore>(
     down_since: Option<std::time::SystemTime>,
 ) -> Option<String> {
     let readings = state.limiter.outage_readings();
+    let unreachable = match (ready, down_since) {
+        (Err(why), Some(since)) if state.limiter.decides_locally() => Some((why.as_str(), since)),
+        _ => None,
+    };
+    describe_degraded(unreachable, &readings)
+}
+
+/// The words of [`degraded`]: the store unreachable since a time (with why) while calls are
+/// decided locally, else the first store still deciding locally since it failed.
+fn describe_degraded(
+    unreachable: Option<(&str, std::time::SystemTime)>,
+    readings: &crate::limiter::OutageReadings,
+) -> Option<String> {
     let portion = match readings.replicas {
         Some(n) => format!("this replica's share of each limit (1/{n})"),
         None => "(no replica count learned yet: calls fail)".to_owned(),
     };
-    match (ready, down_since) {
-        (Err(why), Some(since)) if state.limiter.decides_locally() => Some(format!(
+    if let Some((why, since)) = unreachable {
+        return Some(format!(
             "counter store unreachable since {} ({why}); deciding locally with {portion}",
             humantime::format_rfc3339_seconds(since)
-        )),
-        _ => readings.local_since.first().map(|(store, since_ms)| {
-            let since = std::time::UNIX_EPOCH + Duration::from_millis(*since_ms);
-            format!(
-                "the {store:?} counter store failed at {}; deciding locally with {portion} until                  it answers",
-                humantime::format_rfc3339_seconds(since)
-            )
-        }),
+        ));
     }
+    readings.local_since.first().map(|(store, since_ms)| {
+        let since = std::time::UNIX_EPOCH + Duration::from_millis(*since_ms);
+        format!(
+            "the {store:?} counter store failed at {}; deciding locally with {portion} \
+             until it answers",
+            humantime::format_rfc3339_seconds(since)
+        )
+    })
 }
 
 /// The readiness services' status for a health state.
@@ -303,5 +317,44 @@ async fn publish_health<S>(reporter: HealthReporter, state: Arc<ServiceState<S>>
         if changes.changed().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Destination, OutageReadings};
+
+    #[test]
+    fn degraded_readiness_says_how_it_decides_in_plain_words() {
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        let readings = OutageReadings {
+            replicas: Some(2),
+            local_since: vec![(Destination::Main, 1_796_000_000_000)],
+            ..OutageReadings::default()
+        };
+        let down = describe_degraded(Some(("connection refused", at)), &readings);
+        assert_eq!(
+            down.as_deref(),
+            Some(
+                "counter store unreachable since 2026-11-30T00:53:20Z (connection refused); \
+                 deciding locally with this replica's share of each limit (1/2)"
+            )
+        );
+        let still = describe_degraded(None, &readings);
+        assert_eq!(
+            still.as_deref(),
+            Some(
+                "the Main counter store failed at 2026-11-30T00:53:20Z; deciding locally with \
+                 this replica's share of each limit (1/2) until it answers"
+            )
+        );
+        let unknown = OutageReadings {
+            replicas: None,
+            ..readings
+        };
+        let early = describe_degraded(None, &unknown).unwrap_or_default();
+        assert!(early.ends_with("(no replica count learned yet: calls fail) until it answers"));
+        assert_eq!(describe_degraded(None, &OutageReadings::default()), None);
     }
 }

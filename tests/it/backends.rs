@@ -31,10 +31,9 @@ pub enum Backend {
 /// A server plus whatever it needs kept alive.
 pub struct Harness {
     pub server: TestServer,
-    /// Kept alive for the server's lifetime.
-    pub _memcached: Option<Memcached>,
-    /// Redis processes, kept alive for the server's lifetime.
-    pub _redis: Option<Box<dyn std::any::Any + Send>>,
+    /// The store's processes (memcached, Redis, Sentinel, a cluster, PostgreSQL), kept alive
+    /// for the server's lifetime and stopped when it ends.
+    pub _store: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl std::ops::Deref for Harness {
@@ -50,8 +49,7 @@ impl Backend {
         match self {
             Backend::Memory => Some(Harness {
                 server: start_memory(files, options).await,
-                _memcached: None,
-                _redis: None,
+                _store: None,
             }),
             Backend::Memcached => {
                 let mc = Memcached::start()?;
@@ -61,8 +59,7 @@ impl Backend {
                 let store = memcached_store(&[&mc], &clock, Duration::from_millis(500));
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    _memcached: Some(mc),
-                    _redis: None,
+                    _store: Some(Box::new(mc)),
                 })
             }
             Backend::Redis => {
@@ -73,8 +70,7 @@ impl Backend {
                 options.limiter.key_layout = KeyLayout::Reference;
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    _memcached: None,
-                    _redis: Some(Box::new(redis)),
+                    _store: Some(Box::new(redis)),
                 })
             }
             Backend::RedisSentinel => {
@@ -83,8 +79,7 @@ impl Backend {
                 let store = redis_store(set.target(), &clock);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    _memcached: None,
-                    _redis: Some(Box::new(set)),
+                    _store: Some(Box::new(set)),
                 })
             }
             Backend::RedisCluster => {
@@ -93,8 +88,7 @@ impl Backend {
                 let store = redis_store(RedisTarget::Cluster(cluster.seeds()), &clock);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    _memcached: None,
-                    _redis: Some(Box::new(cluster)),
+                    _store: Some(Box::new(cluster)),
                 })
             }
             Backend::Postgres => {
@@ -104,8 +98,7 @@ impl Backend {
                 let (store, _schema) = pg.store(&shared);
                 Some(Harness {
                     server: start_with(store, clock, files, options).await,
-                    _memcached: None,
-                    _redis: Some(Box::new(pg)),
+                    _store: Some(Box::new(pg)),
                 })
             }
         }

@@ -7,6 +7,7 @@ mod algorithms;
 mod architecture;
 mod backends;
 mod bad_requests;
+mod build_flags;
 mod config_files;
 mod counters_api;
 mod counting_edges;

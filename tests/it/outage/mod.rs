@@ -109,6 +109,17 @@ async fn outage(mut store: Store<'_>) {
         http_get(pair[0].http, "/healthcheck").is_some_and(|(_, b)| b.contains("degraded"))
     })
     .await;
+    let (_, body) = http_get(pair[0].http, "/healthcheck").expect("healthcheck");
+    assert!(
+        body.contains("deciding locally with this replica's share of each limit (1/2)"),
+        "{}: says how it decides: {body}",
+        store.name
+    );
+    assert!(
+        !body.contains("  "),
+        "{}: one space between words: {body:?}",
+        store.name
+    );
     let refused = call(&strict, &key).await;
     assert_eq!(
         refused,
