@@ -53,15 +53,15 @@
 //! |---|---|---|
 //! | `clock` | the injected wall clock | |
 //! | `backoff` | the pauses between retries: exponential schedules, random spread | |
+//! | `tls` | all TLS: PEM files and trust roots, every client's configuration (stores, xDS, OTLP), the gRPC server's TLS/mTLS with certificate reload | |
 //! | `telemetry` | log set-up (text or reference-style JSON) | |
 //! | `health` | readiness components (backend, config, shutdown) | |
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration | `backoff`, `clock` |
+//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration and handshake | `backoff`, `clock`, `tls` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
-//! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage` |
-//! | `tls` | gRPC server TLS/mTLS with certificate reload; PEM certificates and trust roots for the clients | `settings` |
+//! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage`, `tls` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `clock`, `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `peers` | the clients as peers (address or certificate): connections per peer, a peer's part of the decisions in flight, RLQS streams per peer | `metrics` |

@@ -144,7 +144,7 @@ impl App {
         let tls = match &settings.tls {
             None => None,
             Some(files) => {
-                let (config, cert) = crate::tls::server_config(files)?;
+                let (config, cert) = crate::tls::server_config(files.server_files())?;
                 tasks.spawn(cert.watch());
                 Some(config)
             }

@@ -311,7 +311,7 @@ fn store_tls(
     };
     crate::storage::tls::client_config(verify, ca, client)
         .map(Arc::new)
-        .map_err(|e| StorageError::unavailable(format!("{setting}: {e}")))
+        .map_err(|e| StorageError::unavailable(format!("{setting}: {}", e.into_message())))
 }
 
 /// Reads the TLS files named by the settings (at start: a missing file stops start-up).

@@ -268,16 +268,22 @@ fn degraded<S: CounterStore>(
         (Err(why), Some(since)) if state.limiter.decides_locally() => Some((why.as_str(), since)),
         _ => None,
     };
-    describe_degraded(unreachable, &readings)
+    let first_local = readings
+        .local_since
+        .first()
+        .map(|(store, since_ms)| (format!("{store:?}"), *since_ms));
+    describe_degraded(unreachable, readings.replicas, first_local)
 }
 
 /// The words of [`degraded`]: the store unreachable since a time (with why) while calls are
-/// decided locally, else the first store still deciding locally since it failed.
+/// decided locally, else the first store still deciding locally (its name, the Unix
+/// millisecond it failed); `replicas`, the count each limit is shared by, if learned.
 fn describe_degraded(
     unreachable: Option<(&str, std::time::SystemTime)>,
-    readings: &crate::limiter::OutageReadings,
+    replicas: Option<u64>,
+    first_local: Option<(String, u64)>,
 ) -> Option<String> {
-    let portion = match readings.replicas {
+    let portion = match replicas {
         Some(n) => format!("this replica's share of each limit (1/{n})"),
         None => "(no replica count learned yet: calls fail)".to_owned(),
     };
@@ -287,10 +293,10 @@ fn describe_degraded(
             humantime::format_rfc3339_seconds(since)
         ));
     }
-    readings.local_since.first().map(|(store, since_ms)| {
-        let since = std::time::UNIX_EPOCH + Duration::from_millis(*since_ms);
+    first_local.map(|(store, since_ms)| {
+        let since = std::time::UNIX_EPOCH + Duration::from_millis(since_ms);
         format!(
-            "the {store:?} counter store failed at {}; deciding locally with {portion} \
+            "the {store} counter store failed at {}; deciding locally with {portion} \
              until it answers",
             humantime::format_rfc3339_seconds(since)
         )
@@ -323,17 +329,12 @@ async fn publish_health<S>(reporter: HealthReporter, state: Arc<ServiceState<S>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Destination, OutageReadings};
 
     #[test]
     fn degraded_readiness_says_how_it_decides_in_plain_words() {
         let at = std::time::UNIX_EPOCH + Duration::from_secs(1_796_000_000);
-        let readings = OutageReadings {
-            replicas: Some(2),
-            local_since: vec![(Destination::Main, 1_796_000_000_000)],
-            ..OutageReadings::default()
-        };
-        let down = describe_degraded(Some(("connection refused", at)), &readings);
+        let main = || Some(("Main".to_owned(), 1_796_000_000_000));
+        let down = describe_degraded(Some(("connection refused", at)), Some(2), main());
         assert_eq!(
             down.as_deref(),
             Some(
@@ -341,7 +342,7 @@ mod tests {
                  deciding locally with this replica's share of each limit (1/2)"
             )
         );
-        let still = describe_degraded(None, &readings);
+        let still = describe_degraded(None, Some(2), main());
         assert_eq!(
             still.as_deref(),
             Some(
@@ -349,12 +350,8 @@ mod tests {
                  this replica's share of each limit (1/2) until it answers"
             )
         );
-        let unknown = OutageReadings {
-            replicas: None,
-            ..readings
-        };
-        let early = describe_degraded(None, &unknown).unwrap_or_default();
+        let early = describe_degraded(None, None, main()).unwrap_or_default();
         assert!(early.ends_with("(no replica count learned yet: calls fail) until it answers"));
-        assert_eq!(describe_degraded(None, &OutageReadings::default()), None);
+        assert_eq!(describe_degraded(None, Some(2), None), None);
     }
 }

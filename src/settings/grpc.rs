@@ -246,6 +246,18 @@ pub struct TlsSettings {
     pub client_san: Option<String>,
 }
 
+impl TlsSettings {
+    /// The files and names the server's TLS is built from.
+    pub fn server_files(&self) -> crate::tls::ServerFiles<'_> {
+        crate::tls::ServerFiles {
+            cert: &self.cert,
+            key: &self.key,
+            client_ca: self.client_ca.as_deref(),
+            client_san: self.client_san.as_deref(),
+        }
+    }
+}
+
 /// `GRPC_SERVER_USE_TLS` with its files.
 pub(super) fn tls(r: &Reader<'_>) -> Result<Option<TlsSettings>, SettingsError> {
     if !r.bool("GRPC_SERVER_USE_TLS", false) {

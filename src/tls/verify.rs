@@ -2,7 +2,7 @@
 //! certificate must also carry a DNS name (`GRPC_CLIENT_TLS_SAN`; rustls' client verifier
 //! already requires the chain and client-auth usage). Every other decision (signatures,
 //! schemes, hints) is rustls' own WebPKI verifier's. (A server checked by its chain and not its
-//! name, for the stores, is `storage::tls`.)
+//! name, for the stores, is `client`'s.)
 //!
 //! Must not touch: files, listeners, connections.
 

@@ -18,12 +18,9 @@ use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
-use rustls_pki_types::PrivateKeyDer;
-use rustls_pki_types::pem::PemObject;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::rustls::crypto::ring::default_provider;
 
 use super::TracingError;
 use crate::settings::{OtlpProtocol, TracingSettings};
@@ -268,18 +265,9 @@ fn exporter(s: &TracingSettings) -> Result<opentelemetry_otlp::SpanExporter, Tra
 fn client_config(s: &TracingSettings) -> Result<ClientConfig, TracingError> {
     let tls = |e: crate::tls::TlsError| TracingError::Tls(e.into_message());
     let roots = crate::tls::roots(s.ca_file.as_deref()).map_err(tls)?;
-    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TracingError::Tls(e.to_string()))?
-        .with_root_certificates(roots);
-    match &s.client_identity {
-        None => Ok(builder.with_no_client_auth()),
-        Some((cert, key)) => {
-            let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| TracingError::Tls(format!("reading {}: {e}", key.display())))?;
-            builder
-                .with_client_auth_cert(crate::tls::pem_certificates(cert).map_err(tls)?, key_der)
-                .map_err(|e| TracingError::Tls(format!("{}: {e}", cert.display())))
-        }
-    }
+    let identity = s
+        .client_identity
+        .as_ref()
+        .map(|(c, k)| (c.as_path(), k.as_path()));
+    crate::tls::client_config(crate::tls::Verify::Full, roots, identity).map_err(tls)
 }

@@ -3,18 +3,17 @@
 //! certificates that Kubernetes rotates on disk are presented from the next connection on
 //! without a restart.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::ClientConfig;
-use tokio_rustls::rustls::crypto::ring::default_provider;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::tls::{TlsError, Verify};
 
 use crate::settings::{XdsSettings, XdsTls};
 
@@ -90,34 +89,21 @@ fn host_and_port(server: &str) -> Result<(String, u16), ConnectError> {
     Ok((host.to_owned(), port.parse().map_err(|_| bad())?))
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConnectError> {
-    crate::tls::pem_certificates(path).map_err(|e| ConnectError::Tls(e.into_message()))
-}
-
-/// The TLS client configuration, from the files as they are now.
+/// The TLS client configuration, from the files as they are now: the server's chain and name
+/// checked, ALPN `h2`.
 fn client_config(tls: &XdsTls) -> Result<ClientConfig, ConnectError> {
-    let roots =
-        crate::tls::roots(tls.ca.as_deref()).map_err(|e| ConnectError::Tls(e.into_message()))?;
+    let failed = |e: TlsError| ConnectError::Tls(e.into_message());
+    let roots = crate::tls::roots(tls.ca.as_deref()).map_err(failed)?;
     if roots.is_empty() {
         return Err(ConnectError::Tls(
             "no CA: set CONFIG_GRPC_XDS_SERVER_TLS_CACERT (the system has no CA roots)".into(),
         ));
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConnectError::Tls(e.to_string()))?
-        .with_root_certificates(roots);
-    let mut config = match &tls.client_cert {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = certificates(cert)?;
-            let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| ConnectError::Tls(format!("reading {}: {e}", key.display())))?;
-            builder
-                .with_client_auth_cert(chain, key_der)
-                .map_err(|e| ConnectError::Tls(format!("{}: {e}", cert.display())))?
-        }
-    };
+    let identity = tls
+        .client_cert
+        .as_ref()
+        .map(|(c, k)| (c.as_path(), k.as_path()));
+    let mut config = crate::tls::client_config(Verify::Full, roots, identity).map_err(failed)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }

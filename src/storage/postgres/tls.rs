@@ -42,7 +42,8 @@ impl PgTls {
             .client
             .as_ref()
             .map(|(c, k)| (c.as_path(), k.as_path()));
-        let config = crate::storage::tls::client_config(verify, files.root.as_deref(), client)?;
+        let config = crate::storage::tls::client_config(verify, files.root.as_deref(), client)
+            .map_err(crate::tls::TlsError::into_message)?;
         Ok(PgTls {
             config: Arc::new(config),
         })

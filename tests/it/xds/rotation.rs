@@ -19,12 +19,15 @@ use crate::tls::{ca, leaf};
 
 /// An ADS server configuration trusting client certificates of `client_ca` only.
 fn server_tls(dir: &Path, client_ca: &str) -> Arc<tokio_rustls::rustls::ServerConfig> {
-    let (config, _cert) = turnstile::tls::server_config(&TlsSettings {
-        cert: dir.join("server.pem"),
-        key: dir.join("server.key"),
-        client_ca: Some(dir.join(format!("{client_ca}-ca.pem"))),
-        client_san: None,
-    })
+    let (config, _cert) = turnstile::tls::server_config(
+        (TlsSettings {
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+            client_ca: Some(dir.join(format!("{client_ca}-ca.pem"))),
+            client_san: None,
+        })
+        .server_files(),
+    )
     .expect("server TLS");
     config
 }

@@ -16,12 +16,15 @@ const SERVER_EXT: &str = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKey
 
 /// An ADS server presenting `<name>.pem`.
 fn ads(dir: &Path, name: &str) -> AdsServer {
-    let (config, _cert) = turnstile::tls::server_config(&TlsSettings {
-        cert: dir.join(format!("{name}.pem")),
-        key: dir.join(format!("{name}.key")),
-        client_ca: None,
-        client_san: None,
-    })
+    let (config, _cert) = turnstile::tls::server_config(
+        (TlsSettings {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+            client_ca: None,
+            client_san: None,
+        })
+        .server_files(),
+    )
     .expect("server TLS");
     AdsServer::start(super::loopback(), Shared::default(), Some(config))
 }
