@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::settings::{
-    Backend, MemcachedServers, MemcachedSettings, MemcachedTls, PgMigrate, PgSslMode,
-    PostgresRoute, PostgresSettings, RedisSettings, RedisTls,
+    Backend, MemcachedServers, MemcachedSettings, MemcachedTls, PostgresRoute, PostgresSettings,
+    RedisSettings, RedisTls,
 };
 use crate::storage::memcached::discovery::Resolver;
 use crate::storage::memcached::{MemcachedOptions, MemcachedStore};
 use crate::storage::memory::MemoryStore;
-use crate::storage::postgres::tls::{PgTls, PgTlsFiles, Verify};
-use crate::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
+use crate::storage::postgres::tls::{PgTls, PgTlsFiles};
+use crate::storage::postgres::{PostgresOptions, PostgresStore};
 use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
 use crate::storage::{
     CounterOp, CounterStore, Gauge, Guarded, StorageError, TokenAnswer, TokenStep,
@@ -173,13 +173,7 @@ pub(super) fn postgres_store(
 
 /// The storage options of the settings (TLS files read now: a missing one stops start-up).
 pub(super) fn postgres_options(s: &PostgresSettings) -> Result<PostgresOptions, StorageError> {
-    let verify = match s.ssl_mode {
-        PgSslMode::Disable => None,
-        PgSslMode::Require => Some(Verify::Nothing),
-        PgSslMode::VerifyCa => Some(Verify::Chain),
-        PgSslMode::VerifyFull => Some(Verify::Full),
-    };
-    let tls = match verify {
+    let tls = match s.ssl_mode {
         None => None,
         Some(verify) => {
             let files = PgTlsFiles {
@@ -198,11 +192,7 @@ pub(super) fn postgres_options(s: &PostgresSettings) -> Result<PostgresOptions, 
         pool_size: s.pool_size,
         timeout: s.timeout,
         schema: s.schema.clone(),
-        migrate: match s.migrate {
-            PgMigrate::Auto => MigrateMode::Auto,
-            PgMigrate::Check => MigrateMode::Check,
-            PgMigrate::Off => MigrateMode::Off,
-        },
+        migrate: s.migrate,
     })
 }
 

@@ -188,24 +188,11 @@ fn memcached_tls(r: &Reader<'_>, transport: MemcachedTransport) -> Option<Memcac
         r.report(err("MEMCACHE_TLS", "true", why));
     }
     let path = |name: &str| r.non_empty(name).map(std::path::PathBuf::from);
-    let (cert, key) = (
-        path("MEMCACHE_TLS_CLIENT_CERT"),
-        path("MEMCACHE_TLS_CLIENT_KEY"),
+    let var = |name| (name, r.non_empty(name));
+    let client = r.identity(
+        var("MEMCACHE_TLS_CLIENT_CERT"),
+        var("MEMCACHE_TLS_CLIENT_KEY"),
     );
-    let client = match (cert, key) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        (Some(_), None) => {
-            let why = "needed with MEMCACHE_TLS_CLIENT_CERT";
-            r.report(err("MEMCACHE_TLS_CLIENT_KEY", "", why));
-            None
-        }
-        (None, Some(_)) => {
-            let why = "needed with MEMCACHE_TLS_CLIENT_KEY";
-            r.report(err("MEMCACHE_TLS_CLIENT_CERT", "", why));
-            None
-        }
-    };
     Some(MemcachedTls {
         ca: path("MEMCACHE_TLS_CACERT"),
         client,

@@ -25,7 +25,7 @@ pub use backend::{
 pub use decision::{LimiterSettings, ResponseSettings};
 pub use error::{SettingsError, SettingsErrors};
 pub use grpc::{AdaptiveConcurrency, ConnectionAge, GrpcLimits, TlsSettings};
-pub use postgres::{PgMigrate, PgSslMode, PostgresRoute, PostgresSettings};
+pub use postgres::{PostgresRoute, PostgresSettings};
 pub use redis::{KeyLayout, RedisAuth, RedisSettings, RedisTarget, RedisTls};
 pub use rlqs::{RlqsSettings, Unmatched};
 pub use stats::{DogStatsd, Mogrifier};

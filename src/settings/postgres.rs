@@ -9,42 +9,23 @@ use std::time::Duration;
 
 use super::SettingsError;
 use super::reader::{Reader, STORE_TIMEOUT, err};
+use crate::storage::postgres::MigrateMode;
+use crate::tls::Verify;
 
 mod conninfo;
 
 use conninfo::{passfile_password, redact, split_libpq_only};
-
-/// `sslmode`: what TLS is used and what of the server is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PgSslMode {
-    /// `disable` (also `allow` and `prefer`: Turnstile does not fall back between the two).
-    Disable,
-    /// `require`: encrypted, the server unchecked.
-    Require,
-    /// `verify-ca`: the server's certificate chains to `sslrootcert`.
-    VerifyCa,
-    /// `verify-full`: and names the host.
-    VerifyFull,
-}
-
-/// `POSTGRES_MIGRATE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PgMigrate {
-    /// `auto`: at the first connection.
-    Auto,
-    /// `check`: counts only once `turnstile migrate` has run.
-    Check,
-    /// `off`: the operator owns the schema.
-    Off,
-}
 
 /// How to reach PostgreSQL.
 #[derive(Clone)]
 pub struct PostgresSettings {
     /// Hosts, ports, database, user, password, `target_session_attrs`, timeouts.
     pub config: tokio_postgres::Config,
-    /// `sslmode`.
-    pub ssl_mode: PgSslMode,
+    /// `sslmode`, as what TLS checks of the server: `None` for `disable` (also `allow` and
+    /// `prefer`: Turnstile does not fall back between the two), `Nothing` for `require`
+    /// (encrypted, the server unchecked), `Chain` for `verify-ca` (its certificate chains to
+    /// `sslrootcert`), `Full` for `verify-full` (and names the host).
+    pub ssl_mode: Option<Verify>,
     /// `sslrootcert`.
     pub ssl_root_cert: Option<PathBuf>,
     /// `sslcert` and `sslkey`.
@@ -56,7 +37,7 @@ pub struct PostgresSettings {
     /// `POSTGRES_SCHEMA`.
     pub schema: String,
     /// `POSTGRES_MIGRATE`.
-    pub migrate: PgMigrate,
+    pub migrate: MigrateMode,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, as on Redis (with `BACKEND_TYPE=postgres`).
     pub stop_increment_when_over_limit: bool,
 }
@@ -94,7 +75,7 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
     const NAME: &str = "POSTGRES_URL";
     // Read before the connection string, so that their problems are reported with its.
     let schema = r.or(schema(r), String::new());
-    let migrate = r.or(migrate(r), PgMigrate::Auto);
+    let migrate = r.or(migrate(r), MigrateMode::Auto);
     let pool_size = r.number("POSTGRES_POOL_SIZE", 10usize, 1, 10_000);
     let timeout = r.duration("POSTGRES_TIMEOUT", Duration::from_secs(1), STORE_TIMEOUT);
     let stop_increment_when_over_limit = r.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false);
@@ -148,12 +129,12 @@ pub(super) fn postgres(r: &Reader<'_>) -> Result<PostgresSettings, SettingsError
 }
 
 /// `sslmode`, or what belongs there.
-fn ssl_mode(mode: Option<&str>) -> Result<PgSslMode, String> {
+fn ssl_mode(mode: Option<&str>) -> Result<Option<Verify>, String> {
     match mode {
-        None | Some("disable" | "allow" | "prefer") => Ok(PgSslMode::Disable),
-        Some("require") => Ok(PgSslMode::Require),
-        Some("verify-ca") => Ok(PgSslMode::VerifyCa),
-        Some("verify-full") => Ok(PgSslMode::VerifyFull),
+        None | Some("disable" | "allow" | "prefer") => Ok(None),
+        Some("require") => Ok(Some(Verify::Nothing)),
+        Some("verify-ca") => Ok(Some(Verify::Chain)),
+        Some("verify-full") => Ok(Some(Verify::Full)),
         Some(other) => Err(format!(
             "sslmode={other}: expected disable, require, verify-ca or verify-full"
         )),
@@ -192,15 +173,15 @@ fn schema(r: &Reader<'_>) -> Result<String, SettingsError> {
 }
 
 /// `POSTGRES_MIGRATE`.
-fn migrate(r: &Reader<'_>) -> Result<PgMigrate, SettingsError> {
+fn migrate(r: &Reader<'_>) -> Result<MigrateMode, SettingsError> {
     match r
         .string("POSTGRES_MIGRATE", "auto")
         .to_ascii_lowercase()
         .as_str()
     {
-        "auto" => Ok(PgMigrate::Auto),
-        "check" => Ok(PgMigrate::Check),
-        "off" => Ok(PgMigrate::Off),
+        "auto" => Ok(MigrateMode::Auto),
+        "check" => Ok(MigrateMode::Check),
+        "off" => Ok(MigrateMode::Off),
         other => Err(err(
             "POSTGRES_MIGRATE",
             other,

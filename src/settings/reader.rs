@@ -44,6 +44,28 @@ impl Reader<'_> {
         (self.env)(name).unwrap_or_else(|| default.to_owned())
     }
 
+    /// A client certificate and its key, given as each variable's name and value (if set):
+    /// both, or neither. One without the other is reported, naming the one missing, in the
+    /// same words for every client (memcached, Redis, xDS, OTLP).
+    pub(super) fn identity(
+        &self,
+        (cert_name, cert): (&str, Option<String>),
+        (key_name, key): (&str, Option<String>),
+    ) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+            (None, None) => None,
+            (Some(_), None) => {
+                self.report(unpaired(key_name, cert_name));
+                None
+            }
+            (None, Some(_)) => {
+                self.report(unpaired(cert_name, key_name));
+                None
+            }
+        }
+    }
+
     /// The value of `name` when it is set and not blank.
     pub(super) fn non_empty(&self, name: &str) -> Option<String> {
         (self.env)(name).filter(|v| !v.trim().is_empty())
@@ -217,4 +239,10 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         total = total.checked_add(Duration::try_from_secs_f64(number * scale).ok()?)?;
     }
     (!text.is_empty()).then_some(total)
+}
+
+/// `missing` is unset while `set`, its other half, is set.
+fn unpaired(missing: &str, set: &str) -> SettingsError {
+    let why = format!("needed with {set}: a client certificate and its key go together");
+    err(missing, "", &why)
 }

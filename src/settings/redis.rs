@@ -162,24 +162,8 @@ fn tls(r: &Reader<'_>) -> Result<Option<RedisTls>, SettingsError> {
             .filter(|v| !v.is_empty())
             .map(std::path::PathBuf::from)
     };
-    let client = match (path("REDIS_TLS_CLIENT_CERT"), path("REDIS_TLS_CLIENT_KEY")) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(err(
-                "REDIS_TLS_CLIENT_KEY",
-                "",
-                "needed with REDIS_TLS_CLIENT_CERT",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(err(
-                "REDIS_TLS_CLIENT_CERT",
-                "",
-                "needed with REDIS_TLS_CLIENT_KEY",
-            ));
-        }
-    };
+    let var = |name| (name, r.non_empty(name));
+    let client = r.identity(var("REDIS_TLS_CLIENT_CERT"), var("REDIS_TLS_CLIENT_KEY"));
     Ok(Some(RedisTls {
         ca: path("REDIS_TLS_CACERT"),
         client,

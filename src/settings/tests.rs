@@ -387,3 +387,57 @@ fn the_store_failure_mode_is_named_or_the_reference_s_fail_open() {
     let pinned = with(&[("BACKEND_LOCAL_REPLICAS", "3")]).expect("pinned");
     assert_eq!(pinned.limiter.local_replicas.map(|n| n.get()), Some(3));
 }
+
+/// Every client's certificate needs its key and the other way round, said in the same words.
+#[test]
+fn a_client_certificate_without_its_key_is_said_alike_for_every_client() {
+    /// The settings that turn a client's TLS on, its certificate's variable and its key's.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case<'_>; 4] = [
+        (
+            &[
+                ("BACKEND_TYPE", "memcache"),
+                ("MEMCACHE_HOST_PORT", "m:11211"),
+                ("MEMCACHE_TLS", "true"),
+            ],
+            "MEMCACHE_TLS_CLIENT_CERT",
+            "MEMCACHE_TLS_CLIENT_KEY",
+        ),
+        (
+            &[
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", "r:6379"),
+                ("REDIS_TLS", "true"),
+            ],
+            "REDIS_TLS_CLIENT_CERT",
+            "REDIS_TLS_CLIENT_KEY",
+        ),
+        (
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_SERVER_URL", "cp:18000"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ],
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        ),
+        (
+            &[("TRACING_ENABLED", "true")],
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        ),
+    ];
+    for (base, cert, key) in cases {
+        for (set, missing) in [(cert, key), (key, cert)] {
+            let mut vars = base.to_vec();
+            vars.push((set, "/file.pem"));
+            let errors = with(&vars).expect_err("refused").to_string();
+            let said = format!("needed with {set}: a client certificate and its key go together");
+            assert!(
+                errors.contains(missing) && errors.contains(&said),
+                "{set} alone: {errors}"
+            );
+        }
+    }
+}

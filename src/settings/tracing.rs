@@ -132,18 +132,20 @@ fn batching(r: &Reader<'_>) -> (usize, usize) {
 
 /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `_CLIENT_KEY`, which go together.
 fn client_identity(r: &Reader<'_>) -> Option<(PathBuf, PathBuf)> {
-    match (otlp_var(r, "CLIENT_CERTIFICATE"), otlp_var(r, "CLIENT_KEY")) {
-        (None, None) => None,
-        (Some((_, cert)), Some((_, key))) => Some((cert.into(), key.into())),
-        (Some((name, value)), None) | (None, Some((name, value))) => {
-            r.report(err(
-                &name,
-                &value,
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together",
-            ));
-            None
-        }
-    }
+    let (cert, key) = (otlp_var(r, "CLIENT_CERTIFICATE"), otlp_var(r, "CLIENT_KEY"));
+    let name = |found: &Option<(String, String)>, general: &'static str| {
+        found
+            .as_ref()
+            .map_or(general.to_owned(), |(n, _)| n.clone())
+    };
+    let (cert_name, key_name) = (
+        name(&cert, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        name(&key, "OTEL_EXPORTER_OTLP_CLIENT_KEY"),
+    );
+    r.identity(
+        (&cert_name, cert.map(|(_, v)| v)),
+        (&key_name, key.map(|(_, v)| v)),
+    )
 }
 
 /// `OTEL_EXPORTER_OTLP_TRACES_<name>`, else `OTEL_EXPORTER_OTLP_<name>`: the variable that

@@ -162,27 +162,11 @@ fn tls(r: &Reader<'_>) -> Result<Option<XdsTls>, SettingsError> {
         return Ok(None);
     }
     let path = |name: &str| Some(r.string(name, "")).filter(|s| !s.is_empty());
-    let client_cert = match (
-        path("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
-        path("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
-    ) {
-        (Some(cert), Some(key)) => Some((PathBuf::from(cert), PathBuf::from(key))),
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(err(
-                "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-                "",
-                "required with CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(err(
-                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-                "",
-                "required with CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-            ));
-        }
-    };
+    let var = |name| (name, path(name));
+    let client_cert = r.identity(
+        var("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+        var("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+    );
     Ok(Some(XdsTls {
         client_cert,
         ca: path("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").map(PathBuf::from),

@@ -20,7 +20,7 @@ fn a_uri_with_libpq_only_parameters_is_taken_apart() {
         "postgres://rl:s3cret@db1:5433,db2:5434/quotas?sslmode=verify-full&sslrootcert=%2Fca.pem&target_session_attrs=read-write",
     )])
     .expect("uri");
-    assert_eq!(p.ssl_mode, PgSslMode::VerifyFull);
+    assert_eq!(p.ssl_mode, Some(Verify::Full));
     assert_eq!(p.ssl_root_cert, Some(PathBuf::from("/ca.pem")));
     assert_eq!(p.config.get_ports(), &[5433, 5434]);
     assert_eq!(p.config.get_dbname(), Some("quotas"));
@@ -32,7 +32,7 @@ fn a_uri_with_libpq_only_parameters_is_taken_apart() {
     assert_eq!((p.pool_size, p.timeout), (10, Duration::from_secs(1)));
     assert_eq!(
         (p.schema.as_str(), p.migrate),
-        ("turnstile", PgMigrate::Auto)
+        ("turnstile", MigrateMode::Auto)
     );
     assert!(
         !format!("{p:?}").contains("s3cret"),
@@ -50,7 +50,7 @@ fn a_key_value_string_pgpassword_and_client_certificates() {
         ("PGPASSWORD", "from-env"),
     ])
     .expect("key=value");
-    assert_eq!(p.ssl_mode, PgSslMode::VerifyCa);
+    assert_eq!(p.ssl_mode, Some(Verify::Chain));
     assert_eq!(
         p.ssl_client,
         Some((PathBuf::from("/c.pem"), PathBuf::from("/c.key")))

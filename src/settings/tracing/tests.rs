@@ -104,7 +104,6 @@ fn bad_values_name_their_variable() {
         ("OTEL_EXPORTER_OTLP_HEADERS", "k=%zz"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
-        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/k.pem"),
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),
         ("OTEL_BSP_SCHEDULE_DELAY", "0"),
     ] {
@@ -115,4 +114,13 @@ fn bad_values_name_their_variable() {
             "{name}={value}"
         );
     }
+    let key_alone = read(&[
+        ("TRACING_ENABLED", "true"),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/k.pem"),
+    ]);
+    assert_eq!(
+        key_alone.map_err(|e| e.name),
+        Err("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE".to_owned()),
+        "the missing half is named"
+    );
 }
