@@ -23,6 +23,7 @@ use crate::storage::redis::{RedisOptions, RedisStore, RedisTlsOptions};
 use crate::storage::{
     CounterOp, CounterStore, Gauge, Guarded, StorageError, TokenAnswer, TokenStep,
 };
+use crate::tls::PemFile;
 
 /// How often the memory store drops expired counters.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -304,36 +305,45 @@ fn store_tls(
         .map_err(|e| StorageError::unavailable(format!("{setting}: {}", e.into_message())))
 }
 
-/// Reads the TLS files named by the settings (at start: a missing file stops start-up).
+/// Reads the TLS files named by the settings once (at start: a missing file stops start-up),
+/// for redis-rs's connections (as bytes) and Turnstile's own (as a rustls configuration).
 fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
     let read = |setting: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            StorageError::unavailable(format!("{setting}: cannot read {}: {e}", path.display()))
-                .caused_by(e)
-        })
+        PemFile::read(path)
+            .map_err(|e| StorageError::unavailable(format!("{setting}: {}", e.into_message())))
     };
+    let ca = tls
+        .ca
+        .as_deref()
+        .map(|p| read("REDIS_TLS_CACERT", p))
+        .transpose()?;
+    let client = match &tls.client {
+        Some((cert, key)) => Some((
+            read("REDIS_TLS_CLIENT_CERT", cert)?,
+            read("REDIS_TLS_CLIENT_KEY", key)?,
+        )),
+        None => None,
+    };
+    // Turnstile's own connections check the chain even when skipping the name, as the
+    // reference does; redis-rs's (scripts, probes) can only skip both.
+    let verify = match tls.skip_hostname_verification {
+        true => crate::tls::Verify::Chain,
+        false => crate::tls::Verify::Full,
+    };
+    let failed = |e: crate::tls::TlsError| {
+        StorageError::unavailable(format!("REDIS_TLS: {}", e.into_message()))
+    };
+    let roots = match &ca {
+        Some(ca) => ca.roots().map_err(failed)?,
+        None => crate::tls::system_roots(),
+    };
+    let identity = client.as_ref().map(|(c, k)| (c, k));
+    let config = crate::storage::tls::client_config_of(verify, roots, identity).map_err(failed)?;
     Ok(RedisTlsOptions {
-        root_cert: tls
-            .ca
-            .as_deref()
-            .map(|p| read("REDIS_TLS_CACERT", p))
-            .transpose()?,
-        client: match &tls.client {
-            Some((cert, key)) => Some((
-                read("REDIS_TLS_CLIENT_CERT", cert)?,
-                read("REDIS_TLS_CLIENT_KEY", key)?,
-            )),
-            None => None,
-        },
+        root_cert: ca.map(|ca| ca.bytes().to_vec()),
+        client: client.map(|(c, k)| (c.bytes().to_vec(), k.bytes().to_vec())),
         skip_hostname_verification: tls.skip_hostname_verification,
-        // Turnstile's own connections check the chain even when skipping the name, as the
-        // reference does; redis-rs's (scripts, probes) can only skip both.
-        config: store_tls(
-            "REDIS_TLS",
-            tls.ca.as_deref(),
-            tls.client.as_ref(),
-            tls.skip_hostname_verification,
-        )?,
+        config: Arc::new(config),
     })
 }
 

@@ -32,6 +32,17 @@ pub fn client_config(
     Ok(config)
 }
 
+/// [`client_config`] of files already read (`roots` from the CA file or the system's).
+pub fn client_config_of(
+    verify: Verify,
+    roots: tokio_rustls::rustls::RootCertStore,
+    identity: Option<(&crate::tls::PemFile, &crate::tls::PemFile)>,
+) -> Result<ClientConfig, crate::tls::TlsError> {
+    let mut config = crate::tls::client_config_of(verify, roots, identity)?;
+    config.resumption = Resumption::disabled();
+    Ok(config)
+}
+
 /// TLS towards one server: the configuration and the name its certificate must carry (the
 /// host of its `host:port`).
 #[derive(Clone)]

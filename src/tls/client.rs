@@ -20,7 +20,7 @@ use tokio_rustls::rustls::{
 };
 
 use super::TlsError;
-use super::pem::{pem_certificates, private_key};
+use super::pem::PemFile;
 
 /// What is checked of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,19 @@ pub fn client_config(
     verify: Verify,
     roots: RootCertStore,
     identity: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, TlsError> {
+    let identity = match identity {
+        Some((cert, key)) => Some((PemFile::read(cert)?, PemFile::read(key)?)),
+        None => None,
+    };
+    client_config_of(verify, roots, identity.as_ref().map(|(c, k)| (c, k)))
+}
+
+/// [`client_config`] of files already read.
+pub fn client_config_of(
+    verify: Verify,
+    roots: RootCertStore,
+    identity: Option<(&PemFile, &PemFile)>,
 ) -> Result<ClientConfig, TlsError> {
     let provider = Arc::new(default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
@@ -63,8 +76,8 @@ pub fn client_config(
     match identity {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => builder
-            .with_client_auth_cert(pem_certificates(cert)?, private_key(key)?)
-            .map_err(|e| TlsError(format!("{}: {e}", cert.display()))),
+            .with_client_auth_cert(cert.certificates()?, key.private_key()?)
+            .map_err(|e| TlsError(format!("{}: {e}", cert.path().display()))),
     }
 }
 

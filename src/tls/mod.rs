@@ -11,8 +11,8 @@ mod pem;
 mod server;
 mod verify;
 
-pub use client::{Verify, client_config};
-pub use pem::{pem_certificates, private_key, roots};
+pub use client::{Verify, client_config, client_config_of};
+pub use pem::{PemFile, pem_certificates, private_key, roots, system_roots};
 pub use server::{ReloadingCert, ServerFiles, handshake, server_config};
 
 /// A TLS file or configuration problem.
