@@ -59,7 +59,7 @@
 //! | `pb` | the generated protobuf types | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
-//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, what the remote stores share (backoff, TTL jitter, key order, late answers), and `tls`, their TLS client configuration and handshake | `backoff`, `clock`, `tls` |
+//! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, `breaker`, the one state machine of a failing server (its backoff, on tokio's clock), what the remote stores share (TTL jitter, key order, late answers), and `tls`, their TLS client configuration and handshake | `backoff`, `clock`, `tls` |
 //! | `limiter` | the decision (windows, keys, verdicts) and the one port to the stores (routing) | `clock`, `rules`, `storage` |
 //! | `settings` | process settings from the environment and flags, built as the components' own option types where they have one | `limiter`, `storage`, `tls` |
 //! | `traces` | OpenTelemetry spans: sampling, W3C/B3 parents, OTLP export off the request path | `settings`, `tls` |

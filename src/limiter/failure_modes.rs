@@ -1,6 +1,9 @@
-//! What a request gets when a store it counts in fails: each counted descriptor by its mode
-//! (`unavailable`, `open`, `local`; see `outage`; the hand-back of local counts is
-//! `hand_back`'s). The replica marks that learn N are kept from here too.
+//! What a request gets when a store it counts in fails: the one place that decides, per call,
+//! between the store's answer, a local decision and a refusal. A store only says that it
+//! failed (its breaker refuses at once while open, `storage::breaker`); each counted descriptor
+//! of a failed store is then decided here by its mode (`unavailable`, `open`, `local`; see
+//! `outage`; the hand-back of local counts is `hand_back`'s). The replica marks that learn N
+//! are kept from here too.
 //!
 //! Must not touch: the algorithms' arithmetic, the stores' breakers, protobuf.
 

@@ -6,7 +6,9 @@
 //! failure is the server unreachable or late (`Unavailable`, `Timeout`); an answer of any kind
 //! is a success, and Turnstile's own overload is neither. Open, calls fail at once (the
 //! limiter then decides them by the failure mode) and one probe per backoff period (50 ms
-//! doubling to 1 s, spread; `remote::Backoff`) asks the server again: a success closes it.
+//! doubling to 1 s, spread; `backoff`) asks the server again: a success closes it. Every time
+//! it reads (the ratio's period, how long it has been open, the backoff) is on one clock,
+//! tokio's, so a test on a paused runtime moves all of it.
 //! [`Guarded`] puts a whole store behind one breaker (PostgreSQL) and probes with the store's
 //! readiness check off the request path, so that no request waits for a server that is frozen;
 //! memcached keeps a breaker per server of its ring, Redis one per server or cluster node.
@@ -19,10 +21,13 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
 
-use super::remote::{Backoff, lock};
+use super::remote::lock;
 use super::{CounterOp, CounterStore, ErrorKind, Gauge, StorageError, TokenAnswer, TokenStep};
+
+mod backoff;
+
+pub(crate) use backoff::Backoff;
 
 /// The period over which the failure ratio is taken, in milliseconds.
 const RATIO_PERIOD_MS: u64 = 1_000;
@@ -47,16 +52,15 @@ pub struct Breaker {
     threshold: u32,
     backoff: Backoff,
     in_a_row: AtomicU32,
-    /// Milliseconds since `epoch` at which the current ratio period began.
+    /// Milliseconds on the backoff's clock at which the current ratio period began.
     period_start: AtomicU64,
     period_calls: AtomicU32,
     period_failures: AtomicU32,
     opens: AtomicU64,
     probes: AtomicU64,
-    /// Milliseconds since `epoch` at which it opened (while open).
+    /// Milliseconds on the backoff's clock at which it opened (while open).
     opened_at: AtomicU64,
     last_error: Mutex<String>,
-    epoch: Instant,
 }
 
 impl Breaker {
@@ -75,7 +79,6 @@ impl Breaker {
             probes: AtomicU64::new(0),
             opened_at: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
-            epoch: Instant::now(),
         }
     }
 
@@ -194,8 +197,9 @@ impl Breaker {
         }
     }
 
+    /// The one clock of failure handling (the backoff's: tokio's).
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.backoff.now_ms()
     }
 }
 

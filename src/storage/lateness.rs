@@ -13,9 +13,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Id;
+use tokio::time::Instant;
 
 /// A timer later than this shows a saturated runtime (tokio's timers are otherwise at most
 /// about a millisecond late), or later than a tenth of the deadline when that is longer: a
@@ -175,7 +176,9 @@ pub(crate) fn saturated_runtime(
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::{SchedulingDelay, saturated_runtime};
 

@@ -72,3 +72,28 @@ fn an_answer_is_a_success_and_turnstile_s_overload_is_neither() {
     b.record(&Err::<(), _>(StorageError::overloaded("queue full")));
     assert!(b.is_open(), "overload does not close it");
 }
+
+/// One clock for all of it: on a paused runtime, advancing time ends the ratio's period (the
+/// calls before it no longer dilute the failures after it), says how long the breaker has been
+/// open, and lets the backoff's probe through. (The ratio's period ran on the system clock
+/// before, so a paused test moved the backoff and not the period.)
+#[tokio::test(start_paused = true)]
+async fn the_ratio_the_open_time_and_the_probe_move_on_one_clock() {
+    let b = Breaker::new("s", 100);
+    for _ in 0..10 {
+        b.record(&Ok(()));
+    }
+    tokio::time::advance(std::time::Duration::from_millis(1_001)).await;
+    for _ in 0..5 {
+        b.record(&Ok(()));
+        b.record(&unavailable());
+    }
+    assert!(b.is_open(), "five of the new period's ten failed");
+    tokio::time::advance(std::time::Duration::from_millis(40)).await;
+    assert_eq!(b.admit(), Admit::Refuse, "within the shortest spread wait");
+    let refusal = b.refusal().to_string();
+    assert!(refusal.contains("open for 40 ms"), "{refusal}");
+    tokio::time::advance(std::time::Duration::from_millis(23)).await;
+    assert_eq!(b.admit(), Admit::Probe, "past the longest spread wait");
+    assert_eq!(b.admit(), Admit::Refuse, "one probe a period");
+}

@@ -16,7 +16,9 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::future::Either;
@@ -129,7 +131,7 @@ impl Server {
             return Either::Left(std::future::ready(Err(down)));
         }
         // One clock read serves both the deadline and the lateness measure.
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let timed = tokio::time::timeout_at(started + deadline.timeout, call);
         Either::Right(timed.map(move |outcome| match outcome {
             // A connection fault before the commands were written sent nothing.
@@ -192,9 +194,8 @@ impl Server {
         self: &Arc<Self>,
         deadline: &Deadline,
         sent_at: Option<Instant>,
-        started: tokio::time::Instant,
+        started: Instant,
     ) -> StorageError {
-        let started = started.into_std();
         match lateness(started, sent_at, deadline.timeout) {
             Lateness::NeverSent => StorageError::overloaded(format!(
                 "commands for memcached {} waited {:?} in Turnstile without being sent",
@@ -262,7 +263,9 @@ fn lateness(started: Instant, sent_at: Option<Instant>, timeout: Duration) -> La
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::{Lateness, lateness};
 

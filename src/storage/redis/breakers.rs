@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use arc_swap::ArcSwap;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};

@@ -24,7 +24,8 @@ use super::dialing::{
 };
 use super::pipe::{NodePipes, Pipe};
 use super::{RedisOptions, RedisTarget};
-use crate::storage::remote::{Backoff, lock};
+use crate::storage::breaker::Backoff;
+use crate::storage::remote::lock;
 
 /// A live connection of any kind; cheap to clone (multiplexed). It is a redis-rs connection
 /// itself, so a command or script is written once for the three kinds.

@@ -150,7 +150,7 @@ impl Inner {
             Ok(Ok(Ok(replies))) => Ok(replies),
             Ok(Ok(Err(why))) => Err(self.refused(why, node)),
             Ok(Err(_)) => Err(self.refused(closed(), node)),
-            Err(_) => Err(self.late((deadline - self.timeout).into_std())),
+            Err(_) => Err(self.late(deadline - self.timeout)),
         }
     }
 

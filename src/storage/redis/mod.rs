@@ -118,7 +118,7 @@ impl Inner {
         // are dropped on a fault so the next call reconnects (behind Sentinel: to the master
         // the sentinels name now).
         let own_recovery = matches!(conn, Conn::Cluster(_));
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let work = async {
             match request {
                 Request::Script(invocation) => invocation.invoke_async(&mut conn).await,
@@ -148,7 +148,7 @@ impl Inner {
 
     /// A call started at `started` that passed its deadline: Turnstile's overload when the
     /// deadline fired late (the answer may have waited unread), Redis's lateness otherwise.
-    fn late(&self, started: std::time::Instant) -> StorageError {
+    fn late(&self, started: tokio::time::Instant) -> StorageError {
         remote::late(&self.name, started, self.timeout, &self.scheduling)
     }
 

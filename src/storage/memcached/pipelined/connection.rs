@@ -201,7 +201,7 @@ async fn writer<W: AsyncWrite + Unpin>(
         let wrote = write.write_all(&buf).await;
         // Marked whether or not the write succeeded: one that fails part way may have
         // delivered some of it, so its callers must not take their commands for unsent.
-        let at = std::time::Instant::now();
+        let at = tokio::time::Instant::now();
         for mark in written.drain(..) {
             match mark {
                 Mark::Sent(sent) => sent.mark(at),

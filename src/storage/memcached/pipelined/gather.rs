@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::storage::memcached::transport::TransportError;
 use crate::storage::remote::lock;

@@ -109,7 +109,7 @@ impl Pooled {
     async fn one(&self, command: &Command<'_>, sent: &Sent) -> Result<u64, TransportError> {
         let mut conn = self.connection().await?;
         // With a connection in hand, the command goes straight to the server.
-        sent.mark(std::time::Instant::now());
+        sent.mark(tokio::time::Instant::now());
         let count = match command.change {
             Change::Add(n) => add(&mut conn, self.protocol, command.key, n, command.exptime).await,
             Change::Sub(n) => sub(&mut conn, self.protocol, command.key, n).await,
@@ -141,14 +141,14 @@ impl Transport for Pooled {
     async fn read_state(&self, key: &str, sent: &Sent) -> Answer<Option<StoredState>> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
-        sent.mark(std::time::Instant::now());
+        sent.mark(tokio::time::Instant::now());
         Ok(read_state(&mut conn, key).await?)
     }
 
     async fn write_state(&self, write: StateWrite<'_>, sent: &Sent) -> Answer<bool> {
         self.meta_only("a token bucket")?;
         let mut conn = self.connection().await?;
-        sent.mark(std::time::Instant::now());
+        sent.mark(tokio::time::Instant::now());
         Ok(write_state(&mut conn, write).await?)
     }
 

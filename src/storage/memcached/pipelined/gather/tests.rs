@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::{Builder, Gather};
 use crate::storage::memcached::transport::TransportError;
