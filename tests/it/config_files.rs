@@ -24,113 +24,116 @@ fn load_one(path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Each invalid fixture and the start of the error it must give: file, line and column, the
+/// field, and what belongs there.
+const INVALID_FIXTURES: &[(&str, &str)] = &[
+    (
+        "bad_limit_unit.yaml",
+        "bad_limit_unit.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'",
+    ),
+    (
+        "bad_yaml.yaml",
+        "bad_yaml.yaml:2:14: error loading config file: unclosed quote",
+    ),
+    (
+        "duplicate_key.yaml",
+        "duplicate_key.yaml:6:5: descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'",
+    ),
+    (
+        "empty_domain.yaml",
+        "empty_domain.yaml:1:1: domain: config file cannot have empty domain",
+    ),
+    (
+        "empty_key.yaml",
+        "empty_key.yaml:3:5: descriptors[0]: descriptor has empty key",
+    ),
+    (
+        "misspelled_key.yaml",
+        "misspelled_key.yaml:4:5: error loading config file: unknown key 'ratelimit' (did you mean 'rate_limit'?)",
+    ),
+    (
+        "misspelled_key2.yaml",
+        "misspelled_key2.yaml:4:33: error loading config file: unknown key 'requestsperunit' (did you mean 'requests_per_unit'?)",
+    ),
+    (
+        "negative_requests.yaml",
+        "negative_requests.yaml:4:52: error loading config file: expected a whole number from 0 to 4294967295",
+    ),
+    (
+        "non_map_list.yaml",
+        "non_map_list.yaml:2:15: error loading config file: expected a descriptor map (`key`, and optionally `value`, `rate_limit`, `descriptors`, ...), found the text 'a'",
+    ),
+    (
+        "non_string_key.yaml",
+        "non_string_key.yaml:1:1: error loading config file: unknown key '0.25': not a rule file key",
+    ),
+    (
+        "descriptors_not_a_list.yaml",
+        "descriptors_not_a_list.yaml:2:1: error loading config file: expected a list of descriptor maps, found the text 'a'",
+    ),
+    (
+        "rate_limit_not_a_map.yaml",
+        "rate_limit_not_a_map.yaml:4:5: error loading config file: expected a rate_limit map (`unit` and `requests_per_unit`, or `unlimited: true`, ...), found the number 5",
+    ),
+    (
+        "top_level_list.yaml",
+        "top_level_list.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found a list",
+    ),
+    (
+        "top_level_scalar.yaml",
+        "top_level_scalar.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found the number 0.25",
+    ),
+    (
+        "replaces_empty.yaml",
+        "replaces_empty.yaml:9:11: descriptors[0].rate_limit.replaces[0]: should not have an empty replaces entry",
+    ),
+    (
+        "replaces_self.yaml",
+        "replaces_self.yaml:9:11: descriptors[0].rate_limit.replaces[0]: replaces should not contain name of same descriptor",
+    ),
+    (
+        "share_threshold_without_wildcard.yaml",
+        "share_threshold_without_wildcard.yaml:5:22: descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'",
+    ),
+    (
+        "burst_without_token_bucket.yaml",
+        "burst_without_token_bucket.yaml:8:14: descriptors[0].rate_limit.burst: burst applies only to `algorithm: token_bucket` (this limit is sliding_window)",
+    ),
+    (
+        "unit_multiplier_zero.yaml",
+        "unit_multiplier_zero.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1 (the period is unit × unit_multiplier)",
+    ),
+    (
+        "unit_multiplier_absurd.yaml",
+        "unit_multiplier_absurd.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier 11 makes a period longer than 10 years (at most 10 for unit 'year')",
+    ),
+    (
+        "algorithm_misspelled.yaml",
+        "algorithm_misspelled.yaml:7:18: descriptors[0].rate_limit.algorithm: unknown algorithm 'sliding-window' (one of fixed_window, sliding_window, token_bucket, concurrency)",
+    ),
+    (
+        "store_failure_unknown.yaml",
+        "store_failure_unknown.yaml:7:25: descriptors[0].rate_limit.on_store_failure: unknown store failure mode 'closed' (one of unavailable, open, local)",
+    ),
+    (
+        "store_failure_and_fail_open.yaml",
+        "store_failure_and_fail_open.yaml:8:25: descriptors[0].rate_limit.on_store_failure: give either on_store_failure or fail_open, not both (fail_open: true is on_store_failure: open)",
+    ),
+    (
+        "concurrency_unlimited.yaml",
+        "concurrency_unlimited.yaml:6:18: descriptors[0].rate_limit.algorithm: an unlimited rate_limit is never counted, so `algorithm` means nothing here (remove it, or remove `unlimited: true`)",
+    ),
+    (
+        "unlimited_with_unit.yaml",
+        "unlimited_with_unit.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
+    ),
+];
+
 #[test]
 fn every_invalid_fixture_names_file_line_and_column() {
-    let expected: &[(&str, &str)] = &[
-        (
-            "bad_limit_unit.yaml",
-            "bad_limit_unit.yaml:5:13: descriptors[0].rate_limit.unit: invalid rate limit unit 'foo'",
-        ),
-        (
-            "bad_yaml.yaml",
-            "bad_yaml.yaml:2:14: error loading config file: unclosed quote",
-        ),
-        (
-            "duplicate_key.yaml",
-            "duplicate_key.yaml:6:5: descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'",
-        ),
-        (
-            "empty_domain.yaml",
-            "empty_domain.yaml:1:1: domain: config file cannot have empty domain",
-        ),
-        (
-            "empty_key.yaml",
-            "empty_key.yaml:3:5: descriptors[0]: descriptor has empty key",
-        ),
-        (
-            "misspelled_key.yaml",
-            "misspelled_key.yaml:4:5: error loading config file: unknown key 'ratelimit' (did you mean 'rate_limit'?)",
-        ),
-        (
-            "misspelled_key2.yaml",
-            "misspelled_key2.yaml:4:33: error loading config file: unknown key 'requestsperunit' (did you mean 'requests_per_unit'?)",
-        ),
-        (
-            "negative_requests.yaml",
-            "negative_requests.yaml:4:52: error loading config file: expected a whole number from 0 to 4294967295",
-        ),
-        (
-            "non_map_list.yaml",
-            "non_map_list.yaml:2:15: error loading config file: expected a descriptor map (`key`, and optionally `value`, `rate_limit`, `descriptors`, ...), found the text 'a'",
-        ),
-        (
-            "non_string_key.yaml",
-            "non_string_key.yaml:1:1: error loading config file: unknown key '0.25': not a rule file key",
-        ),
-        (
-            "descriptors_not_a_list.yaml",
-            "descriptors_not_a_list.yaml:2:1: error loading config file: expected a list of descriptor maps, found the text 'a'",
-        ),
-        (
-            "rate_limit_not_a_map.yaml",
-            "rate_limit_not_a_map.yaml:4:5: error loading config file: expected a rate_limit map (`unit` and `requests_per_unit`, or `unlimited: true`, ...), found the number 5",
-        ),
-        (
-            "top_level_list.yaml",
-            "top_level_list.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found a list",
-        ),
-        (
-            "top_level_scalar.yaml",
-            "top_level_scalar.yaml:1:1: error loading config file: expected a rule file: a map with `domain` and `descriptors`, found the number 0.25",
-        ),
-        (
-            "replaces_empty.yaml",
-            "replaces_empty.yaml:9:11: descriptors[0].rate_limit.replaces[0]: should not have an empty replaces entry",
-        ),
-        (
-            "replaces_self.yaml",
-            "replaces_self.yaml:9:11: descriptors[0].rate_limit.replaces[0]: replaces should not contain name of same descriptor",
-        ),
-        (
-            "share_threshold_without_wildcard.yaml",
-            "share_threshold_without_wildcard.yaml:5:22: descriptors[0].share_threshold: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'",
-        ),
-        (
-            "burst_without_token_bucket.yaml",
-            "burst_without_token_bucket.yaml:8:14: descriptors[0].rate_limit.burst: burst applies only to `algorithm: token_bucket` (this limit is sliding_window)",
-        ),
-        (
-            "unit_multiplier_zero.yaml",
-            "unit_multiplier_zero.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1 (the period is unit × unit_multiplier)",
-        ),
-        (
-            "unit_multiplier_absurd.yaml",
-            "unit_multiplier_absurd.yaml:6:24: descriptors[0].rate_limit.unit_multiplier: unit_multiplier 11 makes a period longer than 10 years (at most 10 for unit 'year')",
-        ),
-        (
-            "algorithm_misspelled.yaml",
-            "algorithm_misspelled.yaml:7:18: descriptors[0].rate_limit.algorithm: unknown algorithm 'sliding-window' (one of fixed_window, sliding_window, token_bucket, concurrency)",
-        ),
-        (
-            "store_failure_unknown.yaml",
-            "store_failure_unknown.yaml:7:25: descriptors[0].rate_limit.on_store_failure: unknown store failure mode 'closed' (one of unavailable, open, local)",
-        ),
-        (
-            "store_failure_and_fail_open.yaml",
-            "store_failure_and_fail_open.yaml:8:25: descriptors[0].rate_limit.on_store_failure: give either on_store_failure or fail_open, not both (fail_open: true is on_store_failure: open)",
-        ),
-        (
-            "concurrency_unlimited.yaml",
-            "concurrency_unlimited.yaml:6:18: descriptors[0].rate_limit.algorithm: an unlimited rate_limit is never counted, so `algorithm` means nothing here (remove it, or remove `unlimited: true`)",
-        ),
-        (
-            "unlimited_with_unit.yaml",
-            "unlimited_with_unit.yaml:6:13: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited",
-        ),
-    ];
     let dir = fixtures().join("invalid");
     let mut seen = 0;
-    for (file, want) in expected {
+    for (file, want) in INVALID_FIXTURES {
         let err = load_one(&dir.join(file)).expect_err(file);
         assert!(err.starts_with(want), "{file}:\n got: {err}\nwant: {want}");
         seen += 1;

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::process::{Process, http_get, rules_root};
 use crate::support::postgres_server::Postgres;
@@ -22,6 +23,59 @@ descriptors:
 /// The deadline the test's callers give each call: five times `POSTGRES_TIMEOUT`.
 const CALLER_DEADLINE: Duration = Duration::from_millis(1_250);
 
+/// What one call got (its remaining budget, or the error) and how long it took.
+type Answer = (
+    Result<Result<u32, tonic::Status>, tokio::time::error::Elapsed>,
+    Duration,
+);
+
+/// Calls on one key, each with the caller's deadline ([`CALLER_DEADLINE`]).
+#[derive(Clone)]
+struct Caller {
+    client: RateLimitServiceClient<tonic::transport::Channel>,
+    key: String,
+}
+
+impl Caller {
+    /// One call: an answer past the deadline is no answer; how long it took is a figure.
+    async fn call(&self) -> Answer {
+        let mut client = self.client.clone();
+        let started = Instant::now();
+        let call = client.should_rate_limit(req1("plans", &[("api_key", &self.key)]));
+        let answer = tokio::time::timeout(CALLER_DEADLINE, call).await;
+        let took = started.elapsed();
+        let answer = answer.map(|a| a.map(|a| a.into_inner().statuses[0].limit_remaining));
+        (answer, took)
+    }
+
+    /// The remaining budget once the store counts again (`None`: not yet).
+    async fn counted(&self) -> Option<u32> {
+        self.call().await.0.ok().and_then(Result::ok)
+    }
+}
+
+/// An answer within the caller's deadline, or the test fails.
+fn answered((answer, _): Answer) -> Result<u32, tonic::Status> {
+    answer.unwrap_or_else(|_| panic!("no answer within {CALLER_DEADLINE:?}"))
+}
+
+/// `calls` calls at once.
+async fn at_once(caller: &Caller, calls: usize) -> Vec<Answer> {
+    futures_util::future::join_all((0..calls).map(|_| caller.call())).await
+}
+
+/// Every answer is `UNAVAILABLE` with a message containing `says`; the slowest.
+fn all_unavailable(answers: Vec<Answer>, says: &str) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for (answer, took) in answers {
+        let status = answered((answer, took)).expect_err("PostgreSQL is not answering");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+        slowest = slowest.max(took);
+    }
+    slowest
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stopped_under_load_then_back() {
     let Some(pg) = Postgres::start() else { return };
@@ -36,43 +90,24 @@ async fn postgres_stopped_under_load_then_back() {
             ("POSTGRES_TIMEOUT", "250ms"),
         ],
     );
-    let client = p.client().await;
-    let key = unique("k");
-    // Every call with a caller's deadline (five times POSTGRES_TIMEOUT): an answer past it is
-    // no answer, and fails the test; how long each took is printed as a figure.
-    let call = || {
-        let mut client = client.clone();
-        let key = key.clone();
-        async move {
-            let started = Instant::now();
-            let call = client.should_rate_limit(req1("plans", &[("api_key", &key)]));
-            let answer = tokio::time::timeout(CALLER_DEADLINE, call).await;
-            let took = started.elapsed();
-            let answer = answer.map(|a| a.map(|a| a.into_inner().statuses[0].limit_remaining));
-            (answer, took)
-        }
+    let caller = Caller {
+        client: p.client().await,
+        key: unique("k"),
     };
-    // While PostgreSQL is down or hung, a call past the deadline fails the test; while it
-    // comes back, a late answer is "not counting yet" (the wait for counting goes on).
-    let answered = |(answer, _): (Result<_, _>, Duration)| {
-        answer.unwrap_or_else(|_| panic!("no answer within {CALLER_DEADLINE:?}"))
-    };
-    let counted = || async { call().await.0.ok().and_then(Result::ok) };
     for expected in [99, 98, 97] {
-        assert_eq!(answered(call().await).expect("counted"), expected);
+        assert_eq!(answered(caller.call().await).expect("counted"), expected);
     }
+    stopped_then_started(&pg, &p, &caller).await;
+    hung_then_thawed(&pg, &caller).await;
+}
 
+/// Stopped: 16 callers x 5 calls answered at once, not ready; started: counting again with
+/// the counts from before.
+async fn stopped_then_started(pg: &Postgres, p: &Process, caller: &Caller) {
     pg.ctl(&["stop", "-m", "fast", "-w"]);
-    // 16 callers at once, 5 calls each.
     let mut slowest = Duration::ZERO;
     for _ in 0..5 {
-        let answers = futures_util::future::join_all((0..16).map(|_| call())).await;
-        for (answer, took) in answers {
-            let status = answered((answer, took)).expect_err("PostgreSQL is down");
-            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-            assert!(status.message().contains("PostgreSQL"), "{status:?}");
-            slowest = slowest.max(took);
-        }
+        slowest = slowest.max(all_unavailable(at_once(caller, 16).await, "PostgreSQL"));
     }
     eprintln!(
         "PostgreSQL down: 80 calls from 16 callers, slowest answer {slowest:?} (POSTGRES_TIMEOUT=250ms)"
@@ -83,41 +118,35 @@ async fn postgres_stopped_under_load_then_back() {
         || http_get(p.http, "/healthcheck").is_some_and(|r| r.0 == 500),
     )
     .await;
-
     pg.ctl(&["start", "-w", "-t", "30"]);
     let back = Instant::now();
-    let remaining = until_some(Duration::from_secs(10), "counting again", counted).await;
+    let remaining = until_some(Duration::from_secs(10), "counting again", || {
+        caller.counted()
+    })
+    .await;
     eprintln!("PostgreSQL back: counting again after {:?}", back.elapsed());
     assert_eq!(remaining, 96, "the counts from before the outage are there");
     assert_eq!(
-        answered(call().await)
+        answered(caller.call().await)
             .map(|r| (Code::Ok, r))
             .expect("counted"),
         (Code::Ok, 95)
     );
+}
 
-    // A hung database (every process stopped, connections open): the deadline answers.
+/// A hung database (every process stopped, connections open): the deadline answers; thawed,
+/// it counts again.
+async fn hung_then_thawed(pg: &Postgres, caller: &Caller) {
     pg.signal_all("STOP");
-    let answers = futures_util::future::join_all((0..8).map(|_| call())).await;
+    let answers = at_once(caller, 8).await;
     pg.signal_all("CONT");
-    let mut slowest = Duration::ZERO;
-    for (answer, took) in answers {
-        let status = answered((answer, took)).expect_err("PostgreSQL is hung");
-        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-        assert!(
-            status
-                .message()
-                .contains("did not answer within 250ms (POSTGRES_TIMEOUT)"),
-            "{status:?}"
-        );
-        slowest = slowest.max(took);
-    }
+    let slowest = all_unavailable(answers, "did not answer within 250ms (POSTGRES_TIMEOUT)");
     eprintln!("PostgreSQL hung: 8 calls, slowest answer {slowest:?} (POSTGRES_TIMEOUT=250ms)");
     let thawed = Instant::now();
     let remaining = until_some(
         Duration::from_secs(10),
         "counting again after the hang",
-        counted,
+        || caller.counted(),
     )
     .await;
     eprintln!(

@@ -113,10 +113,18 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         vec![limit("xds-1", "xds", "user", RateLimitUnit::Hour, 2)],
     );
     let p = start(ads.addr, &[]);
+    first_rules_with_the_node_and_an_ack(&p, &shared).await;
+    a_changed_limit_is_in_force_within_a_second(&p, &shared).await;
+    a_bad_push_is_nacked_and_the_old_rules_count(&p, &shared).await;
+    a_resent_version_is_acked_without_a_reload(&p, &shared).await;
+}
 
-    assert_eq!(codes(&p, "xds", "ann", 3).await, ok_then_over(2));
+/// Version 1's rules count, the file rules are not read, the first request names the node,
+/// its metadata and headers, and version 1 is ACKed and in force.
+async fn first_rules_with_the_node_and_an_ack(p: &Process, shared: &Shared) {
+    assert_eq!(codes(p, "xds", "ann", 3).await, ok_then_over(2));
     assert_eq!(
-        codes(&p, "ops", "ann", 3).await,
+        codes(p, "ops", "ann", 3).await,
         vec![Code::Ok; 3],
         "file rules are not read"
     );
@@ -141,7 +149,7 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         (ack.version.as_str(), ack.nonce.as_str(), &ack.error),
         ("1", "n1", &None)
     );
-    assert_eq!(version_in_force(&p).as_deref(), Some("1"));
+    assert_eq!(version_in_force(p).as_deref(), Some("1"));
     let m = p.metrics();
     assert_eq!(
         metric(&m, "turnstile_config_source_connected"),
@@ -152,7 +160,9 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         metric(&m, "turnstile_config_source_version_info{version=\"1\"}"),
         Some(1)
     );
+}
 
+async fn a_changed_limit_is_in_force_within_a_second(p: &Process, shared: &Shared) {
     // A changed limit is in force within a second of the push.
     let pushed = Instant::now();
     shared.set(
@@ -162,12 +172,14 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
     until(
         Duration::from_secs(1),
         "version 2 in force within 1 s of the push",
-        || version_in_force(&p).as_deref() == Some("2"),
+        || version_in_force(p).as_deref() == Some("2"),
     )
     .await;
     eprintln!("xDS push to rules in force: {:?}", pushed.elapsed());
-    assert_eq!(codes(&p, "xds", "bob", 6).await, ok_then_over(5));
+    assert_eq!(codes(p, "xds", "bob", 6).await, ok_then_over(5));
+}
 
+async fn a_bad_push_is_nacked_and_the_old_rules_count(p: &Process, shared: &Shared) {
     // A push that does not compile: NACKed with the reason, version 2 keeps counting.
     let broken = limit("xds-3", "xds", "user", RateLimitUnit::Unknown, 9);
     shared.set("3", vec![broken]);
@@ -189,9 +201,9 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         why.contains("xDS resource \"xds-3\": descriptors[0].rate_limit") && why.contains("unit"),
         "{why}"
     );
-    assert_eq!(codes(&p, "xds", "bob", 1).await, vec![Code::OverLimit]);
-    assert_eq!(codes(&p, "xds", "cat", 6).await, ok_then_over(5));
-    assert_eq!(version_in_force(&p).as_deref(), Some("2"));
+    assert_eq!(codes(p, "xds", "bob", 1).await, vec![Code::OverLimit]);
+    assert_eq!(codes(p, "xds", "cat", 6).await, ok_then_over(5));
+    assert_eq!(version_in_force(p).as_deref(), Some("2"));
     let m = p.metrics();
     assert_eq!(
         metric(&m, "turnstile_config_source_nacks_total"),
@@ -203,9 +215,11 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         Some(1),
         "{m}"
     );
+}
 
+async fn a_resent_version_is_acked_without_a_reload(p: &Process, shared: &Shared) {
     // The control plane reverts to version 2 and sends it again: ACKed, nothing reloaded.
-    let loads = metric(&m, "ratelimit_service_config_load_success");
+    let loads = metric(&p.metrics(), "ratelimit_service_config_load_success");
     shared.set(
         "2",
         vec![limit("xds-2", "xds", "user", RateLimitUnit::Hour, 5)],
@@ -234,7 +248,7 @@ async fn rules_arrive_change_and_a_bad_push_is_nacked_while_the_old_rules_count(
         "{m}"
     );
     assert_eq!(
-        codes(&p, "xds", "bob", 1).await,
+        codes(p, "xds", "bob", 1).await,
         vec![Code::OverLimit],
         "counts kept"
     );
