@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use turnstile::config::{LoadOptions, load_dir, parse_files};
+
+use crate::support::process::temp_dir;
 use turnstile::rules::{MetaValue, PerUnit, Rate, Unit};
 
 fn fixtures() -> PathBuf {
@@ -235,12 +237,6 @@ fn misplaced_reference_keys_are_ignored_with_a_warning() {
 
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).expect("write");
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(crate::support::unique(tag));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    dir
 }
 
 #[test]

@@ -128,43 +128,9 @@ async fn envoy_gateways_deployment_environment_behind_a_real_envoy() {
         Some(control_plane_tls(&certs)),
     );
 
-    let file = |name: &str| certs.join(name).display().to_string();
-    let (crt, key, ca_crt) = (file("tls.crt"), file("tls.key"), file("ca.crt"));
-    let mapping = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/envoy-gateway-statsd-mapping.yaml")
-        .display()
-        .to_string();
     let (xds_url, redis_url) = (ads.addr.to_string(), redis.addr());
-    // Envoy Gateway's variables, in its order; only the paths and addresses are local, and
-    // the Prometheus port is any free one (`:0`) instead of `:19001`.
-    let env: Vec<(&str, &str)> = vec![
-        ("RUNTIME_ROOT", "/data"),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-        ("RUNTIME_IGNOREDOTFILES", "true"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-        ("LOG_LEVEL", "info"),
-        ("USE_STATSD", "false"),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-        ("CONFIG_GRPC_XDS_SERVER_URL", &xds_url),
-        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
-        ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", &crt),
-        ("GRPC_SERVER_TLS_KEY", &key),
-        ("GRPC_SERVER_TLS_CA_CERT", &ca_crt),
-        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &crt),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &key),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &ca_crt),
-        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-        ("USE_PROMETHEUS", "true"),
-        ("PROMETHEUS_ADDR", ":0"),
-        ("PROMETHEUS_MAPPER_YAML", &mapping),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_URL", &redis_url),
-        ("TRACING_ENABLED", "true"),
-        ("TRACING_SERVICE_NAME", "envoy-ratelimit"),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
-    ];
+    let env = EnvoyGatewayEnv::new(&certs, &xds_url, &redis_url);
+    let env = env.vars();
     let root = PathBuf::from("/data");
     let turnstile = Process::start(&root, &env);
     crate::support::until(
@@ -192,6 +158,73 @@ async fn envoy_gateways_deployment_environment_behind_a_real_envoy() {
     .expect("Envoy ran");
     assert_eq!(statuses, vec![200, 200, 200, 429, 429]);
 
+    counted_in_redis_and_named_as_its_dashboards_query(&redis, &turnstile);
+    drop(ads);
+}
+
+/// The files and addresses of Envoy Gateway's deployment environment, here.
+struct EnvoyGatewayEnv {
+    crt: String,
+    key: String,
+    ca_crt: String,
+    mapping: String,
+    xds_url: String,
+    redis_url: String,
+}
+
+impl EnvoyGatewayEnv {
+    fn new(certs: &std::path::Path, xds_url: &str, redis_url: &str) -> Self {
+        let file = |name: &str| certs.join(name).display().to_string();
+        EnvoyGatewayEnv {
+            crt: file("tls.crt"),
+            key: file("tls.key"),
+            ca_crt: file("ca.crt"),
+            mapping: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/envoy-gateway-statsd-mapping.yaml")
+                .display()
+                .to_string(),
+            xds_url: xds_url.to_owned(),
+            redis_url: redis_url.to_owned(),
+        }
+    }
+
+    /// Envoy Gateway's variables, in its order; only the paths and addresses are local, and
+    /// the Prometheus port is any free one (`:0`) instead of `:19001`.
+    fn vars(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("LOG_LEVEL", "info"),
+            ("USE_STATSD", "false"),
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", &self.xds_url),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", &self.crt),
+            ("GRPC_SERVER_TLS_KEY", &self.key),
+            ("GRPC_SERVER_TLS_CA_CERT", &self.ca_crt),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &self.crt),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &self.key),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &self.ca_crt),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":0"),
+            ("PROMETHEUS_MAPPER_YAML", &self.mapping),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &self.redis_url),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_SERVICE_NAME", "envoy-ratelimit"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+        ]
+    }
+}
+
+/// The five calls are counted in Redis and named on the Prometheus port as Envoy Gateway's
+/// dashboards query them (5 hits, 2 over the limit).
+fn counted_in_redis_and_named_as_its_dashboards_query(redis: &RedisProcess, turnstile: &Process) {
     let keys = cli(redis.port, &["DBSIZE"]).expect("redis-cli");
     assert_ne!(keys.trim(), "0", "counted in Redis");
     let (_, text) = http_get(turnstile.prometheus, "/metrics").expect("Prometheus port");
@@ -209,5 +242,4 @@ async fn envoy_gateways_deployment_environment_behind_a_real_envoy() {
         Some(2),
         "{text}"
     );
-    drop(ads);
 }
