@@ -43,6 +43,12 @@ async fn http_endpoints_and_metrics() {
         Some(400)
     );
 
+    rlconfig_says_the_rules(&p);
+    metrics_count_the_three_calls(&p);
+}
+
+/// `/rlconfig`, and with `?rlqs` how RLQS serves each rule.
+fn rlconfig_says_the_rules(p: &Process) {
     let rlconfig = http_get(p.debug, "/rlconfig").expect("rlconfig").1;
     assert_eq!(
         rlconfig.trim(),
@@ -55,7 +61,11 @@ async fn http_endpoints_and_metrics() {
         rlqs.trim(),
         "ops.user: bucket {user: *} → fair share of 2 per minute in fixed windows"
     );
+}
 
+/// The reference's series with `EXTRA_TAGS`, on the debug port and the Prometheus port: 3 hits,
+/// 2 within the limit, 1 over and 1 near it, one live counter.
+fn metrics_count_the_three_calls(p: &Process) {
     let metrics = p.metrics();
     let labels = r#"{domain="ops",key1="user",cluster="test"}"#;
     assert_eq!(

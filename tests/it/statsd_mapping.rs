@@ -29,6 +29,44 @@ fn mapping() -> String {
         .to_string()
 }
 
+/// The series Envoy Gateway's dashboards query, as the mapping names them, after three
+/// requests of two descriptors (limits 2 and 1 per unit), and their values.
+const MAPPED: &[(&str, u64)] = &[
+    (
+        "ratelimit_service_rate_limit_total_hits{domain=\"eg\",key1=\"user\"}",
+        3,
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit{domain=\"eg\",key1=\"user\"}",
+        1,
+    ),
+    (
+        "ratelimit_service_rate_limit_within_limit{domain=\"eg\",key1=\"user\"}",
+        2,
+    ),
+    (
+        "ratelimit_service_rate_limit_near_limit{domain=\"eg\",key1=\"user\"}",
+        1,
+    ),
+    (
+        "ratelimit_service_rate_limit_total_hits{domain=\"eg\",key1=\"route_api\",key2=\"user\"}",
+        3,
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit{domain=\"eg\",key1=\"route_api\",key2=\"user\"}",
+        2,
+    ),
+    (
+        "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"}",
+        3,
+    ),
+    (
+        "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"}",
+        0,
+    ),
+    ("ratelimit_service_config_load_success{}", 1),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateways_mapping_names_the_series_its_dashboards_query() {
     let file = mapping();
@@ -69,41 +107,7 @@ async fn envoy_gateways_mapping_names_the_series_its_dashboards_query() {
     );
     let (status, text) = http_get(p.prometheus, "/metrics").expect("Prometheus port");
     assert_eq!(status, 200);
-    for (series, value) in [
-        (
-            "ratelimit_service_rate_limit_total_hits{domain=\"eg\",key1=\"user\"}",
-            3,
-        ),
-        (
-            "ratelimit_service_rate_limit_over_limit{domain=\"eg\",key1=\"user\"}",
-            1,
-        ),
-        (
-            "ratelimit_service_rate_limit_within_limit{domain=\"eg\",key1=\"user\"}",
-            2,
-        ),
-        (
-            "ratelimit_service_rate_limit_near_limit{domain=\"eg\",key1=\"user\"}",
-            1,
-        ),
-        (
-            "ratelimit_service_rate_limit_total_hits{domain=\"eg\",key1=\"route_api\",key2=\"user\"}",
-            3,
-        ),
-        (
-            "ratelimit_service_rate_limit_over_limit{domain=\"eg\",key1=\"route_api\",key2=\"user\"}",
-            2,
-        ),
-        (
-            "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"}",
-            3,
-        ),
-        (
-            "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"}",
-            0,
-        ),
-        ("ratelimit_service_config_load_success{}", 1),
-    ] {
+    for &(series, value) in MAPPED {
         assert_eq!(metric(&text, series), Some(value), "{series} in\n{text}");
     }
     assert!(

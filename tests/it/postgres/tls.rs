@@ -57,15 +57,26 @@ async fn sslmode_require_verify_ca_and_verify_full() {
     let Some(pg) = Postgres::start_tls(&dir.join("server.pem"), &dir.join("server.key")) else {
         return;
     };
-    let root = |name: &str| {
-        format!(
-            "sslrootcert={}",
-            dir.join(format!("{name}-ca.pem")).display()
-        )
-    };
+    verify_full_a_wrong_ca_and_require(&pg, &dir).await;
+    drop(pg);
+    verify_ca_takes_the_chain_and_verify_full_the_name(&dir).await;
+}
+
+/// `sslrootcert` for CA `name` in `dir`.
+fn root_cert(dir: &std::path::Path, name: &str) -> String {
+    format!(
+        "sslrootcert={}",
+        dir.join(format!("{name}-ca.pem")).display()
+    )
+}
+
+/// Against a server certificate for `127.0.0.1` signed by `db`: verify-full counts (and the
+/// connection is encrypted), another CA is refused, require checks nothing.
+async fn verify_full_a_wrong_ca_and_require(pg: &Postgres, dir: &std::path::Path) {
+    let root = |name: &str| root_cert(dir, name);
 
     let good = start(
-        &pg,
+        pg,
         "127.0.0.1",
         &format!("sslmode=verify-full&{}", root("db")),
     );
@@ -80,7 +91,7 @@ async fn sslmode_require_verify_ca_and_verify_full() {
     );
 
     let wrong = start(
-        &pg,
+        pg,
         "127.0.0.1",
         &format!("sslmode=verify-full&{}", root("other")),
     );
@@ -90,19 +101,21 @@ async fn sslmode_require_verify_ca_and_verify_full() {
     assert_eq!(refused.code(), tonic::Code::Unavailable);
     assert!(refused.message().contains("PostgreSQL"), "{refused:?}");
 
-    let plain = start(&pg, "127.0.0.1", "sslmode=require");
+    let plain = start(pg, "127.0.0.1", "sslmode=require");
     assert_eq!(
         first_answer(&plain).await.expect("require checks nothing"),
         Code::Ok
     );
+}
 
+async fn verify_ca_takes_the_chain_and_verify_full_the_name(dir: &std::path::Path) {
     // The name: `localhost` is in the certificate, `elsewhere.example` is not; reach the
     // server as `localhost` but expect another name through a certificate that lacks it.
-    drop(pg);
     let Some(pg) = Postgres::start_tls(&dir.join("elsewhere.pem"), &dir.join("elsewhere.key"))
     else {
         return;
     };
+    let root = |name: &str| root_cert(dir, name);
     let chain_only = start(
         &pg,
         "localhost",
