@@ -62,6 +62,19 @@ async fn fake_dns(records: Records) -> (std::net::SocketAddr, Arc<AtomicUsize>) 
     (addr, answered)
 }
 
+/// A store's options with its servers left to discovery.
+fn discovered_options() -> MemcachedOptions {
+    MemcachedOptions {
+        servers: vec![],
+        pool_size: 4,
+        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
+        timeout: Duration::from_millis(500),
+        jitter_max_seconds: 0,
+        transport: Default::default(),
+        tls: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_refresh_and_failed_lookups() {
     let (Some(mc1), Some(mc2)) = (Memcached::start(), Memcached::start()) else {
@@ -70,15 +83,7 @@ async fn discovery_refresh_and_failed_lookups() {
     let records: Records = Arc::new(Mutex::new(Some(vec![("127.0.0.1".into(), mc2.port)])));
     let (dns, questions) = fake_dns(Arc::clone(&records)).await;
     let resolver = Resolver::at(dns).expect("resolver");
-    let options = MemcachedOptions {
-        servers: vec![],
-        pool_size: 4,
-        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
-        timeout: Duration::from_millis(500),
-        jitter_max_seconds: 0,
-        transport: Default::default(),
-        tls: None,
-    };
+    let options = discovered_options();
     let clock = ManualClock::new(SystemClock.now_secs());
     let store = MemcachedStore::discover(
         "_memcache._tcp.mc.test",
@@ -112,14 +117,11 @@ async fn discovery_refresh_and_failed_lookups() {
         ("127.0.0.1".into(), mc2.port),
         ("127.0.0.1".into(), mc1.port),
     ]);
-    let want = {
-        let mut w = vec![
-            format!("127.0.0.1:{}", mc1.port),
-            format!("127.0.0.1:{}", mc2.port),
-        ];
-        w.sort();
-        w
-    };
+    let mut want = vec![
+        format!("127.0.0.1:{}", mc1.port),
+        format!("127.0.0.1:{}", mc2.port),
+    ];
+    want.sort();
     crate::support::wait::until(
         Duration::from_secs(5),
         "the refresh picked up the new server",

@@ -223,8 +223,37 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
     a.join().expect("driver a");
     b.join().expect("driver b");
 
+    let windows = Windows {
+        started,
+        killed_at,
+        measured,
+        window,
+        limit,
+    };
+    the_limit_held_around_the_kill(&log_a, &log_b, &windows);
+}
+
+/// When the traffic began, replica B was killed and the window measured after its restart.
+struct Windows {
+    started: u64,
+    killed_at: u64,
+    measured: u64,
+    window: u64,
+    limit: u64,
+}
+
+/// At most a quarter over the limit in the window of the kill, within a tenth of it in the
+/// next whole one, the 20 % Envoy given its share and refused beyond it.
+fn the_limit_held_around_the_kill(log_a: &Log, log_b: &Log, w: &Windows) {
+    let Windows {
+        started,
+        killed_at,
+        measured,
+        window,
+        limit,
+    } = *w;
     println!("RLQS, two Envoys (80 % / 20 % of 20 requests/s), limit {limit} per {window} s:");
-    let logs = (&log_a, &log_b);
+    let logs = (log_a, log_b);
     let kill_window = killed_at / window * window;
     let what = format!(
         "the window of the kill (traffic from {} s in)",
@@ -245,6 +274,6 @@ fn two_envoys_share_one_global_limit_through_two_replicas() {
         "the 20 % Envoy got {adm_b} of {total}"
     );
     // Envoy B, on the restarted replica, is enforced: refused beyond its share.
-    let (_, refused_b) = tally(&log_b, measured, window);
+    let (_, refused_b) = tally(log_b, measured, window);
     assert!(refused_b > 0, "Envoy B was never refused after the restart");
 }
