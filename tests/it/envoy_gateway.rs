@@ -14,9 +14,9 @@ use turnstile::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 
-use crate::deploy::envoy;
-use crate::envoy_e2e::{Envoy, request, wait_for};
 use crate::process::{Process, http_get, metric, temp_dir};
+use crate::support::envoy::envoy;
+use crate::support::envoy::{Envoy, request, wait_for};
 use crate::support::redis_server::{RedisProcess, cli};
 use crate::support::{free_port, openssl_installed};
 use crate::tls::{ca, leaf_with};

@@ -12,9 +12,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::counters_api::call;
-use crate::deploy::envoy;
-use crate::envoy_e2e::{header, request, start_envoy, wait_for};
 use crate::process::{Process, metric, rules_root};
+use crate::support::envoy::envoy;
+use crate::support::envoy::{header, request, start_envoy, wait_for};
 use crate::support::redis_server::RedisProcess;
 use crate::support::{Memcached, free_port, unique, wait};
 

@@ -3,9 +3,9 @@
 //! per request and released at stream end (`apply_on_stream_done` with a negative hit), with a
 //! slow upstream; a token bucket per API key; a sliding window per user.
 
-use crate::deploy::envoy;
-use crate::envoy_e2e::{header, request, start_envoy, wait_for};
 use crate::process::{Process, rules_root};
+use crate::support::envoy::envoy;
+use crate::support::envoy::{header, request, start_envoy, wait_for};
 use crate::support::{Memcached, connect, desc, free_port, req};
 
 const RULES: &str = r#"

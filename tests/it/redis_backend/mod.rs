@@ -331,7 +331,7 @@ fn per_second_limits_count_in_the_second_redis() {
     assert_eq!(keys(second.port, "daily"), Some(0));
     // Readiness needs both: without the per-second Redis the service is not ready.
     second.kill();
-    crate::envoy_e2e::wait_for("not ready without the per-second Redis", || {
+    crate::support::envoy::wait_for("not ready without the per-second Redis", || {
         http_get(p.http, "/healthcheck").map(|r| r.0) != Some(200)
     });
 }

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::deploy::envoy;
-use crate::envoy_e2e::{start_envoy, wait_for};
 use crate::process::{command, http_get, rules_root};
+use crate::support::envoy::envoy;
+use crate::support::envoy::{start_envoy, wait_for};
 use crate::support::{Memcached, free_port};
 
 /// Requests a second the limit allows.

@@ -25,6 +25,7 @@ use turnstile::rls::ResponseSettings;
 use turnstile::settings::Settings;
 use turnstile::storage::memory::MemoryStore;
 
+pub mod envoy;
 pub mod memcached;
 pub mod postgres_server;
 pub mod process;

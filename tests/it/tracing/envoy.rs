@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 
 use super::receiver::Receiver;
-use crate::deploy::envoy;
-use crate::envoy_e2e::{Envoy, request, wait_for};
 use crate::process::{Process, http_get, rules_root, temp_dir};
+use crate::support::envoy::envoy;
+use crate::support::envoy::{Envoy, request, wait_for};
 use crate::support::free_port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
