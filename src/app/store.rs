@@ -333,10 +333,7 @@ fn redis_tls(tls: &RedisTls) -> Result<RedisTlsOptions, StorageError> {
     let failed = |e: crate::tls::TlsError| {
         StorageError::unavailable(format!("REDIS_TLS: {}", e.into_message()))
     };
-    let roots = match &ca {
-        Some(ca) => ca.roots().map_err(failed)?,
-        None => crate::tls::system_roots(),
-    };
+    let roots = crate::tls::roots_of(ca.as_ref()).map_err(failed)?;
     let identity = client.as_ref().map(|(c, k)| (c, k));
     let config = crate::storage::tls::client_config_of(verify, roots, identity).map_err(failed)?;
     Ok(RedisTlsOptions {

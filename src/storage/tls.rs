@@ -27,9 +27,8 @@ pub fn client_config(
     ca: Option<&Path>,
     identity: Option<(&Path, &Path)>,
 ) -> Result<ClientConfig, crate::tls::TlsError> {
-    let mut config = crate::tls::client_config(verify, crate::tls::roots(ca)?, identity)?;
-    config.resumption = Resumption::disabled();
-    Ok(config)
+    let config = crate::tls::client_config(verify, crate::tls::roots(ca)?, identity)?;
+    Ok(without_resumption(config))
 }
 
 /// [`client_config`] of files already read (`roots` from the CA file or the system's).
@@ -38,9 +37,15 @@ pub fn client_config_of(
     roots: tokio_rustls::rustls::RootCertStore,
     identity: Option<(&crate::tls::PemFile, &crate::tls::PemFile)>,
 ) -> Result<ClientConfig, crate::tls::TlsError> {
-    let mut config = crate::tls::client_config_of(verify, roots, identity)?;
+    let config = crate::tls::client_config_of(verify, roots, identity)?;
+    Ok(without_resumption(config))
+}
+
+/// A store's connections are long-lived and memcached requiring client certificates fails
+/// every resumed handshake (the module doc): no session resumption.
+fn without_resumption(mut config: ClientConfig) -> ClientConfig {
     config.resumption = Resumption::disabled();
-    Ok(config)
+    config
 }
 
 /// TLS towards one server: the configuration and the name its certificate must carry (the

@@ -12,7 +12,7 @@ mod server;
 mod verify;
 
 pub use client::{Verify, client_config, client_config_of};
-pub use pem::{PemFile, pem_certificates, private_key, roots, system_roots};
+pub use pem::{PemFile, pem_certificates, private_key, roots, roots_of};
 pub use server::{ReloadingCert, ServerFiles, handshake, server_config};
 
 /// A TLS file or configuration problem.

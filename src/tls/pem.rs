@@ -91,14 +91,20 @@ pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// Trust roots: the certificates of the CA file `ca`, or the system's roots when there is none
 /// (which may be empty: the caller decides whether that is an error).
 pub fn roots(ca: Option<&Path>) -> Result<RootCertStore, TlsError> {
+    let ca = ca.map(PemFile::read).transpose()?;
+    roots_of(ca.as_ref())
+}
+
+/// [`roots`] of a CA file already read.
+pub fn roots_of(ca: Option<&PemFile>) -> Result<RootCertStore, TlsError> {
     match ca {
-        Some(ca) => PemFile::read(ca)?.roots(),
+        Some(ca) => ca.roots(),
         None => Ok(system_roots()),
     }
 }
 
 /// The system's trust roots (possibly none).
-pub fn system_roots() -> RootCertStore {
+fn system_roots() -> RootCertStore {
     let mut roots = RootCertStore::empty();
     roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
     roots
