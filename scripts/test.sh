@@ -12,7 +12,6 @@ missing=()
 [ -x /usr/bin/memcached ] || command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 # Redis backend tests: redis-server (standalone, cluster, and --sentinel) and redis-cli.
 { [ -x /usr/bin/redis-server ] && [ -x /usr/bin/redis-cli ]; } || missing+=(redis-server)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # Network fault tests: memcached in a namespace of the test's own, packets dropped by iptables.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)

@@ -15,11 +15,11 @@ use turnstile::pb::ratelimit::config::ratelimit::v3::{
 };
 
 use crate::process::{Process, http_get, metric, temp_dir};
+use crate::support::certs::{Usage, ca, leaf_with};
 use crate::support::envoy::envoy;
 use crate::support::envoy::{Envoy, request, wait_for};
+use crate::support::free_port;
 use crate::support::redis_server::{RedisProcess, cli};
-use crate::support::{free_port, openssl_installed};
-use crate::tls::{ca, leaf_with};
 use crate::xds::server::{AdsServer, Shared};
 use crate::xds::version_in_force;
 
@@ -53,11 +53,17 @@ fn rules() -> RateLimitConfig {
 fn certificates() -> PathBuf {
     let dir = temp_dir("eg-certs");
     ca(&dir, "eg");
-    let both = "subjectAltName=DNS:envoy-ratelimit.envoy-gateway-system.svc.cluster.local,IP:127.0.0.1\n\
-                extendedKeyUsage=serverAuth,clientAuth\n";
-    leaf_with(&dir, "eg", "tls", both);
-    let server = "subjectAltName=DNS:envoy-gateway,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
-    leaf_with(&dir, "eg", "control-plane", server);
+    let service = "envoy-ratelimit.envoy-gateway-system.svc.cluster.local";
+    let both = [Usage::Server, Usage::Client];
+    leaf_with(&dir, "eg", "tls", &[service, "127.0.0.1"], &both);
+    let control_plane = ["envoy-gateway", "127.0.0.1"];
+    leaf_with(
+        &dir,
+        "eg",
+        "control-plane",
+        &control_plane,
+        &[Usage::Server],
+    );
     std::fs::rename(dir.join("tls.pem"), dir.join("tls.crt")).expect("tls.crt");
     std::fs::copy(dir.join("eg-ca.pem"), dir.join("ca.crt")).expect("ca.crt");
     dir
@@ -113,9 +119,6 @@ fn start_proxy(binary: &Path, grpc: u16, listener: u16, admin: u16, ca: &Path) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateways_deployment_environment_behind_a_real_envoy() {
     let Some(binary) = envoy() else { return };
-    if !openssl_installed() {
-        return;
-    }
     let Some(redis) = RedisProcess::start() else {
         return;
     };

@@ -7,26 +7,23 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::process::{Process, http_get, rules_root, temp_dir};
+use crate::support::certs::{Usage, ca, leaf, leaf_with};
 use crate::support::redis_server::{RedisProcess, RedisSentinel, SENTINEL_MASTER, TlsFiles, cli};
 use crate::support::req1;
-use crate::tls::{ca, leaf};
 use turnstile::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
 const RULES: &str = "domain: cut\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
 
 /// A directory with CA `one` (signing `server` and `client`) and CA `two` (signing nothing
-/// here); `None` without openssl.
-fn certificates() -> Option<PathBuf> {
-    if !crate::support::openssl_installed() {
-        return None;
-    }
+/// here).
+fn certificates() -> PathBuf {
     let dir = temp_dir("redis-tls");
     ca(&dir, "one");
     leaf(&dir, "one", "server", false);
     leaf(&dir, "one", "client", true);
     ca(&dir, "two");
-    Some(dir)
+    dir
 }
 
 /// The service's settings for Redis at `url` (`REDIS_TYPE` `kind`) over TLS trusting `ca`.
@@ -88,9 +85,7 @@ fn call(
 /// naming Redis), never silently downgraded to plain text.
 #[test]
 fn counts_over_tls_with_a_client_certificate() {
-    let Some(dir) = certificates() else {
-        return;
-    };
+    let dir = certificates();
     let Some(redis) = tls_redis(&dir, "server") else {
         return;
     };
@@ -129,9 +124,7 @@ fn counts_over_tls_with_a_client_certificate() {
 /// CA that did not sign the certificates is refused, naming Redis.
 #[test]
 fn sentinel_over_tls_counts_and_follows_a_failover() {
-    let Some(dir) = certificates() else {
-        return;
-    };
+    let dir = certificates();
     let tls = TlsFiles {
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
@@ -198,11 +191,14 @@ fn sentinel_over_tls_counts_and_follows_a_failover() {
 /// not sign it is refused even then).
 #[test]
 fn skipping_the_hostname_still_checks_the_chain() {
-    let Some(dir) = certificates() else {
-        return;
-    };
-    let elsewhere = "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth\n";
-    crate::tls::leaf_with(&dir, "one", "elsewhere", elsewhere);
+    let dir = certificates();
+    leaf_with(
+        &dir,
+        "one",
+        "elsewhere",
+        &["elsewhere.example"],
+        &[Usage::Server],
+    );
     let Some(redis) = tls_redis(&dir, "elsewhere") else {
         return;
     };

@@ -1,108 +1,14 @@
 //! gRPC over TLS and mTLS against the real binary, checked with Python grpcio as the client, and
 //! a server certificate renewed on disk (renamed over the old files) being served without a
-//! restart. Certificates are made with the `openssl` command.
+//! restart. Certificates are made in process (`support::certs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use crate::process::{Process, RULES, rules_root, temp_dir};
+use crate::support::certs::{Usage, ca, leaf, leaf_with};
 use crate::support::peers_venv;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Makes `<name>-ca.pem` and a leaf `<leaf>.pem`/`<leaf>.key` signed by it.
-pub(crate) fn ca(dir: &Path, name: &str) {
-    let (key, pem) = (format!("{name}-ca.key"), format!("{name}-ca.pem"));
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}-ca"),
-        ],
-    );
-}
-
-pub(crate) fn leaf(dir: &Path, ca_name: &str, leaf: &str, client: bool) {
-    let ext = if client {
-        "extendedKeyUsage=clientAuth\n"
-    } else {
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
-    };
-    leaf_with(dir, ca_name, leaf, ext);
-}
-
-/// A leaf's key `<leaf>.key`, its signing request `<leaf>.csr` (CN `leaf`) and its X.509
-/// extensions `<leaf>.ext`.
-fn key_and_request(dir: &Path, leaf: &str, ext: &str) {
-    std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("ext");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{leaf}.key"),
-            "-out",
-            &format!("{leaf}.csr"),
-            "-subj",
-            &format!("/CN={leaf}"),
-        ],
-    );
-}
-
-/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca`, with the X.509 extensions `ext`.
-pub(crate) fn leaf_with(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
-    key_and_request(dir, leaf, ext);
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{leaf}.csr"),
-            "-CA",
-            &format!("{ca_name}-ca.pem"),
-            "-CAkey",
-            &format!("{ca_name}-ca.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{leaf}.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{leaf}.ext"),
-        ],
-    );
-}
 
 fn check(p: &Process, args: &[&Path]) -> Option<String> {
     let venv = peers_venv()?;
@@ -193,12 +99,16 @@ fn tls_mtls_and_certificate_reload() {
 #[test]
 fn a_client_certificate_must_carry_grpc_client_tls_san() {
     let Some(dir) = certs() else { return };
-    let named = "subjectAltName=DNS:envoy.mesh.local\nextendedKeyUsage=clientAuth\n";
-    leaf_with(&dir, "one", "named", named);
-    let other = "subjectAltName=DNS:other.mesh.local\nextendedKeyUsage=clientAuth\n";
-    leaf_with(&dir, "one", "other", other);
-    let server_usage = "subjectAltName=DNS:envoy.mesh.local\nextendedKeyUsage=serverAuth\n";
-    leaf_with(&dir, "one", "server_usage", server_usage);
+    let mesh = ["envoy.mesh.local"];
+    leaf_with(&dir, "one", "named", &mesh, &[Usage::Client]);
+    leaf_with(
+        &dir,
+        "one",
+        "other",
+        &["other.mesh.local"],
+        &[Usage::Client],
+    );
+    leaf_with(&dir, "one", "server_usage", &mesh, &[Usage::Server]);
     let path = |name: &str| dir.join(name).to_str().expect("path").to_owned();
     let (cert, key, ca_file) = (path("server.pem"), path("server.key"), path("one-ca.pem"));
     let p = Process::start(
@@ -226,42 +136,4 @@ fn a_client_certificate_must_carry_grpc_client_tls_san() {
             "{refused}: another name, no client-auth usage, or no SAN"
         );
     }
-}
-
-/// A leaf `<leaf>.pem`/`<leaf>.key` signed by `<ca_name>-ca` that expired on 2020-01-02 (the
-/// `openssl ca` command sets past dates; `x509 -req` cannot).
-pub(crate) fn expired_leaf(dir: &Path, ca_name: &str, leaf: &str, ext: &str) {
-    key_and_request(dir, leaf, ext);
-    let conf = "[ca]\ndefault_ca=d\n[d]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\n\
-                default_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n";
-    std::fs::write(dir.join("expired-ca.cnf"), conf).expect("ca config");
-    std::fs::write(dir.join("index.txt"), "").expect("index");
-    std::fs::write(dir.join("serial"), "01\n").expect("serial");
-    let (csr, pem) = (format!("{leaf}.csr"), format!("{leaf}.pem"));
-    let (ca_pem, ca_key) = (format!("{ca_name}-ca.pem"), format!("{ca_name}-ca.key"));
-    let ext_file = format!("{leaf}.ext");
-    openssl(
-        dir,
-        &[
-            "ca",
-            "-batch",
-            "-config",
-            "expired-ca.cnf",
-            "-startdate",
-            "20200101000000Z",
-            "-enddate",
-            "20200102000000Z",
-            "-in",
-            &csr,
-            "-out",
-            &pem,
-            "-cert",
-            &ca_pem,
-            "-keyfile",
-            &ca_key,
-            "-extfile",
-            &ext_file,
-            "-notext",
-        ],
-    );
 }

@@ -13,8 +13,8 @@ use rustls_pki_types::{PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::process::{Process, RULES, metric, rules_root};
+use crate::support::certs::{ca, leaf};
 use crate::support::until;
-use crate::tls::{ca, leaf};
 
 /// An HTTP/2 connection over mTLS from `local`, presenting `client`'s certificate; held open
 /// until dropped.

@@ -6,9 +6,9 @@
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::process::{Process, rules_root, temp_dir};
+use crate::support::certs::{Usage, ca, leaf, leaf_with};
 use crate::support::postgres_server::Postgres;
-use crate::support::{openssl_installed, req1, unique};
-use crate::tls::{ca, leaf, leaf_with};
+use crate::support::{req1, unique};
 
 const RULES: &str = "\
 domain: plans
@@ -40,9 +40,6 @@ fn start(pg: &Postgres, host: &str, query: &str) -> Process {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmode_require_verify_ca_and_verify_full() {
-    if !openssl_installed() {
-        return;
-    }
     let dir = temp_dir("pg-tls");
     ca(&dir, "db");
     leaf(&dir, "db", "server", false);
@@ -52,7 +49,8 @@ async fn sslmode_require_verify_ca_and_verify_full() {
         &dir,
         "db",
         "elsewhere",
-        "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth\n",
+        &["elsewhere.example"],
+        &[Usage::Server],
     );
     let Some(pg) = Postgres::start_tls(&dir.join("server.pem"), &dir.join("server.key")) else {
         return;

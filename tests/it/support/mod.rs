@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use turnstile::rls::ResponseSettings;
 use turnstile::settings::Settings;
 use turnstile::storage::memory::MemoryStore;
 
+pub mod certs;
 pub mod envoy;
 pub mod memcached;
 pub mod postgres_server;
@@ -282,18 +282,6 @@ pub fn peers_venv() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-peers"));
     dir.join("bin/python").exists().then_some(dir)
-}
-
-/// Whether the `openssl` command is there (reported as missing otherwise).
-pub fn openssl_installed() -> bool {
-    let found = Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        missing("openssl");
-    }
-    found
 }
 
 /// A raw gRPC client on `addr` (any codec: for bytes no generated client would send).

@@ -14,8 +14,8 @@ use turnstile::settings::TlsSettings;
 use super::server::{AdsServer, Shared};
 use super::{codes, limit, loopback, ok_then_over, start, version_in_force};
 use crate::process::{metric, temp_dir};
-use crate::support::{openssl_installed, until};
-use crate::tls::{ca, leaf};
+use crate::support::certs::{ca, leaf};
+use crate::support::until;
 
 /// An ADS server configuration trusting client certificates of `client_ca` only.
 fn server_tls(dir: &Path, client_ca: &str) -> Arc<tokio_rustls::rustls::ServerConfig> {
@@ -43,9 +43,6 @@ fn install_client_cert(dir: &Path, from: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_with_a_client_certificate_rotated_on_disk() {
-    if !openssl_installed() {
-        return;
-    }
     let dir = temp_dir("xds-tls");
     ca(&dir, "server");
     leaf(&dir, "server", "server", false);
