@@ -5,6 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::lifeline::Supervised;
 use crate::support::missing;
 
 const HOST_IP: &str = "169.254.213.1";
@@ -21,14 +22,13 @@ fn run(args: &[&str]) -> bool {
 pub(super) struct Netns {
     name: String,
     host_dev: String,
-    memcached: Option<std::process::Child>,
+    memcached: Option<Supervised>,
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
         if let Some(mut child) = self.memcached.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.stop();
         }
         run(&["ip", "link", "del", &self.host_dev]);
         run(&["ip", "netns", "del", &self.name]);
@@ -95,23 +95,23 @@ impl Netns {
     }
 
     pub(super) fn start_memcached(&mut self) {
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.name,
-                "memcached",
-                "-l",
-                MEMCACHED_IP,
-                "-p",
-                "11211",
-                "-U",
-                "0",
-                "-u",
-                "root",
-            ])
-            .spawn()
-            .expect("memcached in the namespace");
+        let mut command = Command::new("ip");
+        command.args([
+            "netns",
+            "exec",
+            &self.name,
+            "memcached",
+            "-l",
+            MEMCACHED_IP,
+            "-p",
+            "11211",
+            "-U",
+            "0",
+            "-u",
+            "root",
+        ]);
+        // `ip netns exec` becomes memcached: the signal reaches memcached itself.
+        let child = Supervised::spawn(&mut command, "KILL").expect("memcached in the namespace");
         self.memcached = Some(child);
         crate::support::wait::blocking(
             Duration::from_secs(10),

@@ -5,7 +5,7 @@
 //! `GRPC_MAX_CONNECTION_AGE` recycling connections without failed calls.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,25 +13,19 @@ use std::time::Duration;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::process::{Process, RULES, command, http_get, loopback_env, metric, rules_root};
+use crate::support::lifeline::Supervised;
 use crate::support::{req1, until};
 
 mod descriptors;
 
 /// The real binary, its ports read from its own "serving" log line (every listener on port 0).
 pub struct Binary {
-    child: Child,
+    child: Supervised,
     logs: BufReader<ChildStderr>,
     /// Log lines read so far.
     seen: Vec<String>,
     grpc: u16,
     http: u16,
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The port after `name: 127.0.0.1:` in a logged `Addresses`.
@@ -81,12 +75,9 @@ impl Binary {
             }
             cmd = wrapped;
         }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn turnstile");
-        let logs = BufReader::new(child.stderr.take().expect("stderr"));
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = Supervised::spawn(&mut cmd, "KILL").expect("spawn turnstile");
+        let logs = BufReader::new(child.take_stderr().expect("stderr"));
         let mut binary = Binary {
             child,
             logs,

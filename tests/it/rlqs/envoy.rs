@@ -11,7 +11,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::process::{command, http_get, rules_root};
 use crate::support::envoy::envoy;
 use crate::support::envoy::{start_envoy, wait_for};
+use crate::support::lifeline::Supervised;
 use crate::support::{Memcached, free_port};
 
 /// Requests a second the limit allows.
@@ -47,7 +48,7 @@ fn soonest_window(from: u64) -> (u64, u64) {
 }
 
 /// The turnstile binary as a child process on fixed ports, killed on drop.
-struct Replica(Child);
+struct Replica(Supervised);
 
 impl Replica {
     fn start(root: &std::path::Path, memcached: &str, grpc: u16) -> Replica {
@@ -66,11 +67,9 @@ impl Replica {
             ("SHUTDOWN_DRAIN_SECONDS", "0".into()),
             ("LOG_LEVEL", "warn".into()),
         ];
-        let child = command(&env)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn turnstile");
+        let mut command = command(&env);
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = Supervised::spawn(&mut command, "KILL").expect("spawn turnstile");
         wait_for("the replica is healthy", || {
             http_get(http, "/healthcheck").map(|r| r.0) == Some(200)
         });
@@ -78,14 +77,7 @@ impl Replica {
     }
 
     fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
+        self.0.stop();
     }
 }
 

@@ -5,9 +5,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::lifeline::Supervised;
 use crate::support::process::{http_get, temp_dir};
 use crate::support::{free_port, missing};
 
@@ -23,19 +24,19 @@ pub fn envoy() -> Option<PathBuf> {
 }
 
 /// A running Envoy, killed when dropped; its log kept beside its config.
-pub struct Envoy(pub Child, PathBuf);
+pub struct Envoy(Supervised, PathBuf);
 
 impl Envoy {
     /// Envoy on `config`, its log (warnings and errors) kept beside the config file.
     pub fn spawn(binary: &Path, config: &Path) -> Envoy {
         let log = config.with_file_name("envoy.log");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .args(["--use-dynamic-base-id", "--log-level", "warn", "-c"])
             .arg(config)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("envoy log"))
-            .spawn()
-            .expect("spawn envoy");
+            .stderr(std::fs::File::create(&log).expect("envoy log"));
+        let child = Supervised::spawn(&mut command, "KILL").expect("spawn envoy");
         Envoy(child, log)
     }
 
@@ -44,7 +45,8 @@ impl Envoy {
     pub fn wait_ready(&mut self, admin: u16) {
         let (child, log) = (&mut self.0, &self.1);
         wait_for("Envoy ready", || {
-            if let Some(status) = child.try_wait().expect("envoy status") {
+            if child.has_exited() {
+                let status = child.wait().map_or("?".into(), |s| s.to_string());
                 let log = std::fs::read_to_string(log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(20).collect::<Vec<_>>();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
@@ -55,13 +57,6 @@ impl Envoy {
             }
             http_get(admin, "/ready").map(|r| r.0) == Some(200)
         });
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

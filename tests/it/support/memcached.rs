@@ -1,20 +1,21 @@
 //! Real memcached processes for tests, on free ports, and stores over them. A process stops
-//! when its handle is dropped or killed, and when the test binary exits.
+//! when its handle is dropped or killed, and when the test binary exits (`lifeline`).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use turnstile::clock::ManualClock;
 use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 
+use crate::support::lifeline::Supervised;
 use crate::support::{free_port, missing};
 
 /// A memcached process on a free port, killed on drop.
 pub struct Memcached {
     pub port: u16,
-    child: Option<Child>,
+    child: Option<Supervised>,
     /// Arguments beyond the address, port and user (TLS: `-Z -o ssl_chain_cert=…`).
     extra: Vec<String>,
 }
@@ -53,51 +54,29 @@ impl Memcached {
         panic!("memcached did not start on any of 10 free ports");
     }
 
-    /// Starts the process on `self.port`; false if it exits (the port was taken).
-    ///
-    /// memcached runs under a shell that holds the read end of a pipe from this process: when
-    /// the pipe closes (the handle is killed, or the test binary exits, even with the handle in
-    /// a static that is never dropped) the shell stops memcached and waits for it. So no test
-    /// run leaves a memcached behind, and the shell exits when memcached does (a taken port).
+    /// Starts the process on `self.port`; false if it exits (the port was taken). It is
+    /// [`Supervised`]: stopped when the handle is, and when the test binary exits.
     fn spawn(&mut self, binary: &PathBuf) -> bool {
         let port = self.port.to_string();
-        let mut child = Command::new("sh")
-            .args([
-                "-c",
-                // fd 3: the pipe (a background list's own stdin would be /dev/null).
-                r#"exec 3<&0; "$0" "$@" </dev/null & m=$!; { read -r _ <&3; kill $m; } & wait $m"#,
-            ])
-            .arg(binary)
-            .args([
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "0",
-                "-m",
-                "64",
-                "-u",
-                "root",
-            ])
+        let mut command = Command::new(binary);
+        command
+            .args(["-l", "127.0.0.1", "-p", &port, "-U", "0", "-m", "64"])
+            .args(["-u", "root"])
             .args(&self.extra)
-            .stdin(Stdio::piped())
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn memcached");
+            .stderr(Stdio::null());
+        let mut child = Supervised::spawn(&mut command, "TERM").expect("spawn memcached");
         // Listening (true), or exited because the port was taken (false).
         let what = format!("memcached to start on {}", self.port);
         let started = crate::support::wait::blocking_some(Duration::from_secs(10), &what, || {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 Some(true)
             } else {
-                child.try_wait().ok().flatten().map(|_| false)
+                child.has_exited().then_some(false)
             }
         });
         if !started {
-            // It has exited: reaped now.
-            let _ = child.wait();
             return false;
         }
         self.child = Some(child);
@@ -112,9 +91,7 @@ impl Memcached {
     /// Stops the process, and waits until it has exited (its port is free again).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            // Closing the pipe makes the shell stop memcached and wait for it.
-            drop(child.stdin.take());
-            let _ = child.wait();
+            child.stop();
         }
     }
 

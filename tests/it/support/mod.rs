@@ -26,6 +26,7 @@ use turnstile::storage::memory::MemoryStore;
 
 pub mod certs;
 pub mod envoy;
+pub mod lifeline;
 pub mod memcached;
 pub mod postgres_server;
 pub mod process;

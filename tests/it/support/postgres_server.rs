@@ -1,6 +1,7 @@
 //! A real PostgreSQL server for a test (Debian's packages): `initdb` into a temporary
 //! directory and `pg_ctl start` on a free port, as the `postgres` user when the tests run as
-//! root (initdb refuses root), stopped and removed on drop. Each test may also use its own
+//! root (initdb refuses root), stopped and removed on drop, and stopped when the test binary
+//! exits (`lifeline`). Each test may also use its own
 //! schema (`POSTGRES_SCHEMA`) on a server.
 
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use turnstile::clock::Clock;
 use turnstile::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
 
+use crate::support::lifeline::Lifeline;
 use crate::support::process::temp_dir;
 use crate::support::{free_port, missing, unique};
 
@@ -53,6 +55,8 @@ pub struct Postgres {
     bin: PathBuf,
     /// Extra server options (`-c name=value …`), e.g. TLS.
     options: String,
+    /// Stops the server (`pg_ctl stop -m immediate`) on drop or when the test binary exits.
+    lifeline: Option<Lifeline>,
 }
 
 impl Postgres {
@@ -80,6 +84,7 @@ impl Postgres {
             dir,
             bin,
             options: String::new(),
+            lifeline: None,
         };
         let data_dir = pg.dir.join("data");
         let data = data_dir.to_str().expect("path");
@@ -105,6 +110,7 @@ impl Postgres {
             std::fs::set_permissions(data_dir.join("server.key"), private).expect("chmod");
             pg.options = " -c ssl=on".into();
         }
+        pg.arm();
         pg.ctl(&["start", "-w", "-t", "30"]);
         Some(pg)
     }
@@ -113,11 +119,12 @@ impl Postgres {
     pub fn standby_of(primary: &Postgres) -> Postgres {
         let dir = temp_dir("pg-standby");
         give_to_postgres(&[dir.as_path()]);
-        let standby = Postgres {
+        let mut standby = Postgres {
             port: free_port(),
             dir,
             bin: primary.bin.clone(),
             options: String::new(),
+            lifeline: None,
         };
         let data = standby.dir.join("data");
         let port = primary.port.to_string();
@@ -137,8 +144,17 @@ impl Postgres {
                 "stream",
             ],
         );
+        standby.arm();
         standby.ctl(&["start", "-w", "-t", "30"]);
         standby
+    }
+
+    /// The lifeline that stops this server however the test ends (set before it starts).
+    fn arm(&mut self) {
+        let data = self.dir.join("data");
+        let mut stop = self.command("pg_ctl");
+        stop.arg("-D").arg(&data).args(["stop", "-m", "immediate"]);
+        self.lifeline = Some(Lifeline::new(&stop));
     }
 
     /// `tool` of this server's PostgreSQL, as the `postgres` user when the tests run as root.
@@ -305,12 +321,8 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let data = self.dir.join("data");
-        let data = data.to_str().unwrap_or_default();
-        let _ = self
-            .command("pg_ctl")
-            .args(["-D", data, "stop", "-m", "immediate"])
-            .output();
+        // Fired: the server is stopped before its directory goes.
+        drop(self.lifeline.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,15 +1,16 @@
 //! Real Redis for the tests: `redis-server` processes on free ports (Debian's package, which CI
 //! installs), one alone, three as a cluster (`redis-cli --cluster create`), or a master with a
-//! replica watched by a Sentinel. Killed on drop.
+//! replica watched by a Sentinel. Killed on drop and when the test binary exits (`lifeline`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use turnstile::clock::ManualClock;
 use turnstile::storage::redis::{RedisOptions, RedisStore, RedisTarget};
 
+use crate::support::lifeline::Supervised;
 use crate::support::{free_port, missing, unique};
 
 mod cluster;
@@ -65,7 +66,7 @@ pub struct RedisProcess {
     pub port: u16,
     /// The TLS port, when started with [`TlsFiles`].
     pub tls_port: Option<u16>,
-    child: Option<Child>,
+    child: Option<Supervised>,
     dir: PathBuf,
     args: Vec<String>,
 }
@@ -96,7 +97,7 @@ impl RedisProcess {
                 std::fs::write(&conf, "").expect("sentinel.conf");
                 command.arg(&conf);
             }
-            let mut child = command
+            command
                 .args([
                     "--port",
                     &port.to_string(),
@@ -109,15 +110,14 @@ impl RedisProcess {
                 .arg(&dir)
                 .args(args)
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
+                .stderr(Stdio::null());
+            let mut child = Supervised::spawn(&mut command, "KILL").expect("spawn redis-server");
             // Up when it answers as ours (not another test's server that took the port
             // first); not up when it exited (the port was taken), and then another port.
             let mine = format!("process_id:{}", child.id());
             let what = format!("redis-server to answer on {port}");
             let up = crate::support::wait::blocking_some(Duration::from_secs(10), &what, || {
-                if child.try_wait().ok().flatten().is_some() {
+                if child.has_exited() {
                     return Some(false);
                 }
                 cli(port, &["INFO", "server"])
@@ -133,8 +133,7 @@ impl RedisProcess {
                     args: args.iter().map(|a| (*a).to_owned()).collect(),
                 });
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            child.stop();
         }
         panic!("redis-server did not start on any of 10 free ports");
     }
@@ -167,7 +166,8 @@ impl RedisProcess {
         .iter()
         .map(|a| (*a).to_owned())
         .collect();
-        let child = Command::new(server)
+        let mut command = Command::new(server);
+        command
             .args([
                 "--port",
                 "0",
@@ -184,9 +184,8 @@ impl RedisProcess {
             .arg(&dir)
             .args(&tls)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
+            .stderr(Stdio::null());
+        let child = Supervised::spawn(&mut command, "KILL").expect("spawn redis-server");
         let process = RedisProcess {
             port,
             tls_port: None,
@@ -249,7 +248,8 @@ impl RedisProcess {
     pub fn restart(&mut self) {
         self.kill();
         let server = binary("redis-server").expect("redis-server");
-        let child = Command::new(server)
+        let mut command = Command::new(server);
+        command
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -262,9 +262,8 @@ impl RedisProcess {
             .arg(&self.dir)
             .args(&self.args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
+            .stderr(Stdio::null());
+        let child = Supervised::spawn(&mut command, "KILL").expect("spawn redis-server");
         let mine = format!("process_id:{}", child.id());
         self.child = Some(child);
         let what = format!("redis-server restarted on {}", self.port);
@@ -275,8 +274,7 @@ impl RedisProcess {
 
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.stop();
         }
     }
 }
