@@ -10,9 +10,10 @@
 //! gRPC ShouldRateLimit (RLS)                gRPC StreamRateLimitQuotas (RLQS)
 //!   │ server::admission  adaptive limit on    │
 //!   │ calls in flight (GRPC_ADAPTIVE_…),      │
-//!   │ around server::routes (by path name)    │
-//!   │ rls::service → unary → decode: bytes →  │ rlqs::convert  reports → Usage; bounds and
-//!   │ Request, INVALID_ARGUMENT naming field  │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
+//!   │ around grpc::routes (by path name)      │
+//!   │ rls::service → grpc::unary → decode:    │ rlqs::convert  reports → Usage; bounds and
+//!   │ bytes → Request, INVALID_ARGUMENT       │ refusals (INVALID_ARGUMENT / RESOURCE_EXHAUSTED)
+//!   │ naming the field                        │
 //!   ▼                                         ▼
 //! limiter::Limiter::check                   quota::QuotaStream::on_report (fair share)
 //!   │ rules          entries → matched Limit (exact > wildcard > key-only)
@@ -57,6 +58,7 @@
 //! | `telemetry` | log set-up (text or reference-style JSON) | |
 //! | `health` | readiness components (backend, config, shutdown) | |
 //! | `pb` | the generated protobuf types | |
+//! | `grpc` | what Turnstile writes in place of tonic's generated server: one unary exchange, the protobuf wire reader, routing by service name | |
 //! | `rules` | the compiled, immutable rule model and matching | |
 //! | `config` | YAML text → `RuleSet`, errors with file:line:col | `rules` |
 //! | `storage` | counters: the `CounterStore` trait (`apply_ops` for `CounterOp`s, `take_tokens` for `TokenStep`s), `memory`, `memcached`, `redis`, `postgres`, `remote`, `breaker`, the one state machine of a failing server (its backoff, on tokio's clock), what the remote stores share (TTL jitter, key order, late answers), and `tls`, their TLS client configuration and handshake | `backoff`, `clock`, `tls` |
@@ -66,18 +68,19 @@
 //! | `metrics` | counters in hits, Prometheus text, statsd and DogStatsD sinks, the instrumented store (timing, child spans) | `clock`, `limiter`, `rules`, `settings`, `storage`, `traces` |
 //! | `peers` | the clients as peers (address or certificate): connections per peer, a peer's part of the decisions in flight, RLQS streams per peer | `metrics` |
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
-//! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
+//! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `grpc`, `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `clock`, `limiter`, `rules`, `settings`, `storage` |
 //! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `clock`, `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `backoff`, `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters`, the status page and `/debug/top` | `rls`, `limiter`, `metrics`, `pb`, `peers`, `quota`, `rules`, `storage` |
-//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |
+//! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `grpc`, `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |
 //! | `app` | the service as one value: build (with its `Dependencies`: the clock, and a store a test built), bind, serve, drain; the runtime it runs on (LIFO slot off) | every module |
 
 pub mod app;
 pub mod backoff;
 pub mod clock;
 pub mod config;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod limiter;

@@ -15,7 +15,7 @@
 //! Must not touch: validation (`convert`), the protobuf wire format itself (`wire`).
 
 use super::convert::{Draft, text};
-use super::wire::{Fields, RECURSION_LIMIT, WireProblem, WireType};
+use crate::grpc::wire::{Fields, RECURSION_LIMIT, WireProblem, WireType};
 use crate::limiter::{Descriptor, Entry};
 
 /// A request message that is not valid protobuf, and where.

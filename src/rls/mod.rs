@@ -1,5 +1,5 @@
 //! The gRPC edge: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`. Reads the
-//! request message (`decode`, over the wire format's `wire`) and validates it (`convert`) into
+//! request message (`decode`, over `grpc::wire`, the protobuf wire format) and validates it (`convert`) into
 //! the limiter's request, asks the limiter, converts the verdict back (`response`) and maps
 //! failures to status codes.
 //!
@@ -10,8 +10,6 @@ mod decode;
 mod response;
 mod service;
 mod trace_attributes;
-mod unary;
-mod wire;
 
 pub use convert::{Draft, InvalidRequest, request_from_pb, text};
 pub use decode::{WireError, decode_request};

@@ -30,11 +30,11 @@ mod admission;
 mod content_type;
 mod degraded;
 mod incoming;
-mod routes;
 
 #[cfg(fuzzing)]
 pub use incoming::fuzz_frames;
 
+use crate::grpc::routes::Routes;
 use crate::metrics::PeerReadings;
 use crate::pb::FILE_DESCRIPTOR_SET;
 use crate::peers::{ConnectionLimits, Peers};
@@ -42,7 +42,6 @@ use crate::rlqs::{RlqsHandler, RlqsServer};
 use crate::rls::{RateLimitHandler, RlsServer, ServiceState};
 use crate::settings::{ConnectionAge, GrpcLimits, RlqsSettings};
 use crate::storage::CounterStore;
-use routes::Routes;
 
 /// The health-check service names Envoy and Kubernetes probes use for readiness.
 pub const HEALTH_SERVICE_NAMES: [&str; 3] = [

@@ -202,7 +202,7 @@ async fn undecodable_protobuf_is_internal_and_names_the_field() {
 }
 
 /// Paths no service serves are `UNIMPLEMENTED`, as tonic's router answered them, and every
-/// other service is still found by its name (`server::routes`).
+/// other service is still found by its name (`grpc::routes`).
 #[tokio::test]
 async fn unknown_services_and_methods_are_unimplemented() {
     use turnstile::pb::envoy::service::ratelimit::v3::RateLimitRequest;

@@ -50,6 +50,7 @@ mod storage_contract;
 mod support;
 mod tls;
 mod token_budget;
+mod tonic_contract;
 mod tracing;
 mod wire_decode;
 mod wire_oracle;

@@ -1,9 +1,9 @@
-//! One `ShouldRateLimit` exchange on the wire: the request's one length-prefixed message read
-//! from the HTTP/2 body, the answer written as one data frame and the `grpc-status: 0`
-//! trailers. It answers as tonic's unary handling does (the same statuses and messages for a
-//! missing, truncated, oversized or compressed message; undecodable protobuf is `INTERNAL` too,
-//! its message naming the field, see `decode`; errors as trailers-only responses), without its
-//! streaming codec.
+//! One unary gRPC exchange on the wire: the request's one length-prefixed message read from
+//! the HTTP/2 body (`read_request`), the answer written as one data frame and the
+//! `grpc-status: 0` trailers (`respond`). It answers as tonic's unary handling does (the same
+//! statuses and messages for a missing, truncated, oversized or compressed message; errors as
+//! trailers-only responses), without its streaming codec; `tests/it/tonic_contract.rs` holds
+//! it to a tonic server's answers.
 //!
 //! Why not tonic's `Grpc::unary`: it decodes through a streaming decoder (its own buffer, a
 //! state machine per message) and encodes through a streaming encoder (a buffer, a stream of
@@ -13,7 +13,7 @@
 //! not compress rate-limit calls, and a compressed one is refused as tonic refuses it when none
 //! is enabled.
 //!
-//! Must not touch: the decision (the handler's), routing (`service`).
+//! Must not touch: what the message means (the service's decoder and handler).
 
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
@@ -24,53 +24,27 @@ use http_body::Frame;
 use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
-use tonic::metadata::MetadataMap;
-
-use super::RateLimitHandler;
-use super::decode::decode_request;
-use crate::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use crate::storage::CounterStore;
 
 /// The largest request message read (tonic's default for a server).
 const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 /// A message's prefix: the compressed flag and the length (big-endian `u32`).
 const PREFIX: usize = 5;
 
-/// Answers one call: the request read and decoded, the handler's answer encoded.
-pub(super) async fn answer<S, B>(
-    handler: &RateLimitHandler<S>,
-    request: http::Request<B>,
-) -> http::Response<Body>
-where
-    S: CounterStore,
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (parts, body) = request.into_parts();
-    let message = match read_request(&parts.headers, body).await {
-        Ok(message) => message,
-        Err(status) => return status.into_http(),
-    };
-    // Undecodable protobuf is INTERNAL, as tonic (and grpc-go) answer it.
-    let request = match decode_request(&message) {
-        Ok(request) => request,
-        Err(err) => return Status::internal(err.to_string()).into_http(),
-    };
-    let span = handler.span(&MetadataMap::from_headers(parts.headers));
-    match handler.should_rate_limit(request, span).await {
-        Ok(response) => respond(&response),
-        Err(status) => status.into_http(),
-    }
-}
-
-/// The request's message (an encoding refused before the body is read).
-async fn read_request<B>(headers: &HeaderMap, body: B) -> Result<Bytes, Status>
+/// The request's message (an encoding refused before the body is read). Every message after
+/// the first is read to its end and must pass `check`, the service's decoder, as tonic decodes
+/// (and then drops) each one before it answers.
+pub(crate) async fn read_request<B, C>(
+    headers: &HeaderMap,
+    body: B,
+    check: C,
+) -> Result<Bytes, Status>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    C: Fn(&[u8]) -> Result<(), Status>,
 {
     uncompressed(headers)?;
-    read_message(body).await
+    read_message(body, check).await
 }
 
 /// Refuses a request whose `grpc-encoding` names a compression (tonic's answer when none is
@@ -92,16 +66,17 @@ fn uncompressed(headers: &HeaderMap) -> Result<(), Status> {
     }
 }
 
-/// Reads the body to its end and returns its first message (a unary request has one; what
-/// follows it is read and dropped, as tonic does).
-async fn read_message<B>(body: B) -> Result<Bytes, Status>
+/// Reads the body to its end and returns its first message (a unary request has one; each
+/// that follows it is checked and dropped, as tonic does).
+async fn read_message<B, C>(body: B, check: C) -> Result<Bytes, Status>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    C: Fn(&[u8]) -> Result<(), Status>,
 {
     let mut body = pin!(body);
     let mut read = Received::default();
-    let mut message = None;
+    let mut first = None;
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame = match frame.map_err(|e| Status::from_error(e.into())) {
             Ok(frame) => frame,
@@ -112,20 +87,23 @@ where
         let Ok(chunk) = frame.into_data() else {
             continue;
         };
-        if message.is_none() {
-            read.push(chunk);
-            message = read.message()?;
+        read.push(chunk);
+        while let Some(message) = read.message()? {
+            match first {
+                None => first = Some(message),
+                Some(_) => check(&message)?,
+            }
         }
     }
-    match (message, read.is_empty()) {
-        (Some(message), _) => Ok(message),
+    match (first, read.is_empty()) {
+        (Some(message), true) => Ok(message),
         (None, true) => Err(Status::internal("Missing request message.")),
-        (None, false) => Err(Status::internal("Unexpected EOF decoding stream.")),
+        (_, false) => Err(Status::internal("Unexpected EOF decoding stream.")),
     }
 }
 
-/// What has arrived of a message: its first chunk as it came (most requests are one), or the
-/// chunks joined.
+/// What has arrived of the messages not yet taken: the chunk as it came (most requests are
+/// one), or the chunks joined.
 #[derive(Default)]
 struct Received {
     first: Bytes,
@@ -147,10 +125,11 @@ impl Received {
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_empty() && self.joined.is_none()
+        self.first.is_empty() && self.joined.as_ref().is_none_or(|j| j.is_empty())
     }
 
-    /// The message, once all of it is here; checks the prefix as soon as it is.
+    /// The next message, once all of it is here (what follows it kept); checks the prefix as
+    /// soon as it is.
     fn message(&mut self) -> Result<Option<Bytes>, Status> {
         let bytes: &[u8] = self.joined.as_deref().unwrap_or(&self.first);
         let Some(&[flag, a, b, c, d]) = bytes.get(..PREFIX) else {
@@ -181,17 +160,19 @@ impl Received {
         if bytes.len() < PREFIX + len {
             return Ok(None);
         }
-        let whole = match self.joined.take() {
+        let mut whole = match self.joined.take() {
             Some(joined) => joined.freeze(),
             None => std::mem::take(&mut self.first),
         };
-        Ok(Some(whole.slice(PREFIX..PREFIX + len)))
+        let message = whole.slice(PREFIX..PREFIX + len);
+        self.first = whole.split_off(PREFIX + len);
+        Ok(Some(message))
     }
 }
 
 /// The answer to a call that succeeded: `content-type: application/grpc`, the message, and
 /// `grpc-status: 0` in the trailers.
-fn respond(message: &RateLimitResponse) -> http::Response<Body> {
+pub(crate) fn respond<M: Message>(message: &M) -> http::Response<Body> {
     let len = message.encoded_len();
     let mut data = BytesMut::with_capacity(PREFIX + len);
     data.put_u8(0);

@@ -10,7 +10,7 @@
 
 /// Why a message could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(super) enum WireProblem {
+pub(crate) enum WireProblem {
     /// A varint ran past the end, past ten bytes, or above 2^64.
     #[error("invalid varint")]
     Varint,
@@ -44,7 +44,7 @@ pub(super) enum WireProblem {
 
 /// How a field's value is laid out on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WireType {
+pub(crate) enum WireType {
     /// A varint.
     Varint,
     /// Eight bytes.
@@ -60,27 +60,27 @@ pub(super) enum WireType {
 }
 
 /// The nesting prost allows a message being decoded (`prost::RECURSION_LIMIT`).
-pub(super) const RECURSION_LIMIT: u32 = 100;
+pub(crate) const RECURSION_LIMIT: u32 = 100;
 
 /// The unread fields of one message.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Fields<'a> {
     /// Reads `message`.
-    pub(super) fn new(message: &'a [u8]) -> Self {
+    pub(crate) fn new(message: &'a [u8]) -> Self {
         Self { rest: message }
     }
 
     /// Whether the whole message has been read.
-    pub(super) fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.rest.is_empty()
     }
 
     /// The next field's number and wire type.
-    pub(super) fn key(&mut self) -> Result<(u32, WireType), WireProblem> {
+    pub(crate) fn key(&mut self) -> Result<(u32, WireType), WireProblem> {
         let key = self.varint()?;
         let key = u32::try_from(key).map_err(|_| WireProblem::Key(key))?;
         let wire_type = match key & 7 {
@@ -99,7 +99,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A varint: seven bits a byte, least significant first, at most ten bytes.
-    pub(super) fn varint(&mut self) -> Result<u64, WireProblem> {
+    pub(crate) fn varint(&mut self) -> Result<u64, WireProblem> {
         let mut value = 0u64;
         for (i, &byte) in self.rest.iter().take(10).enumerate() {
             value |= u64::from(byte & 0x7F) << (7 * i);
@@ -115,13 +115,13 @@ impl<'a> Fields<'a> {
     }
 
     /// The varint value of a field that must be one.
-    pub(super) fn varint_field(&mut self, wire_type: WireType) -> Result<u64, WireProblem> {
+    pub(crate) fn varint_field(&mut self, wire_type: WireType) -> Result<u64, WireProblem> {
         expect(WireType::Varint, wire_type)?;
         self.varint()
     }
 
     /// The bytes of a length-delimited field (a `bytes` or `string` value, or a message).
-    pub(super) fn delimited(&mut self, wire_type: WireType) -> Result<&'a [u8], WireProblem> {
+    pub(crate) fn delimited(&mut self, wire_type: WireType) -> Result<&'a [u8], WireProblem> {
         expect(WireType::LengthDelimited, wire_type)?;
         let len = self.varint()?;
         self.take(len)
@@ -129,7 +129,7 @@ impl<'a> Fields<'a> {
 
     /// Passes over a field this message does not know; `depth` is what is left of the
     /// recursion limit (groups nest).
-    pub(super) fn skip(
+    pub(crate) fn skip(
         &mut self,
         wire_type: WireType,
         field: u32,

@@ -2,10 +2,11 @@
 //! compared with each service's name, `UNIMPLEMENTED` for any other. This is what tonic's
 //! `Routes` does through an axum router, which captures the method as a URL parameter and boxes
 //! the request's and the response's bodies on every call; dispatching here costs neither
-//! (BENCHMARKS.md, "The gRPC path"). `ShouldRateLimit` goes straight to the rate-limit
-//! service's own future; the other services (RLQS streams, health, reflection) are boxed once.
+//! (BENCHMARKS.md, "The gRPC path"). The first service (the rate-limit service, whose calls
+//! are nearly all of them) is called straight, its own future returned; the others (RLQS
+//! streams, health, reflection) are boxed once.
 //!
-//! Must not touch: what any service answers, the layers in front (`server::mod` adds them).
+//! Must not touch: what any service answers, the layers in front (`server` adds them).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,50 +18,55 @@ use tonic::server::NamedService;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt};
 
-use crate::rls::RlsServer;
-use crate::storage::CounterStore;
-
 /// A service behind the dispatch, boxed.
 type Boxed = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
 
-/// Every gRPC service of the port, found by the service name in the request's path.
-pub(super) struct Routes<S> {
-    rls: RlsServer<S>,
+/// What a service's call returns.
+type Answer = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+/// Every gRPC service of the port, found by the service name in the request's path: `first`,
+/// a service that is always ready (its `poll_ready` is `Ready`), and the others.
+pub(crate) struct Routes<F> {
+    first: F,
     /// Shared: hyper clones the service for every request, and a list of boxed services would
     /// cost an allocation per service per request.
     others: Arc<Vec<(&'static str, Boxed)>>,
 }
 
-impl<S> Clone for Routes<S> {
+impl<F: Clone> Clone for Routes<F> {
     fn clone(&self) -> Self {
         Routes {
-            rls: self.rls.clone(),
+            first: self.first.clone(),
             others: Arc::clone(&self.others),
         }
     }
 }
 
-impl<S> std::fmt::Debug for Routes<S> {
+impl<F: NamedService> std::fmt::Debug for Routes<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.others.iter().map(|(name, _)| *name).collect();
         f.debug_struct("Routes")
-            .field("rls", &RlsServer::<S>::NAME)
+            .field("first", &F::NAME)
             .field("others", &names)
             .finish()
     }
 }
 
-impl<S: CounterStore> Routes<S> {
-    /// The rate-limit service, and no other yet.
-    pub(super) fn new(rls: RlsServer<S>) -> Routes<S> {
+impl<F> Routes<F>
+where
+    F: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + NamedService,
+{
+    /// `first` (always ready), and no other service yet.
+    pub(crate) fn new(first: F) -> Routes<F> {
         Routes {
-            rls,
+            first,
             others: Arc::new(Vec::new()),
         }
     }
 
     /// Adds `service` under its name.
-    pub(super) fn with<T>(mut self, service: T) -> Routes<S>
+    pub(crate) fn with<T>(mut self, service: T) -> Routes<F>
     where
         T: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
             + NamedService
@@ -82,14 +88,19 @@ fn service_name(path: &str) -> Option<&str> {
 }
 
 /// What tonic's router answers for a path no service serves.
-fn unimplemented() -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
+fn unimplemented() -> Answer {
     Box::pin(ready(Ok(tonic::Status::unimplemented("").into_http())))
 }
 
-impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
+impl<F> Service<http::Request<Body>> for Routes<F>
+where
+    F: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Service<http::Request<Body>, Future = Answer>
+        + NamedService,
+{
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+    type Future = Answer;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Every service here is always ready; each is readied below as it is called.
@@ -100,9 +111,9 @@ impl<S: CounterStore> Service<http::Request<Body>> for Routes<S> {
         let Some(name) = service_name(request.uri().path()) else {
             return unimplemented();
         };
-        if name == RlsServer::<S>::NAME {
+        if name == F::NAME {
             // Always ready (its `poll_ready` is `Ready`), so called directly.
-            return self.rls.call(request);
+            return self.first.call(request);
         }
         match self.others.iter().find(|(n, _)| *n == name) {
             Some((_, service)) => Box::pin(service.clone().oneshot(request)),

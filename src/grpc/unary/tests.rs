@@ -4,6 +4,13 @@ use http_body::Body as _;
 
 use super::*;
 
+/// A message of any service (this module knows none).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Reply {
+    #[prost(int32, tag = "1")]
+    code: i32,
+}
+
 fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
     let mut out = vec![flag];
     out.extend_from_slice(&u32::try_from(message.len()).expect("len").to_be_bytes());
@@ -17,7 +24,7 @@ async fn read(chunks: &[&[u8]]) -> Result<Bytes, Status> {
         .map(|c| Ok::<_, Status>(Frame::data(Bytes::copy_from_slice(c))));
     let body =
         http_body_util::StreamBody::new(futures_util::stream::iter(frames.collect::<Vec<_>>()));
-    read_message(body).await
+    read_message(body, |_| Ok(())).await
 }
 
 #[tokio::test]
@@ -87,10 +94,7 @@ fn a_compressed_request_is_unimplemented_and_says_what_is_accepted() {
 
 #[tokio::test]
 async fn an_answer_is_its_message_then_grpc_status_0() {
-    let message = RateLimitResponse {
-        overall_code: 1,
-        ..Default::default()
-    };
+    let message = Reply { code: 1 };
     let response = respond(&message);
     assert_eq!(
         response.headers().get(http::header::CONTENT_TYPE),
@@ -111,4 +115,34 @@ async fn an_answer_is_its_message_then_grpc_status_0() {
         trailers.get("grpc-status"),
         Some(&HeaderValue::from_static("0"))
     );
+}
+
+/// Every message after the first is checked (tonic decodes each); the first is the answer.
+#[tokio::test]
+async fn messages_after_the_first_are_checked_and_dropped() {
+    let (one, two) = (framed(0, b"first"), framed(0, b"second"));
+    let body = [one.clone(), two.clone()].concat();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let check = |m: &[u8]| {
+        seen.lock().expect("seen").push(m.to_vec());
+        Ok(())
+    };
+    let frames = vec![Ok::<_, Status>(Frame::data(Bytes::from(body)))];
+    let read = read_message(
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames)),
+        check,
+    );
+    assert_eq!(read.await.expect("first"), "first");
+    assert_eq!(*seen.lock().expect("seen"), vec![b"second".to_vec()]);
+
+    let refuse = |_: &[u8]| Err(Status::internal("not a request"));
+    let frames = vec![
+        Ok::<_, Status>(Frame::data(Bytes::from(one))),
+        Ok(Frame::data(Bytes::from(two))),
+    ];
+    let read = read_message(
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames)),
+        refuse,
+    );
+    assert_eq!(read.await.expect_err("refused").message(), "not a request");
 }
