@@ -18,7 +18,7 @@ pub(super) fn load_options(settings: &Settings) -> LoadOptions {
         store: store_bounds(
             matches!(settings.backend, Backend::Redis(_)),
             matches!(&settings.backend, Backend::Memcached(m)
-                if m.transport == crate::settings::MemcachedTransport::Classic),
+                if m.client.transport == crate::settings::MemcachedTransport::Classic),
         ),
     }
 }

@@ -4,7 +4,6 @@
 //! to own and stop.
 
 use std::future::Future;
-use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -214,32 +213,13 @@ pub(super) fn per_second(
     }
 }
 
-/// The most connections per server the pipelined client opens by default: memcached's default
-/// number of worker threads. More would not reach more of them, and every replica's
-/// connections count against memcached's connection limit (1,024 by default).
-const DEFAULT_PIPELINED_CONNECTIONS_MAX: usize = 4;
-
-/// The pipelined memcached client's default connections per server: one per worker thread of
-/// the runtime the store is made on (the cores Turnstile sends from; `TOKIO_WORKER_THREADS`),
-/// at most [`DEFAULT_PIPELINED_CONNECTIONS_MAX`].
-fn default_pipelined_connections() -> NonZeroUsize {
-    let workers = tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
-    NonZeroUsize::new(workers.min(DEFAULT_PIPELINED_CONNECTIONS_MAX)).unwrap_or(NonZeroUsize::MIN)
-}
-
 async fn memcached_store(
     s: &MemcachedSettings,
     clock: &Arc<dyn Clock>,
 ) -> Result<(Store, Vec<Task>), StorageError> {
     let mut options = MemcachedOptions {
         servers: Vec::new(),
-        pool_size: s.pool_size,
-        pipelined_connections: s
-            .pipelined_connections
-            .unwrap_or_else(default_pipelined_connections),
-        timeout: s.timeout,
-        jitter_max_seconds: s.jitter_max_seconds,
-        transport: s.transport,
+        client: s.client,
         tls: s.tls.as_ref().map(memcached_tls).transpose()?,
     };
     match &s.servers {

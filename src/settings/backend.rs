@@ -28,18 +28,8 @@ pub enum Backend {
 pub struct MemcachedSettings {
     /// Where the servers are.
     pub servers: MemcachedServers,
-    /// `MEMCACHE_MAX_IDLE_CONNS`: connections kept per server (pool client); at least 1.
-    pub pool_size: u32,
-    /// `MEMCACHE_PIPELINED_CONNECTIONS`: connections per server of the pipelined client;
-    /// `None` (unset): one per runtime worker thread, at most four, decided when the store is
-    /// made.
-    pub pipelined_connections: Option<NonZeroUsize>,
-    /// `MEMCACHE_TIMEOUT`: the deadline of one operation.
-    pub timeout: Duration,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`.
-    pub jitter_max_seconds: u64,
-    /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`.
-    pub transport: MemcachedTransport,
+    /// How each server is talked to: the store's own options.
+    pub client: MemcachedClient,
     /// `MEMCACHE_TLS` and its files: TLS to every server (pipelined transport only).
     pub tls: Option<MemcachedTls>,
 }
@@ -76,7 +66,7 @@ pub enum MemcachedServers {
 
 /// How commands reach memcached (`MEMCACHE_CLIENT`, `MEMCACHE_CLASSIC_PROTOCOL`): the store's
 /// own type, built here directly.
-pub use crate::storage::memcached::MemcachedTransport;
+pub use crate::storage::memcached::{MemcachedClient, MemcachedTransport};
 
 /// `BACKEND_TYPE`, lower-cased. Unset, it is `memory`, unless `REDIS_URL` is set: the
 /// reference's default is `redis`, and deployments written for it (Envoy Gateway's, the
@@ -159,8 +149,8 @@ fn memcached(r: &Reader<'_>) -> MemcachedSettings {
         }
     };
     let transport = transport(r);
-    MemcachedSettings {
-        servers,
+    let client = MemcachedClient {
+        transport,
         pool_size: r.number("MEMCACHE_MAX_IDLE_CONNS", 8u32, 1, 10_000),
         pipelined_connections: r
             .non_empty("MEMCACHE_PIPELINED_CONNECTIONS")
@@ -171,7 +161,10 @@ fn memcached(r: &Reader<'_>) -> MemcachedSettings {
             super::reader::STORE_TIMEOUT,
         ),
         jitter_max_seconds: super::reader::jitter(r),
-        transport,
+    };
+    MemcachedSettings {
+        servers,
+        client,
         tls: memcached_tls(r, transport),
     }
 }

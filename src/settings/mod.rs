@@ -19,8 +19,8 @@ mod tracing;
 mod xds;
 
 pub use backend::{
-    Backend, MemcachedServers, MemcachedSettings, MemcachedTls, MemcachedTransport, backend_type,
-    memcached_classic_protocol,
+    Backend, MemcachedClient, MemcachedServers, MemcachedSettings, MemcachedTls,
+    MemcachedTransport, backend_type, memcached_classic_protocol,
 };
 pub use decision::{LimiterSettings, ResponseSettings};
 pub use error::{SettingsError, SettingsErrors};

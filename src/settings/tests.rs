@@ -51,9 +51,9 @@ fn defaults_match_the_reference() {
     let Backend::Memcached(m) = m.backend else {
         panic!("memcached backend expected");
     };
-    assert_eq!(m.jitter_max_seconds, 300);
-    assert_eq!(m.timeout, Duration::from_millis(100));
-    assert_eq!(m.transport, MemcachedTransport::Pipelined);
+    assert_eq!(m.client.jitter_max_seconds, 300);
+    assert_eq!(m.client.timeout, Duration::from_millis(100));
+    assert_eq!(m.client.transport, MemcachedTransport::Pipelined);
     assert_eq!(
         m.servers,
         MemcachedServers::List(vec!["a:1".into(), "b:2".into()])
@@ -67,7 +67,10 @@ fn pipelined_memcached_connections_are_the_runtime_s_unless_set() {
         let mut pairs = vec![("BACKEND_TYPE", "memcache"), ("MEMCACHE_HOST_PORT", "a:1")];
         pairs.extend_from_slice(extra);
         with(&pairs).map(|s| match s.backend {
-            Backend::Memcached(m) => m.pipelined_connections.map(std::num::NonZeroUsize::get),
+            Backend::Memcached(m) => m
+                .client
+                .pipelined_connections
+                .map(std::num::NonZeroUsize::get),
             other => panic!("memcached backend expected, got {other:?}"),
         })
     };

@@ -17,11 +17,13 @@ use crate::support::{Memcached, unique};
 fn one_connection(server: String, clock: &ManualClock) -> MemcachedStore {
     let options = MemcachedOptions {
         servers: vec![server],
-        pool_size: 4,
-        pipelined_connections: std::num::NonZeroUsize::new(1).expect("1"),
-        timeout: Duration::from_secs(10),
-        jitter_max_seconds: 0,
-        transport: Default::default(),
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: Default::default(),
+            pool_size: 4,
+            pipelined_connections: Some(std::num::NonZeroUsize::new(1).expect("1")),
+            timeout: Duration::from_secs(10),
+            jitter_max_seconds: 0,
+        },
         tls: None,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")

@@ -101,11 +101,13 @@ async fn a_slow_memcached_is_late_not_overload() {
     let clock = ManualClock::new(SystemClock.now_secs());
     let options = turnstile::storage::memcached::MemcachedOptions {
         servers: vec![format!("127.0.0.1:{relay}")],
-        pool_size: 1,
-        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
-        timeout: Duration::from_millis(80),
-        jitter_max_seconds: 0,
-        transport: turnstile::storage::memcached::MemcachedTransport::default(),
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: turnstile::storage::memcached::MemcachedTransport::default(),
+            pool_size: 1,
+            pipelined_connections: Some(std::num::NonZeroUsize::new(2).expect("2")),
+            timeout: Duration::from_millis(80),
+            jitter_max_seconds: 0,
+        },
         tls: None,
     };
     let store = turnstile::storage::memcached::MemcachedStore::new(

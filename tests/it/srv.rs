@@ -66,11 +66,13 @@ async fn fake_dns(records: Records) -> (std::net::SocketAddr, Arc<AtomicUsize>) 
 fn discovered_options() -> MemcachedOptions {
     MemcachedOptions {
         servers: vec![],
-        pool_size: 4,
-        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
-        timeout: Duration::from_millis(500),
-        jitter_max_seconds: 0,
-        transport: Default::default(),
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: Default::default(),
+            pool_size: 4,
+            pipelined_connections: Some(std::num::NonZeroUsize::new(2).expect("2")),
+            timeout: Duration::from_millis(500),
+            jitter_max_seconds: 0,
+        },
         tls: None,
     }
 }

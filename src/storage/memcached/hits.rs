@@ -55,7 +55,7 @@ impl MemcachedStore {
         // Boxed, as the pool's join below boxes its batches: the remote call's future (a
         // deadline timer, the sends) would grow every decision's future, which is moved on
         // every call on every backend (tests/future_size.rs).
-        if self.inner.transport == MemcachedTransport::Pipelined {
+        if self.inner.client.transport == MemcachedTransport::Pipelined {
             return Box::pin(self.inner.gathered(&topology, hits, now)).await;
         }
         // One server: one batch in the hits' order, without grouping or joining.
@@ -180,11 +180,13 @@ mod tests {
         let options = MemcachedOptions {
             // Never connected: building commands asks nothing of the server.
             servers: vec!["127.0.0.1:1".into()],
-            pool_size: 1,
-            pipelined_connections: std::num::NonZeroUsize::MIN,
-            timeout: Duration::from_secs(1),
-            jitter_max_seconds: 0,
-            transport: MemcachedTransport::default(),
+            client: crate::storage::memcached::MemcachedClient {
+                transport: MemcachedTransport::default(),
+                pool_size: 1,
+                pipelined_connections: Some(std::num::NonZeroUsize::MIN),
+                timeout: Duration::from_secs(1),
+                jitter_max_seconds: 0,
+            },
             tls: None,
         };
         MemcachedStore::new(options, Arc::new(ManualClock::new(NOW))).expect("store")

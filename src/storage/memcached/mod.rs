@@ -63,18 +63,47 @@ const LAST_ABSOLUTE_EXPTIME: u64 = 2_147_483_647;
 pub struct MemcachedOptions {
     /// `host:port` of every server.
     pub servers: Vec<String>,
-    /// Connections per server (pooled transports).
-    pub pool_size: u32,
-    /// Connections per server of the pipelined transport, each shared by every caller.
-    pub pipelined_connections: NonZeroUsize,
-    /// Deadline of one operation, connection included.
-    pub timeout: Duration,
-    /// Extra TTL of up to this many seconds, spread per key (`EXPIRATION_JITTER_MAX_SECONDS`).
-    pub jitter_max_seconds: u64,
-    /// Which transport carries the commands.
-    pub transport: MemcachedTransport,
+    /// How each server is talked to.
+    pub client: MemcachedClient,
     /// TLS to every server (`MEMCACHE_TLS`; the pipelined transport only).
     pub tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+}
+
+/// How each memcached server is talked to: what the `MEMCACHE_*` settings say, read into this
+/// type by `settings` itself, so that nothing copies them field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemcachedClient {
+    /// `MEMCACHE_CLIENT` and `MEMCACHE_CLASSIC_PROTOCOL`: which transport carries the commands.
+    pub transport: MemcachedTransport,
+    /// `MEMCACHE_MAX_IDLE_CONNS`: connections per server (pooled transports); at least 1.
+    pub pool_size: u32,
+    /// `MEMCACHE_PIPELINED_CONNECTIONS`: connections per server of the pipelined transport,
+    /// each shared by every caller; `None`: one per worker thread of the runtime the store is
+    /// made on, at most [`DEFAULT_PIPELINED_CONNECTIONS_MAX`].
+    pub pipelined_connections: Option<NonZeroUsize>,
+    /// `MEMCACHE_TIMEOUT`: the deadline of one operation, connection included.
+    pub timeout: Duration,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: extra TTL of up to this many seconds, spread per key.
+    pub jitter_max_seconds: u64,
+}
+
+/// The most connections per server the pipelined client opens by default: memcached's default
+/// number of worker threads. More would not reach more of them, and every replica's
+/// connections count against memcached's connection limit (1,024 by default).
+pub const DEFAULT_PIPELINED_CONNECTIONS_MAX: usize = 4;
+
+impl MemcachedClient {
+    /// The pipelined client's connections per server: as set, or one per worker thread of the
+    /// runtime the store is made on (the cores Turnstile sends from), at most
+    /// [`DEFAULT_PIPELINED_CONNECTIONS_MAX`].
+    fn pipelined_connections(&self) -> NonZeroUsize {
+        self.pipelined_connections.unwrap_or_else(|| {
+            let workers =
+                tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
+            NonZeroUsize::new(workers.min(DEFAULT_PIPELINED_CONNECTIONS_MAX))
+                .unwrap_or(NonZeroUsize::MIN)
+        })
+    }
 }
 
 /// How commands reach a memcached server.
@@ -108,14 +137,13 @@ struct Inner {
     topology: ArcSwap<Topology>,
     /// Token-bucket steps waiting per key while one update of that key is out.
     step_queue: token_bucket::StepQueue,
-    transport: MemcachedTransport,
-    pool_size: u32,
+    client: MemcachedClient,
+    /// The client's pipelined connections per server, decided when the store is made.
     pipelined_connections: NonZeroUsize,
     tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
     /// Every call's deadline, and the runtime's scheduling delay (a late answer on a busy
     /// runtime is overload).
     deadline: server::Deadline,
-    jitter_max_seconds: u64,
     clock: Arc<dyn Clock>,
 }
 
@@ -133,15 +161,13 @@ impl MemcachedStore {
             inner: Arc::new(Inner {
                 topology: ArcSwap::from_pointee(empty),
                 step_queue: token_bucket::StepQueue::default(),
-                transport: options.transport,
-                pool_size: options.pool_size,
-                pipelined_connections: options.pipelined_connections,
+                client: options.client,
+                pipelined_connections: options.client.pipelined_connections(),
                 tls: options.tls,
                 deadline: server::Deadline {
-                    timeout: options.timeout,
+                    timeout: options.client.timeout,
                     scheduling: crate::storage::lateness::SchedulingDelay::shared(),
                 },
-                jitter_max_seconds: options.jitter_max_seconds,
                 clock,
             }),
         };
@@ -230,7 +256,7 @@ impl Inner {
     /// absolute otherwise, so week, month and year counters live as long as their windows; 0
     /// (no expiry) past the last absolute time memcached holds.
     fn exptime(&self, key: &str, expires_at: u64, now: u64) -> u64 {
-        let jitter = crate::storage::remote::jitter_seconds(key, self.jitter_max_seconds);
+        let jitter = crate::storage::remote::jitter_seconds(key, self.client.jitter_max_seconds);
         let until = expires_at.saturating_add(jitter).saturating_add(1);
         let relative = until.saturating_sub(now).max(1);
         if relative <= RELATIVE_EXPTIME_MAX {
@@ -247,12 +273,12 @@ impl Inner {
         let pooled = |protocol| {
             ServerTransport::Pooled(Pooled::new(
                 server.to_owned(),
-                self.pool_size,
+                self.client.pool_size,
                 self.deadline.timeout,
                 protocol,
             ))
         };
-        match self.transport {
+        match self.client.transport {
             MemcachedTransport::Pipelined => ServerTransport::Pipelined(Pipelined::new(
                 server.to_owned(),
                 self.pipelined_connections,

@@ -38,11 +38,13 @@ proptest! {
         let store = runtime.block_on(async {
             let options = MemcachedOptions {
                 servers: vec![nothing_listens()],
-                pool_size: 2,
-                pipelined_connections: std::num::NonZeroUsize::MIN,
-                timeout: Duration::from_secs(1),
-                jitter_max_seconds: 0,
-                transport: MemcachedTransport::Pipelined,
+                client: turnstile::storage::memcached::MemcachedClient {
+                    transport: MemcachedTransport::Pipelined,
+                    pool_size: 2,
+                    pipelined_connections: Some(std::num::NonZeroUsize::MIN),
+                    timeout: Duration::from_secs(1),
+                    jitter_max_seconds: 0,
+                },
                 tls: None,
             };
             MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")

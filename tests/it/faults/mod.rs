@@ -182,11 +182,13 @@ async fn latency_loss_and_a_partition_on_the_wire() {
     let clock = ManualClock::new(SystemClock.now_secs());
     let options = MemcachedOptions {
         servers: vec![relay.to_string()],
-        pool_size: 4,
-        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
-        timeout: DEADLINE,
-        jitter_max_seconds: 0,
-        transport: Default::default(),
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: Default::default(),
+            pool_size: 4,
+            pipelined_connections: Some(std::num::NonZeroUsize::new(2).expect("2")),
+            timeout: DEADLINE,
+            jitter_max_seconds: 0,
+        },
         tls: None,
     };
     let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");

@@ -45,11 +45,13 @@ fn limiter(clock: &ManualClock, process: StoreFailure) -> Limiter<MemcachedStore
     drop(nothing);
     let options = MemcachedOptions {
         servers: vec![address],
-        pool_size: 2,
-        pipelined_connections: std::num::NonZeroUsize::MIN,
-        timeout: Duration::from_secs(1),
-        jitter_max_seconds: 0,
-        transport: MemcachedTransport::Pipelined,
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: MemcachedTransport::Pipelined,
+            pool_size: 2,
+            pipelined_connections: Some(std::num::NonZeroUsize::MIN),
+            timeout: Duration::from_secs(1),
+            jitter_max_seconds: 0,
+        },
         tls: None,
     };
     let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");

@@ -118,11 +118,13 @@ pub fn memcached_store_with(
 ) -> MemcachedStore {
     let options = MemcachedOptions {
         servers: servers.iter().map(|m| m.addr()).collect(),
-        pool_size: 16,
-        pipelined_connections: std::num::NonZeroUsize::new(2).expect("2"),
-        timeout,
-        jitter_max_seconds: 0,
-        transport,
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport,
+            pool_size: 16,
+            pipelined_connections: Some(std::num::NonZeroUsize::new(2).expect("2")),
+            timeout,
+            jitter_max_seconds: 0,
+        },
         tls: None,
     };
     MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
