@@ -105,6 +105,50 @@ impl Backend {
     }
 }
 
+/// A store's processes for a service started from its environment (`Process`, the binary),
+/// and the settings that point the service at them.
+pub struct StoreEnv {
+    /// The store's processes, stopped when this is dropped.
+    pub _store: Option<Box<dyn std::any::Any + Send>>,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl StoreEnv {
+    /// The settings as pairs of strings.
+    pub fn pairs(&self) -> Vec<(&str, &str)> {
+        self.env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
+impl Backend {
+    /// The store started for a service configured by its environment; `None` when its server
+    /// is not installed (reported). Memory, memcached and one redis-server.
+    pub fn env(self) -> Option<StoreEnv> {
+        let (store, env): (Option<Box<dyn std::any::Any + Send>>, _) = match self {
+            Backend::Memory => (None, vec![]),
+            Backend::Memcached => {
+                let mc = Memcached::start()?;
+                let env = vec![
+                    ("BACKEND_TYPE", "memcache".into()),
+                    ("MEMCACHE_HOST_PORT", mc.addr()),
+                ];
+                (Some(Box::new(mc)), env)
+            }
+            Backend::Redis => {
+                let redis = RedisProcess::start()?;
+                let env = vec![
+                    ("BACKEND_TYPE", "redis".into()),
+                    ("REDIS_SOCKET_TYPE", "tcp".into()),
+                    ("REDIS_URL", redis.addr()),
+                ];
+                (Some(Box::new(redis)), env)
+            }
+            other => panic!("{other:?}: not started from an environment here"),
+        };
+        Some(StoreEnv { _store: store, env })
+    }
+}
+
 #[macro_export]
 macro_rules! on_every_backend {
     ($($scenario:ident),* $(,)?) => {

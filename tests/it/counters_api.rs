@@ -8,10 +8,10 @@ use std::io::{Read, Write};
 
 use serde_json::Value;
 
+use crate::backends::Backend;
 use crate::process::{Process, metric, rules_root};
 use crate::support::postgres_server::Postgres;
-use crate::support::redis_server::RedisProcess;
-use crate::support::{Memcached, req1, unique};
+use crate::support::{req1, unique};
 
 const RULES: &str = "\
 domain: plans
@@ -155,28 +155,24 @@ async fn scenario(env: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_on_memory() {
-    scenario(&[]).await;
+    on(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_on_memcached() {
-    let Some(mc) = Memcached::start() else { return };
-    let addr = mc.addr();
-    scenario(&[("BACKEND_TYPE", "memcache"), ("MEMCACHE_HOST_PORT", &addr)]).await;
+    on(Backend::Memcached).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_on_redis_with_the_reference_key_layout() {
-    let Some(redis) = RedisProcess::start() else {
-        return;
-    };
-    let addr = redis.addr();
-    scenario(&[
-        ("BACKEND_TYPE", "redis"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_URL", &addr),
-    ])
-    .await;
+    on(Backend::Redis).await;
+}
+
+/// The scenario on `backend`'s store.
+async fn on(backend: Backend) {
+    if let Some(store) = backend.env() {
+        scenario(&store.pairs()).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

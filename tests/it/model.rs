@@ -12,16 +12,7 @@ use turnstile::storage::memory::MemoryStore;
 
 const RULES: &str = "domain: m\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: s\n    rate_limit: { unit: second, requests_per_unit: 2 }\n";
 
-#[derive(Debug, Clone)]
-enum Step {
-    Advance(u64),
-    Call {
-        key: &'static str,
-        value: u8,
-        hits: u64,
-        refund: bool,
-    },
-}
+use crate::algorithms::Step;
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![

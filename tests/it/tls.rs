@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::process::{Process, RULES, rules_root, temp_dir};
-use crate::support::certs::{Usage, ca, leaf, leaf_with};
+use crate::support::certs::{Usage, ca, leaf, leaf_with, mtls_server_env};
 use crate::support::peers_venv;
 
 fn check(p: &Process, args: &[&Path]) -> Option<String> {
@@ -109,18 +109,9 @@ fn a_client_certificate_must_carry_grpc_client_tls_san() {
         &[Usage::Client],
     );
     leaf_with(&dir, "one", "server_usage", &mesh, &[Usage::Server]);
-    let path = |name: &str| dir.join(name).to_str().expect("path").to_owned();
-    let (cert, key, ca_file) = (path("server.pem"), path("server.key"), path("one-ca.pem"));
-    let p = Process::start(
-        &rules_root(RULES),
-        &[
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", &cert),
-            ("GRPC_SERVER_TLS_KEY", &key),
-            ("GRPC_CLIENT_TLS_CACERT", &ca_file),
-            ("GRPC_CLIENT_TLS_SAN", "envoy.mesh.local"),
-        ],
-    );
+    let env = mtls_server_env(&dir, "one", &[("GRPC_CLIENT_TLS_SAN", "envoy.mesh.local")]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = Process::start(&rules_root(RULES), &env);
     let call = |client: &str| {
         let (cert, key) = (
             dir.join(format!("{client}.pem")),

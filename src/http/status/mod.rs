@@ -96,15 +96,23 @@ fn refusal(token: &AdminToken, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-async fn index<S: CounterStore>(
-    State((state, token, source)): State<Status<S>>,
-    headers: HeaderMap,
+/// `answer` to the snapshot, for a caller who may see it; the refusal otherwise
+/// (`ADMIN_TOKEN_FILE`).
+fn seen<S: CounterStore>(
+    (state, token, source): &Status<S>,
+    headers: &HeaderMap,
+    answer: impl FnOnce(&snapshot::Snapshot) -> Response,
 ) -> Response {
-    if let Some(refused) = refusal(&token, &headers) {
-        return refused;
+    match refusal(token, headers) {
+        Some(refused) => refused,
+        None => answer(&snapshot::take(state, source, LISTED)),
     }
-    let snapshot = snapshot::take(&state, &source, LISTED);
-    secured("text/html; charset=utf-8", page::render(&snapshot))
+}
+
+async fn index<S: CounterStore>(State(status): State<Status<S>>, headers: HeaderMap) -> Response {
+    seen(&status, &headers, |snapshot| {
+        secured("text/html; charset=utf-8", page::render(snapshot))
+    })
 }
 
 async fn script() -> Response {
@@ -119,15 +127,8 @@ async fn icon() -> Response {
     secured("image/svg+xml", ICON.to_owned())
 }
 
-async fn status<S: CounterStore>(
-    State((state, token, source)): State<Status<S>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refused) = refusal(&token, &headers) {
-        return refused;
-    }
-    let snapshot = snapshot::take(&state, &source, LISTED);
-    json(&snapshot)
+async fn status<S: CounterStore>(State(status): State<Status<S>>, headers: HeaderMap) -> Response {
+    seen(&status, &headers, json)
 }
 
 /// `GET /debug/top[?limit=N]`: the first N values of each rule and kind (10 by default).

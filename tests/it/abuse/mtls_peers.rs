@@ -13,7 +13,7 @@ use rustls_pki_types::{PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::process::{Process, RULES, metric, rules_root};
-use crate::support::certs::{ca, leaf};
+use crate::support::certs::{ca, leaf, mtls_server_env};
 use crate::support::until;
 
 /// An HTTP/2 connection over mTLS from `local`, presenting `client`'s certificate; held open
@@ -63,18 +63,9 @@ async fn under_mtls_a_peer_is_its_certificate_not_its_address() {
     leaf(&dir, "one", "server", false);
     leaf(&dir, "one", "alice", true);
     leaf(&dir, "one", "bob", true);
-    let path = |name: &str| dir.join(name).to_str().expect("path").to_owned();
-    let (cert, key, ca_file) = (path("server.pem"), path("server.key"), path("one-ca.pem"));
-    let p = Process::start(
-        &rules_root(RULES),
-        &[
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", &cert),
-            ("GRPC_SERVER_TLS_KEY", &key),
-            ("GRPC_CLIENT_TLS_CACERT", &ca_file),
-            ("GRPC_MAX_CONNECTIONS_PER_PEER", "1"),
-        ],
-    );
+    let env = mtls_server_env(&dir, "one", &[("GRPC_MAX_CONNECTIONS_PER_PEER", "1")]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = Process::start(&rules_root(RULES), &env);
     let closed = || {
         metric(
             &p.metrics(),

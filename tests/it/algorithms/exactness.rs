@@ -151,41 +151,43 @@ fn values(tag: &str) -> Vec<String> {
     (0..KEYS).map(|i| unique(&format!("{tag}{i}"))).collect()
 }
 
-async fn token_bucket_admits_capacity_then_the_refill(shared: Shared) {
+/// Two bursts of 80 attempts per key over both replicas, `advance` seconds apart: every key
+/// admits `admitted.0` in the first and `admitted.1` in the second (each burst said as `said`).
+async fn two_bursts(
+    shared: Shared,
+    tag: &'static str,
+    advance: u64,
+    admitted: (u32, u32),
+    said: [&str; 2],
+) {
     let Some((a, b, clock, _store)) = replicas(shared).await else {
         return;
     };
-    let users = values("tb");
-    let first = burst(&a, &b, "tb", &users, 10).await;
-    eprintln!(
-        "{shared:?}: token bucket (capacity 50), 80 attempts per key at one instant: {first:?}"
-    );
-    assert!(first.iter().all(|&n| n == 50), "{first:?}");
-    clock.advance(1);
-    let refill = burst(&a, &b, "tb", &users, 10).await;
-    eprintln!(
-        "{shared:?}: token bucket one second later (10 per second), 80 attempts per key: {refill:?}"
-    );
-    assert!(refill.iter().all(|&n| n == 10), "{refill:?}");
+    let users = values(tag);
+    let first = burst(&a, &b, tag, &users, 10).await;
+    eprintln!("{shared:?}: {}, 80 attempts per key: {first:?}", said[0]);
+    assert!(first.iter().all(|&n| n == admitted.0), "{first:?}");
+    clock.advance(advance);
+    let next = burst(&a, &b, tag, &users, 10).await;
+    eprintln!("{shared:?}: {}, 80 attempts per key: {next:?}", said[1]);
+    assert!(next.iter().all(|&n| n == admitted.1), "{next:?}");
+}
+
+async fn token_bucket_admits_capacity_then_the_refill(shared: Shared) {
+    let said = [
+        "token bucket (capacity 50) at one instant",
+        "token bucket one second later (10 per second)",
+    ];
+    two_bursts(shared, "tb", 1, (50, 10), said).await;
 }
 
 async fn sliding_window_admits_the_limit_then_what_the_estimate_leaves(shared: Shared) {
-    let Some((a, b, clock, _store)) = replicas(shared).await else {
-        return;
-    };
-    let users = values("sw");
-    let first = burst(&a, &b, "sw", &users, 10).await;
-    eprintln!(
-        "{shared:?}: sliding window (50 per minute), fresh keys, 80 attempts per key: {first:?}"
-    );
-    assert!(first.iter().all(|&n| n == 50), "{first:?}");
     // Half-way into the next minute the previous one (80 counted) still weighs 40.
-    clock.advance(90);
-    let next = burst(&a, &b, "sw", &users, 10).await;
-    eprintln!(
-        "{shared:?}: sliding window half-way into the next minute, 80 attempts per key: {next:?}"
-    );
-    assert!(next.iter().all(|&n| n == 10), "{next:?}");
+    let said = [
+        "sliding window (50 per minute), fresh keys",
+        "sliding window half-way into the next minute",
+    ];
+    two_bursts(shared, "sw", 90, (50, 10), said).await;
 }
 
 async fn concurrency_never_exceeds_the_limit_and_returns_to_zero(shared: Shared) {

@@ -6,20 +6,12 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use proptest::prelude::*;
 use turnstile::clock::ManualClock;
 use turnstile::limiter::{Limiter, LimiterSettings, StoreFailure};
-use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
 
-/// An address on this machine where nothing listens.
-fn nothing_listens() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address");
-    drop(listener);
-    address.to_string()
-}
+use crate::support::memcached::unreachable_memcached_store;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(60))]
@@ -35,20 +27,7 @@ proptest! {
             local_replicas: NonZeroU64::new(share),
             ..Default::default()
         };
-        let store = runtime.block_on(async {
-            let options = MemcachedOptions {
-                servers: vec![nothing_listens()],
-                client: turnstile::storage::memcached::MemcachedClient {
-                    transport: MemcachedTransport::Pipelined,
-                    pool_size: 2,
-                    pipelined_connections: Some(std::num::NonZeroUsize::MIN),
-                    timeout: Duration::from_secs(1),
-                    jitter_max_seconds: 0,
-                },
-                tls: None,
-            };
-            MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
-        });
+        let store = runtime.block_on(async { unreachable_memcached_store(&clock) });
         let limiter = Limiter::new(store, Arc::new(clock.clone()), settings);
         let calls = steps.iter().filter(|s| matches!(s, super::Step::Call { .. })).count();
         super::run_with_share(&runtime, &limiter, &clock, super::Expiry::TestClock, share, steps)?;

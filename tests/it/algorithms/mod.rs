@@ -36,8 +36,10 @@ fn rules(lease_unit: &str) -> String {
     )
 }
 
+/// One step of a model test: the clock moved on, or one call (its rule's key, one of a few
+/// values, hits, and whether it is a refund).
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     Advance(u64),
     Call {
         key: &'static str,

@@ -3,14 +3,15 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use turnstile::clock::ManualClock;
 use turnstile::limiter::{
     Code, Descriptor, Entry, Limiter, LimiterSettings, Request, StoreFailure,
 };
 use turnstile::storage::ErrorKind;
-use turnstile::storage::memcached::{MemcachedOptions, MemcachedStore, MemcachedTransport};
+use turnstile::storage::memcached::MemcachedStore;
+
+use crate::support::memcached::unreachable_memcached_store;
 
 const RULES: &str = "domain: m\ndescriptors:\n\
   \x20 - key: local\n    rate_limit: { unit: hour, requests_per_unit: 5, on_store_failure: local }\n\
@@ -40,21 +41,7 @@ fn request(keys: &[&str]) -> Request<'static> {
 }
 
 fn limiter(clock: &ManualClock, process: StoreFailure) -> Limiter<MemcachedStore> {
-    let nothing = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = nothing.local_addr().expect("address").to_string();
-    drop(nothing);
-    let options = MemcachedOptions {
-        servers: vec![address],
-        client: turnstile::storage::memcached::MemcachedClient {
-            transport: MemcachedTransport::Pipelined,
-            pool_size: 2,
-            pipelined_connections: Some(std::num::NonZeroUsize::MIN),
-            timeout: Duration::from_secs(1),
-            jitter_max_seconds: 0,
-        },
-        tls: None,
-    };
-    let store = MemcachedStore::new(options, Arc::new(clock.clone())).expect("store");
+    let store = unreachable_memcached_store(clock);
     let settings = LimiterSettings {
         on_store_failure: process,
         local_replicas: NonZeroU64::new(2),

@@ -5,16 +5,14 @@
 
 use std::io::{Read, Write};
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use turnstile::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use turnstile::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::process::{Process, rules_root};
+use crate::rlqs::stream::Quotas;
 use crate::support::postgres_server::Postgres;
 use crate::support::{Memcached, desc, req, unique};
 
@@ -170,12 +168,8 @@ async fn rlqs_counts_a_day_limit_in_postgres_as_rls_does() {
     let client = p.client().await;
     let codes = |descriptors| codes(&client, descriptors);
     // RLQS routes as RLS does: a report on the day limit lands in PostgreSQL.
-    let mut quotas = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
-        .await
-        .expect("connect");
-    let (tx, rx) = mpsc::channel(1);
     let reported = unique("r");
-    tx.send(RateLimitQuotaUsageReports {
+    let report = RateLimitQuotaUsageReports {
         domain: "plans".into(),
         bucket_quota_usages: vec![BucketQuotaUsage {
             bucket_id: Some(BucketId {
@@ -185,20 +179,9 @@ async fn rlqs_counts_a_day_limit_in_postgres_as_rls_does() {
             num_requests_allowed: 2,
             num_requests_denied: 0,
         }],
-    })
-    .await
-    .expect("send");
+    };
     let before = memcached_activity(mc.port);
-    let mut answers = quotas
-        .stream_rate_limit_quotas(ReceiverStream::new(rx))
-        .await
-        .expect("stream")
-        .into_inner();
-    answers
-        .message()
-        .await
-        .expect("answered")
-        .expect("assignments");
+    Quotas::one_report(p.grpc, report).await;
     assert_eq!(
         memcached_activity(mc.port),
         before,

@@ -123,7 +123,6 @@ fn migrate_without_postgres_configured_says_so() {
 /// the test would reset) in the same requests stays at 10 hits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
-    use crate::support::{desc, req};
     let Some(pg) = Postgres::start() else { return };
     let schema = unique("stop").replace('-', "_");
     let url = pg.url();
@@ -141,10 +140,7 @@ async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
     let value = unique("v");
     let mut seen = Vec::new();
     for _ in 0..15 {
-        let call = req(
-            "another",
-            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
-        );
+        let call = crate::support::another_pair(&value);
         let r = client
             .should_rate_limit(call)
             .await

@@ -159,7 +159,6 @@ async fn survives_redis_dying_and_coming_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
     use crate::process::{Process, rules_root};
-    use crate::support::{desc, req};
     let Some(redis) = RedisProcess::start() else {
         return;
     };
@@ -182,10 +181,7 @@ async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
     let mut client = p.client().await;
     let value = unique("r2");
     for i in 0..15u32 {
-        let call = req(
-            "another",
-            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
-        );
+        let call = crate::support::another_pair(&value);
         let r = client
             .should_rate_limit(call)
             .await
@@ -226,7 +222,6 @@ async fn stop_increment_when_over_limit_spares_the_other_descriptors() {
 /// cache refuses increments nothing at all, so `key2` stays where the stop left it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_increment_with_the_local_cache_increments_nothing() {
-    use crate::support::{desc, req};
     let Some(redis) = RedisProcess::start() else {
         return;
     };
@@ -244,12 +239,7 @@ async fn stop_increment_with_the_local_cache_increments_nothing() {
     let store = redis_store(RedisTarget::Tcp(redis.addr()), &clock);
     let s = start_with(store, clock, &[("another.yaml", rules)], options).await;
     let value = unique("r3");
-    let call = || {
-        req(
-            "another",
-            vec![desc(&[("key2", &value)]), desc(&[("key3", &value)])],
-        )
-    };
+    let call = || crate::support::another_pair(&value);
     let remaining: Vec<(u32, u32)> = {
         let mut out = Vec::new();
         for _ in 0..5 {

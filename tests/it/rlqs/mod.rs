@@ -7,7 +7,7 @@ mod envoy;
 mod per_second;
 mod replicas;
 mod simulation;
-mod stream;
+pub(crate) mod stream;
 mod top;
 mod wire;
 

@@ -2,13 +2,11 @@
 //! RLQS too, in the very same counter (it had been counted in the main Redis: two counts of one
 //! limit).
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
 use crate::process::{Process, rules_root};
+use crate::rlqs::stream::Quotas;
 use crate::support::redis_server::{RedisProcess, count_keys, per_second_env};
 use crate::support::{desc, missing, req, unique};
 
@@ -32,10 +30,6 @@ async fn rls_and_rlqs_count_a_second_limit_in_one_counter_of_the_per_second_redi
     let p = Process::start(&root, &per_second_env(&main_url, &second_url));
     let value = unique("v");
     // RLQS: one report of 3 allowed requests in each bucket.
-    let mut quotas = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{}", p.grpc))
-        .await
-        .expect("connect");
-    let (tx, rx) = mpsc::channel(1);
     let usage = |key: &str| BucketQuotaUsage {
         bucket_id: Some(BucketId {
             bucket: [(key.to_owned(), value.clone())].into(),
@@ -44,22 +38,11 @@ async fn rls_and_rlqs_count_a_second_limit_in_one_counter_of_the_per_second_redi
         num_requests_allowed: 3,
         num_requests_denied: 0,
     };
-    tx.send(RateLimitQuotaUsageReports {
+    let report = RateLimitQuotaUsageReports {
         domain: "split".into(),
         bucket_quota_usages: vec![usage("burst"), usage("steady")],
-    })
-    .await
-    .expect("send");
-    let mut answers = quotas
-        .stream_rate_limit_quotas(ReceiverStream::new(rx))
-        .await
-        .expect("stream")
-        .into_inner();
-    answers
-        .message()
-        .await
-        .expect("answered")
-        .expect("assignments");
+    };
+    Quotas::one_report(p.grpc, report).await;
     // RLS then reads the same counters: 100 - 3 - 1 in both.
     let call = req(
         "split",

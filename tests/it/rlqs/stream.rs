@@ -21,7 +21,7 @@ use super::RULES;
 use crate::support::{Options, req1, start_memory, until};
 
 /// One open stream.
-pub(super) struct Quotas {
+pub(crate) struct Quotas {
     tx: mpsc::Sender<RateLimitQuotaUsageReports>,
     rx: Streaming<RateLimitQuotaResponse>,
 }
@@ -29,7 +29,7 @@ pub(super) struct Quotas {
 type Bucket<'a> = &'a [(&'a str, &'a str)];
 
 impl Quotas {
-    pub(super) async fn open(addr: std::net::SocketAddr) -> Quotas {
+    pub(crate) async fn open(addr: std::net::SocketAddr) -> Quotas {
         let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
             .await
             .expect("connect");
@@ -40,6 +40,17 @@ impl Quotas {
             .expect("stream")
             .into_inner();
         Quotas { tx, rx }
+    }
+
+    /// Opens a stream to the service on `port`, sends `report` and returns the first answer.
+    pub(crate) async fn one_report(
+        port: u16,
+        report: RateLimitQuotaUsageReports,
+    ) -> RateLimitQuotaResponse {
+        let mut quotas = Quotas::open(([127, 0, 0, 1], port).into()).await;
+        quotas.tx.send(report).await.expect("send");
+        let answer = quotas.rx.message().await.expect("answered");
+        answer.expect("assignments")
     }
 
     /// Sends one report of `(bucket, allowed, denied)` and reads the answer.

@@ -8,10 +8,10 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::RULES;
+use crate::backends::Backend;
 use crate::counters_api::call;
 use crate::process::{Process, http_get, rules_root};
-use crate::support::redis_server::RedisProcess;
-use crate::support::{Memcached, req1, wait};
+use crate::support::{req1, wait};
 
 const FLOODER: &str = "mallory";
 const HOSTILE: &str = "<script>alert(1)</script>\"\n";
@@ -102,28 +102,24 @@ async fn scenario(env: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flooding_value_is_first_on_memory() {
-    scenario(&[]).await;
+    on(Backend::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flooding_value_is_first_on_memcached() {
-    let Some(mc) = Memcached::start() else { return };
-    let addr = mc.addr();
-    scenario(&[("BACKEND_TYPE", "memcache"), ("MEMCACHE_HOST_PORT", &addr)]).await;
+    on(Backend::Memcached).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flooding_value_is_first_on_redis() {
-    let Some(redis) = RedisProcess::start() else {
-        return;
-    };
-    let addr = redis.addr();
-    scenario(&[
-        ("BACKEND_TYPE", "redis"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_URL", &addr),
-    ])
-    .await;
+    on(Backend::Redis).await;
+}
+
+/// The scenario on `backend`'s store.
+async fn on(backend: Backend) {
+    if let Some(store) = backend.env() {
+        scenario(&store.pairs()).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use turnstile::clock::{Clock, ManualClock, SystemClock};
 use turnstile::storage::memcached::{MemcachedStore, MemcachedTransport};
 use turnstile::storage::{Change, CounterStore, ErrorKind, Take};
 
-use super::{Fixture, hit, step};
+use super::{Fixture, hit, one, step};
 use crate::support::{Memcached, memcached_store_with, unique};
 
 /// Two stores on one memcached: two Turnstile processes racing on one counter or bucket.
@@ -56,13 +56,7 @@ async fn memcached(transport: MemcachedTransport) {
     // second early, never later than asked).
     let key = unique("exp");
     let end = clock.now_secs() + 1;
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::Add(1), end)])
-            .await
-            .expect("hit"),
-        vec![1]
-    );
+    assert_eq!(one(&store, &key, Change::Add(1), end).await, 1, "hit");
     // memcached's own clock decides: poll until the counter is gone, at the latest 1 s after
     // the TTL (window end + 1 s) plus memcached's 1 s clock granularity.
     crate::support::wait::until_some(Duration::from_secs(4), "the counter expired", || async {
@@ -133,13 +127,7 @@ async fn lease_expiry_moves<S: CounterStore>(store: &S, clock: &ManualClock) {
         },
     )
     .await;
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::Lease(0), soon)])
-            .await
-            .expect("read"),
-        vec![2]
-    );
+    assert_eq!(one(store, &key, Change::Lease(0), soon).await, 2, "read");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use turnstile::clock::{Clock, ManualClock};
 use turnstile::storage::memory::MemoryStore;
 use turnstile::storage::{Change, CounterStore, ErrorKind};
 
-use super::{Fixture, hit};
+use super::{Fixture, hit, one};
 use crate::support::unique;
 
 async fn fixture() -> Option<Fixture<Arc<MemoryStore>>> {
@@ -29,24 +29,12 @@ async fn memory_store_expiry_and_sweeping() {
     // Expiry: a counter is gone once its window has ended, and the sweeper drops it.
     let key = unique("exp");
     let end = clock.now_secs() + 2;
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::Add(1), end)])
-            .await
-            .expect("hit"),
-        vec![1]
-    );
+    assert_eq!(one(&*store, &key, Change::Add(1), end).await, 1, "hit");
     clock.advance(2);
     let live = store.len();
     assert_eq!(store.sweep(), 1, "only the ended window is dropped");
     assert_eq!(store.len(), live - 1);
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::READ, end)])
-            .await
-            .expect("read"),
-        vec![0]
-    );
+    assert_eq!(one(&*store, &key, Change::READ, end).await, 0, "read");
     // A lease lives as long after its last change; a read does not move it.
     let key = unique("lease-exp");
     let at = |secs: u64| clock.now_secs() + secs;
@@ -64,20 +52,11 @@ async fn memory_store_expiry_and_sweeping() {
         .await
         .expect("read");
     clock.advance(1);
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::Lease(0), at(2))])
-            .await
-            .expect("read"),
-        vec![2]
-    );
+    assert_eq!(one(&*store, &key, Change::Lease(0), at(2)).await, 2, "read");
     clock.advance(1);
     assert_eq!(
-        store
-            .apply_ops(&[hit(&key, Change::Lease(0), at(2))])
-            .await
-            .expect("read"),
-        vec![0],
+        one(&*store, &key, Change::Lease(0), at(2)).await,
+        0,
         "expired 2 s after the last lease"
     );
 }
@@ -108,11 +87,8 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     assert_eq!(refused, 1_000 - 64);
     for key in &held {
         assert_eq!(
-            store
-                .apply_ops(&[hit(key, Change::Add(1), now + 10)])
-                .await
-                .expect("held"),
-            vec![2],
+            one(&store, key, Change::Add(1), now + 10).await,
+            2,
             "a refused insert dropped no live counter"
         );
     }
@@ -137,11 +113,8 @@ async fn a_full_memory_store_makes_room_only_from_expired_counters() {
     }
     assert_eq!(taken, 63, "every shard but the lease's made room");
     assert_eq!(
-        store
-            .apply_ops(&[hit(&lease, Change::Lease(0), clock.now_secs() + 100)])
-            .await
-            .expect("read"),
-        vec![3],
+        one(&store, &lease, Change::Lease(0), clock.now_secs() + 100).await,
+        3,
         "the lease (2 hits, then a lease of 1) outlived its first expiry"
     );
     clock.advance(11);

@@ -97,32 +97,25 @@ pub(super) fn hit(key: &str, change: Change, expires_at: u64) -> CounterOp {
 
 /// Reads, adds and refunds in one batch: counts after each hit, in order, floored at zero; a
 /// read or refund creates nothing; the longest key counts.
+/// The count after one operation on `key`.
+pub(super) async fn one<S: CounterStore>(store: &S, key: &str, change: Change, end: u64) -> u64 {
+    let counts = store.apply_ops(&[hit(key, change, end)]).await;
+    let counts = counts.unwrap_or_else(|e| panic!("{change:?} on {key}: {e}"));
+    assert_eq!(counts.len(), 1, "one count for one operation");
+    counts[0]
+}
+
 pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
     let now = clock.now_secs();
     let end = now + 60;
     let (a, b) = (unique("a"), unique("b"));
+    let read = one(store, &a, Change::READ, end).await;
+    assert_eq!(read, 0, "read of a missing counter");
+    let refund = one(store, &a, Change::Sub(3), end).await;
+    assert_eq!(refund, 0, "refund of a missing counter");
     assert_eq!(
-        store
-            .apply_ops(&[hit(&a, Change::READ, end)])
-            .await
-            .expect("read"),
-        vec![0],
-        "read of a missing counter"
-    );
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&a, Change::Sub(3), end)])
-            .await
-            .expect("refund"),
-        vec![0],
-        "refund of a missing counter"
-    );
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&a, Change::READ, end)])
-            .await
-            .expect("read"),
-        vec![0],
+        one(store, &a, Change::READ, end).await,
+        0,
         "neither created it"
     );
     let counts = store
@@ -134,28 +127,17 @@ pub(super) async fn counts<S: CounterStore>(store: &S, clock: &ManualClock) {
         .await
         .expect("batch");
     assert_eq!(counts, vec![1, 5, 3], "counts after each hit, in order");
+    assert_eq!(one(store, &a, Change::Sub(2), end).await, 1, "refund");
     assert_eq!(
-        store
-            .apply_ops(&[hit(&a, Change::Sub(2), end)])
-            .await
-            .expect("refund"),
-        vec![1]
-    );
-    assert_eq!(
-        store
-            .apply_ops(&[hit(&a, Change::Sub(9), end)])
-            .await
-            .expect("refund"),
-        vec![0],
+        one(store, &a, Change::Sub(9), end).await,
+        0,
         "floors at zero"
     );
     let longest = "k".repeat(MAX_KEY_LEN);
     assert_eq!(
-        store
-            .apply_ops(&[hit(&longest, Change::Add(7), end)])
-            .await
-            .expect("long key"),
-        vec![7]
+        one(store, &longest, Change::Add(7), end).await,
+        7,
+        "the longest key"
     );
 }
 

@@ -106,3 +106,21 @@ fn sign(dir: &Path, ca_name: &str, leaf: &str, params: CertificateParams) {
     write(dir, &format!("{leaf}.pem"), &cert.pem());
     write(dir, &format!("{leaf}.key"), &key.serialize_pem());
 }
+
+/// The service's settings to serve gRPC over TLS with `server.pem`/`server.key` of `dir` and
+/// ask each client for a certificate signed by `<ca_name>-ca.pem`, with `more` settings.
+pub fn mtls_server_env(
+    dir: &Path,
+    ca_name: &str,
+    more: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let mut env = vec![
+        ("GRPC_SERVER_USE_TLS", "true".to_owned()),
+        ("GRPC_SERVER_TLS_CERT", path("server.pem")),
+        ("GRPC_SERVER_TLS_KEY", path("server.key")),
+        ("GRPC_CLIENT_TLS_CACERT", path(&format!("{ca_name}-ca.pem"))),
+    ];
+    env.extend(more.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    env
+}

@@ -138,3 +138,28 @@ pub fn memcached_store(
 ) -> MemcachedStore {
     memcached_store_with(MemcachedTransport::default(), servers, clock, timeout)
 }
+
+/// A loopback address nothing listens on (a port bound and let go).
+pub fn nothing_listens() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+    address.to_string()
+}
+
+/// A memcached store (pipelined, one connection, 1 s deadline) over an address nothing
+/// listens on: every call to it fails, as to a memcached that is down.
+pub fn unreachable_memcached_store(clock: &ManualClock) -> MemcachedStore {
+    let options = MemcachedOptions {
+        servers: vec![nothing_listens()],
+        client: turnstile::storage::memcached::MemcachedClient {
+            transport: MemcachedTransport::Pipelined,
+            pool_size: 2,
+            pipelined_connections: Some(std::num::NonZeroUsize::MIN),
+            timeout: Duration::from_secs(1),
+            jitter_max_seconds: 0,
+        },
+        tls: None,
+    };
+    MemcachedStore::new(options, Arc::new(clock.clone())).expect("store")
+}

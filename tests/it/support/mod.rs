@@ -221,6 +221,14 @@ pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
+/// The basic rules' domain `another` with its two descriptors, `key2` and `key3`, both `value`.
+pub fn another_pair(value: &str) -> RateLimitRequest {
+    req(
+        "another",
+        vec![desc(&[("key2", value)]), desc(&[("key3", value)])],
+    )
+}
+
 /// A request for `domain` with descriptors.
 pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
