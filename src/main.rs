@@ -9,7 +9,10 @@ use std::process::ExitCode;
 use turnstile::settings::Settings;
 
 /// mimalloc instead of the system allocator: measured faster on the request path (malloc and
-/// memmove were about a quarter of the server's profile); the ratio is in BENCHMARKS.md.
+/// memmove were about a quarter of the server's profile); the ratio is in BENCHMARKS.md. Built
+/// without transparent huge pages (`no_thp`): with them, every connection's first buffers were
+/// backed by 2 MiB pages, 35 KB per idle connection against 19 KB without, at the same
+/// throughput (BENCHMARKS.md, "Cost as the work grows").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
