@@ -179,6 +179,52 @@ type Case = (
     Vec<Vec<u8>>,
 );
 
+/// Cases of messages after the first: good, not protobuf, cut short, compressed, and two in
+/// one body split at every byte.
+fn later_messages(good: &[u8]) -> Vec<Case> {
+    let good = good.to_vec();
+    let mut cases: Vec<Case> = Vec::new();
+    let twice = [good.clone(), good.clone()].concat();
+    let more: [(&str, Vec<u8>); 5] = [
+        ("a second good message", good.clone()),
+        ("a second message that is not protobuf", framed(0, b"more")),
+        (
+            "a second message cut short",
+            good[..good.len() - 2].to_vec(),
+        ),
+        ("a second message compressed", framed(1, &good_request())),
+        ("two good messages in one frame", twice.clone()),
+    ];
+    for (name, second) in more {
+        cases.push((name.into(), PATH, vec![], vec![good.clone(), second]));
+    }
+    for cut in 1..twice.len() {
+        let (a, b) = twice.split_at(cut);
+        cases.push((
+            format!("two messages split at byte {cut}"),
+            PATH,
+            vec![],
+            vec![a.to_vec(), b.to_vec()],
+        ));
+    }
+    cases
+}
+
+/// A good request split in two at every byte.
+fn splits(good: &[u8]) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    for cut in 1..good.len() {
+        let (a, b) = good.split_at(cut);
+        cases.push((
+            format!("a good request split at byte {cut}"),
+            PATH,
+            vec![],
+            vec![a.to_vec(), b.to_vec()],
+        ));
+    }
+    cases
+}
+
 fn cases() -> Vec<Case> {
     let good = framed(0, &good_request());
     let mut cases: Vec<Case> = vec![
@@ -251,38 +297,8 @@ fn cases() -> Vec<Case> {
             vec![good.clone()],
         ),
     ];
-    let twice = [good.clone(), good.clone()].concat();
-    let more: [(&str, Vec<u8>); 5] = [
-        ("a second good message", good.clone()),
-        ("a second message that is not protobuf", framed(0, b"more")),
-        (
-            "a second message cut short",
-            good[..good.len() - 2].to_vec(),
-        ),
-        ("a second message compressed", framed(1, &good_request())),
-        ("two good messages in one frame", twice.clone()),
-    ];
-    for (name, second) in more {
-        cases.push((name.into(), PATH, vec![], vec![good.clone(), second]));
-    }
-    for cut in 1..twice.len() {
-        let (a, b) = twice.split_at(cut);
-        cases.push((
-            format!("two messages split at byte {cut}"),
-            PATH,
-            vec![],
-            vec![a.to_vec(), b.to_vec()],
-        ));
-    }
-    for cut in 1..good.len() {
-        let (a, b) = good.split_at(cut);
-        cases.push((
-            format!("a good request split at byte {cut}"),
-            PATH,
-            vec![],
-            vec![a.to_vec(), b.to_vec()],
-        ));
-    }
+    cases.extend(later_messages(&good));
+    cases.extend(splits(&good));
     cases
 }
 
