@@ -28,6 +28,14 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Observations so far and their sum in nanoseconds.
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        (
+            self.count.load(Ordering::Relaxed),
+            self.sum_nanos.load(Ordering::Relaxed),
+        )
+    }
+
     /// Cumulative bucket counts, total count and sum in seconds.
     pub(crate) fn snapshot(&self) -> (Vec<u64>, u64, f64) {
         let mut cumulative = 0;

@@ -104,7 +104,6 @@ pub struct Metrics {
     stats_disabled: bool,
     /// What became of trace spans (zero while tracing is off).
     pub(crate) spans: Arc<SpanCounts>,
-    pub(crate) backend_time: Histogram,
     /// Rate Limit Quota Service streams, reports and assignments.
     pub rlqs: RlqsMetrics,
     /// The state of the rules' source (xDS).
@@ -158,7 +157,6 @@ impl Metrics {
             response_time_ms: false,
             stats_disabled: false,
             spans: Arc::default(),
-            backend_time: Histogram::default(),
             rlqs: RlqsMetrics::default(),
             source: SourceStatus::default(),
             mapper: None,
@@ -238,7 +236,8 @@ impl Metrics {
 
     /// Counts a counter-store call and its latency.
     fn backend_call(&self, elapsed: Duration, error: Option<&StorageError>) {
-        self.backend_time.observe(elapsed);
+        // Kept with the peers' readings: the door steers on it (`peers::door`).
+        self.peers.store_time.observe(elapsed);
         match error.map(StorageError::kind) {
             Some(ErrorKind::Timeout) => {
                 self.backend_timeouts.fetch_add(1, Ordering::Relaxed);

@@ -1,11 +1,19 @@
 //! Readings of fairness between peers: kept by `peers`, rendered by `metrics`
 //! (`turnstile_requests_shed_total{reason}`, `turnstile_peers_active`,
-//! `turnstile_peer_largest_share`, `turnstile_grpc_connections_closed_total{reason}`). Every
+//! `turnstile_peer_largest_share`, `turnstile_grpc_connections_closed_total{reason}`, the door's
+//! budget and probes), and the counter-store calls' time the door steers on. Every
 //! label value is one of a fixed set, so the series are bounded whatever the clients do.
 //!
 //! Must not touch: the rules of fairness (`peers` owns them); this only holds numbers.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::histogram::Histogram;
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
 
 /// Why a call was refused, as the metric's `reason` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +105,10 @@ pub struct PeerReadings {
     /// the last probe of the runtime's queue (µs).
     door_budget: AtomicU32,
     door_queue_us: AtomicU64,
+    door_store_queue_us: AtomicU64,
+    /// Every counter-store call's time (`turnstile_backend_call_seconds`): observed by the
+    /// instrumented store, read by the door as the store's queue.
+    pub(crate) store_time: Histogram,
 }
 
 impl PeerReadings {
@@ -131,21 +143,32 @@ impl PeerReadings {
         self.reads_paused.load(Ordering::Relaxed)
     }
 
-    /// The door's budget became `budget` after a probe that waited `queue`.
-    pub fn set_door(&self, budget: u32, queue: std::time::Duration) {
+    /// The door's budget became `budget` after a probe that found the runtime's queue at
+    /// `queue` and the store's at `store_queue`.
+    pub fn set_door(&self, budget: u32, queue: Duration, store_queue: Duration) {
         self.door_budget.store(budget, Ordering::Relaxed);
-        let us = u64::try_from(queue.as_micros()).unwrap_or(u64::MAX);
-        self.door_queue_us.store(us, Ordering::Relaxed);
+        self.door_queue_us.store(micros(queue), Ordering::Relaxed);
+        self.door_store_queue_us
+            .store(micros(store_queue), Ordering::Relaxed);
     }
 
-    /// The door's budget in time (`None` until steered) and its last probe of the queue.
-    pub fn door(&self) -> (Option<u32>, std::time::Duration) {
+    /// The door's budget in time (`None` until steered) and its last probes of the runtime's
+    /// queue and the store's.
+    pub fn door(&self) -> (Option<u32>, Duration, Duration) {
         let budget = self.door_budget.load(Ordering::Relaxed);
         let queue = self.door_queue_us.load(Ordering::Relaxed);
+        let store_queue = self.door_store_queue_us.load(Ordering::Relaxed);
         (
             (budget != 0).then_some(budget),
-            std::time::Duration::from_micros(queue),
+            Duration::from_micros(queue),
+            Duration::from_micros(store_queue),
         )
+    }
+
+    /// Counter-store calls so far and their total time.
+    pub fn store_calls(&self) -> (u64, Duration) {
+        let (calls, nanos) = self.store_time.totals();
+        (calls, Duration::from_nanos(nanos))
     }
 
     /// A call was refused.

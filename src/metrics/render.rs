@@ -98,7 +98,7 @@ pub(crate) fn render(m: &Metrics, gauges: &[Gauge]) -> String {
         &mut out,
         "turnstile_backend_call_seconds",
         "latency of one batched counter-store call",
-        &m.backend_time,
+        &m.peers.store_time,
         extra,
         1.0,
     );
@@ -266,6 +266,12 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
             "the runtime's queue at the last probe: how long a task that became ready waited to be polled",
             "gauge",
             (p.door().1.as_secs_f64()).to_string(),
+        ),
+        (
+            "turnstile_door_store_queue_seconds",
+            "the counter store's queue at the last probe: the store calls' mean time in the probe's interval over the least such mean of the window (GRPC_FAIR_QUEUE_TARGET holds it too)",
+            "gauge",
+            (p.door().2.as_secs_f64()).to_string(),
         ),
         (
             "turnstile_peers_active",

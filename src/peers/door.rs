@@ -10,8 +10,11 @@
 //! steered on it as CoDel steers its drop rate on sojourn time and TCP its window on loss:
 //! a probe over the target shrinks the budget in proportion (`target / delay`, at most
 //! halved), a probe under half the target grows it by a sixteenth, and in between it holds.
-//! Waiting on a store (a round trip) puts nothing in the runtime's queue, so a slow store does
-//! not shrink the budget; only work that is queued ahead of others does.
+//! Waiting on a store puts nothing in the runtime's queue; the store has a queue of its own
+//! (its pipeline, or its pool), which [`store`] reads from the store calls' time over the least
+//! it takes. The budget is steered on the longer of the two queues, against the one target: a
+//! store's round trip alone does not shrink it, the calls the door let in queued at the store
+//! do.
 //!
 //! Why this orders calls by peer without a queue of our own: the door reads a peer's
 //! connections only while the peer has fewer than its allotment of the budget open, and the allotments
@@ -29,6 +32,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Peers;
+
+pub mod store;
+
+pub use store::{StoreQueue, StoreSays};
 
 /// How often the runtime's queue is probed.
 pub const PROBE_EVERY: Duration = Duration::from_millis(2);
@@ -64,22 +71,50 @@ impl Peers {
         if target.is_zero() {
             return;
         }
+        let mut store = StoreQueue::default();
+        // The budget to go back to after a drain of the store's queue.
+        let mut before_drain = None;
         loop {
             tokio::time::sleep(PROBE_EVERY).await;
             let started = Instant::now();
             tokio::task::yield_now().await;
-            self.steer(started.elapsed(), target);
+            let delay = started.elapsed();
+            let (calls, total) = self.tally.readings.store_calls();
+            match store.probe(calls, total, target) {
+                StoreSays::Drain => {
+                    let now = self.timed_budget();
+                    before_drain.get_or_insert(now);
+                    let ceiling = self.tally.budget.load(std::sync::atomic::Ordering::Relaxed);
+                    self.set_timed(FLOOR.min(ceiling).min(now), delay, Duration::ZERO);
+                }
+                StoreSays::Queue(queue) => {
+                    if let Some(before) = before_drain.take() {
+                        self.set_timed(before, delay, queue);
+                    }
+                    self.steer(delay, queue, target);
+                }
+            }
         }
     }
 
-    /// One probe's measure applied to the budget.
-    fn steer(&self, delay: Duration, target: Duration) {
+    /// One probe's measures applied to the budget: the longer of the runtime's queue and the
+    /// store's against the target.
+    fn steer(&self, delay: Duration, store_queue: Duration, target: Duration) {
         use std::sync::atomic::Ordering;
         let ceiling = self.tally.budget.load(Ordering::Relaxed);
-        let now = self.tally.timed.load(Ordering::Relaxed);
-        let next = next_budget(now, ceiling, delay, target);
-        self.tally.timed.store(next, Ordering::Relaxed);
-        self.tally.readings.set_door(next, delay);
+        let next = next_budget(self.timed_budget(), ceiling, delay.max(store_queue), target);
+        self.set_timed(next, delay, store_queue);
+    }
+
+    fn timed_budget(&self) -> u32 {
+        self.tally.timed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set_timed(&self, budget: u32, delay: Duration, store_queue: Duration) {
+        self.tally
+            .timed
+            .store(budget, std::sync::atomic::Ordering::Relaxed);
+        self.tally.readings.set_door(budget, delay, store_queue);
     }
 }
 
@@ -120,6 +155,35 @@ mod tests {
         assert_eq!(next_budget(8, 8, MS(1_000), MS(1)), 8);
         // A budget set lower than the ceiling later (the adaptive limit fell) follows it.
         assert_eq!(next_budget(900, 100, Duration::ZERO, MS(1)), 100);
+    }
+
+    #[test]
+    fn the_longer_of_the_runtimes_queue_and_the_stores_steers_the_budget() {
+        use crate::metrics::PeerReadings;
+        let limits = crate::peers::ConnectionLimits {
+            max: 8,
+            per_peer: 8,
+        };
+        let readings = Arc::new(PeerReadings::default());
+        let peers = Peers::new(limits, 2, Arc::clone(&readings));
+        peers.set_budget(512);
+        // A short runtime queue, a store queue of twice the target: halved, as said.
+        peers.steer(Duration::from_micros(100), MS(2), MS(1));
+        assert_eq!(peers.timed_budget(), 256);
+        assert_eq!(
+            readings.door(),
+            (Some(256), Duration::from_micros(100), MS(2))
+        );
+        // Both short: grown by a sixteenth.
+        peers.steer(
+            Duration::from_micros(100),
+            Duration::from_micros(200),
+            MS(1),
+        );
+        assert_eq!(peers.timed_budget(), 273);
+        // The runtime's queue long, the store's empty: the runtime's rules.
+        peers.steer(MS(4), Duration::ZERO, MS(1));
+        assert_eq!(peers.timed_budget(), 136);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::peers::client_from;
+use crate::backends::Backend;
 use crate::process::{Process, RULES, metric, rules_root};
 use crate::support::until;
 
@@ -109,12 +110,14 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
     assert_held_or_shed(&p);
 }
 
-/// The default door (its budget steered to `GRPC_FAIR_QUEUE_TARGET`): ten well-behaved peers,
-/// one connection each, calling at once beside a flood of 1,024 streams, are all answered OK.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_under_the_default_door() {
+/// The default door (its budget steered to `GRPC_FAIR_QUEUE_TARGET` on the runtime's queue and
+/// the store's): ten well-behaved peers, one connection each, calling at once beside a flood of
+/// 1,024 streams, are all answered OK; on the memory store and on memcached, where the calls
+/// the door lets in wait in the store's pipeline.
+async fn ten_well_behaved_peers_beside_a_flood(backend: Backend) {
+    let Some(store) = backend.env() else { return };
     let root = rules_root(RULES);
-    let p = Process::start(&root, &[]);
+    let p = Process::start(&root, &store.pairs());
     let flood = Flood::start(p.grpc, 8, 128).await;
     let mut peers = Vec::new();
     for peer in 0..10u8 {
@@ -134,6 +137,27 @@ async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_under_the_defaul
     }
     flood.stop().await;
     assert_held_or_shed(&p);
+    // The door reads both queues and says so.
+    let metrics = p.metrics();
+    for gauge in [
+        "turnstile_door_queue_seconds",
+        "turnstile_door_store_queue_seconds",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(gauge)),
+            "{gauge} in /metrics"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_on_memory() {
+    ten_well_behaved_peers_beside_a_flood(Backend::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_well_behaved_peers_beside_a_flood_are_all_answered_on_memcached() {
+    ten_well_behaved_peers_beside_a_flood(Backend::Memcached).await;
 }
 
 /// Issue 54: one peer's 250 connections of 8 callers each, calling at once, against a part
