@@ -17,6 +17,11 @@
 //! A store that becomes slower for good (a farther network) reads as queue until the window
 //! ends: for at most one window the budget is held low, then the new least is the measure.
 //!
+//! The mean is of every store call, whatever the store: where a call's rules route to two stores
+//! (a durable PostgreSQL beside memcached, Redis for per-second limits) the mix of the interval
+//! moves the mean too. The least is then the mix's lightest interval, and a shift in the mix
+//! reads as queue for at most the window, as a slower store does.
+//!
 //! Must not touch: the stores themselves (this reads the instrumented store's totals), the
 //! budget's arithmetic (`door`).
 
