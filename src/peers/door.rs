@@ -91,7 +91,10 @@ impl Peers {
                     if let Some(before) = before_drain.take() {
                         self.set_timed(before, delay, queue);
                     }
-                    self.steer(delay, queue, target);
+                    // The store's queue on the target's scale: its allowance is the target.
+                    let allowance = store.allowance(target);
+                    let scaled = queue.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
+                    self.steer(delay, scaled, queue, target);
                 }
             }
         }
@@ -99,10 +102,12 @@ impl Peers {
 
     /// One probe's measures applied to the budget: the longer of the runtime's queue and the
     /// store's against the target.
-    fn steer(&self, delay: Duration, store_queue: Duration, target: Duration) {
+    /// `scaled` is the store's queue against its allowance as if that were the target (see
+    /// [`StoreQueue::allowance`]), `store_queue` the same as measured.
+    fn steer(&self, delay: Duration, scaled: Duration, store_queue: Duration, target: Duration) {
         use std::sync::atomic::Ordering;
         let ceiling = self.tally.budget.load(Ordering::Relaxed);
-        let next = next_budget(self.timed_budget(), ceiling, delay.max(store_queue), target);
+        let next = next_budget(self.timed_budget(), ceiling, delay.max(scaled), target);
         self.set_timed(next, delay, store_queue);
     }
 
@@ -168,21 +173,18 @@ mod tests {
         let peers = Peers::new(limits, 2, Arc::clone(&readings));
         peers.set_budget(512);
         // A short runtime queue, a store queue of twice the target: halved, as said.
-        peers.steer(Duration::from_micros(100), MS(2), MS(1));
+        peers.steer(Duration::from_micros(100), MS(2), MS(2), MS(1));
         assert_eq!(peers.timed_budget(), 256);
         assert_eq!(
             readings.door(),
             (Some(256), Duration::from_micros(100), MS(2))
         );
         // Both short: grown by a sixteenth.
-        peers.steer(
-            Duration::from_micros(100),
-            Duration::from_micros(200),
-            MS(1),
-        );
+        let short = Duration::from_micros(200);
+        peers.steer(Duration::from_micros(100), short, short, MS(1));
         assert_eq!(peers.timed_budget(), 273);
         // The runtime's queue long, the store's empty: the runtime's rules.
-        peers.steer(MS(4), Duration::ZERO, MS(1));
+        peers.steer(MS(4), Duration::ZERO, Duration::ZERO, MS(1));
         assert_eq!(peers.timed_budget(), 136);
     }
 

@@ -6,8 +6,11 @@
 //!
 //! The signal is the mean time of the store calls that ended in each probe's interval, over the
 //! least such mean of the window (the time with nothing queued, as TCP Vegas and BBR take their
-//! least round trip). The least is only as good as its samples: while the door holds a queue in
-//! the store, every sample carries that queue, and a least taken from them would creep up
+//! least round trip). Only a queue that stands counts, as CoDel counts it: the least of the
+//! last [`STANDING_PROBES`] means, so that one slow interval is not read as a queue. A store
+//! far away may queue as long as its round trip ([`StoreQueue::allowance`]).
+//!
+//! The least is only as good as its samples: while the door holds a queue in the store, every sample carries that queue, and a least taken from them would creep up
 //! window after window until the budget was back at its ceiling. So, as BBR's `ProbeRTT`,
 //! the last [`DRAIN_PROBES`] probes of a window in which the store was queued hold the budget at
 //! its floor: the store's queue drains and those probes measure the least afresh, which is then
@@ -34,6 +37,9 @@ pub const WINDOW_PROBES: u32 = 500;
 /// (4 ms at a probe every 2 ms) measure the least with the store's queue drained.
 pub const DRAIN_PROBES: u32 = 3;
 
+/// The probes whose least mean is the queue that stands (4 ms at a probe every 2 ms).
+pub const STANDING_PROBES: usize = 2;
+
 /// What the store's queue says at one probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreSays {
@@ -58,6 +64,20 @@ pub struct StoreQueue {
     /// said to drain.
     queued: bool,
     draining: bool,
+    /// The means of the last [`STANDING_PROBES`] probes (none where no call ended), a ring.
+    recent: [Option<Duration>; STANDING_PROBES],
+    next: usize,
+}
+
+impl StoreQueue {
+    /// How long a queue at the store may stand before the budget shrinks: the target, or the
+    /// store's least round trip where that is longer. A store far away needs as many calls queued
+    /// as in flight to be kept busy (TCP's window is twice the path's delay for the same reason);
+    /// steered on the target alone, a store 2 ms away through a relay served 31,000 calls/s
+    /// where the runtime's probe alone let it serve 68,000.
+    pub fn allowance(&self, target: Duration) -> Duration {
+        least_of(self.least, self.fresh).map_or(target, |least| least.max(target))
+    }
 }
 
 fn least_of(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
@@ -84,8 +104,14 @@ impl StoreQueue {
         if self.draining {
             self.drained = least_of(self.drained, mean);
         }
-        let queue = match (mean, least_of(self.least, self.fresh)) {
-            (Some(mean), Some(least)) => mean.saturating_sub(least),
+        if let Some(slot) = self.recent.get_mut(self.next) {
+            // A drained interval's short mean says nothing of the queue that stands after it.
+            *slot = if self.draining { None } else { mean };
+        }
+        self.next = (self.next + 1) % STANDING_PROBES;
+        let standing = self.recent.iter().fold(None, |a, m| least_of(a, *m));
+        let queue = match (standing, least_of(self.least, self.fresh)) {
+            (Some(standing), Some(least)) => standing.saturating_sub(least),
             _ => Duration::ZERO,
         };
         self.queued |= queue.saturating_mul(2) > target;
@@ -139,14 +165,42 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_is_the_mean_over_the_least() {
+    fn the_queue_is_what_stands_over_the_least() {
         let mut store = Store::new();
         assert_eq!(store.probe(10, US(300)), StoreSays::Queue(Duration::ZERO));
+        // A longer mean counts once it stands for the probes' span, not at once.
+        for _ in 1..STANDING_PROBES {
+            assert_eq!(store.probe(10, US(1_800)), StoreSays::Queue(Duration::ZERO));
+        }
         assert_eq!(store.probe(10, US(1_800)), StoreSays::Queue(US(1_500)));
-        // No call ended in the interval: nothing to say.
-        assert_eq!(store.probe(0, US(0)), StoreSays::Queue(Duration::ZERO));
-        assert_eq!(store.probe(4, US(250)), StoreSays::Queue(Duration::ZERO));
-        assert_eq!(store.probe(4, US(450)), StoreSays::Queue(US(200)));
+        // No call ended in the interval: the others still stand.
+        assert_eq!(store.probe(0, US(0)), StoreSays::Queue(US(1_500)));
+        // One short interval clears it at once.
+        assert_eq!(store.probe(4, US(450)), StoreSays::Queue(US(150)));
+    }
+
+    #[test]
+    fn a_far_store_may_queue_as_long_as_its_round_trip() {
+        let mut store = Store::new();
+        assert_eq!(store.queue.allowance(TARGET), TARGET);
+        store.probe(10, US(300));
+        assert_eq!(store.queue.allowance(TARGET), TARGET);
+        let mut far = Store::new();
+        far.probe(10, US(2_500));
+        assert_eq!(far.queue.allowance(TARGET), US(2_500));
+    }
+
+    #[test]
+    fn a_jittery_round_trip_is_no_queue() {
+        let mut store = Store::new();
+        for i in 0..WINDOW_PROBES * 2 {
+            let each = if i % 2 == 0 { US(300) } else { US(4_000) };
+            assert_eq!(
+                store.probe(10, each),
+                StoreSays::Queue(Duration::ZERO),
+                "probe {i}"
+            );
+        }
     }
 
     #[test]
@@ -154,17 +208,23 @@ mod tests {
         let mut store = Store::new();
         store.probe(10, US(300));
         // A queue held all window long: the drain comes at its end, and only then.
-        for _ in 1..WINDOW_PROBES - DRAIN_PROBES {
-            assert_eq!(store.probe(10, US(1_300)), StoreSays::Queue(US(1_000)));
+        for i in 1..WINDOW_PROBES - DRAIN_PROBES {
+            let says = store.probe(10, US(1_300));
+            let standing = usize::try_from(i).unwrap() >= STANDING_PROBES;
+            let queue = if standing { US(1_000) } else { Duration::ZERO };
+            assert_eq!(says, StoreSays::Queue(queue), "probe {i}");
         }
         for _ in 0..DRAIN_PROBES - 1 {
             assert_eq!(store.probe(10, US(350)), StoreSays::Drain);
         }
-        // The window's last probe closes it: the least is now the drain's, not the first 300.
-        assert_eq!(store.probe(10, US(350)), StoreSays::Queue(US(50)));
+        // The window's last probe closes it (its span was drained: nothing stands); the least
+        // is now the drain's 350, not the first 300.
+        assert_eq!(store.probe(10, US(350)), StoreSays::Queue(Duration::ZERO));
+        for _ in 1..STANDING_PROBES {
+            store.probe(10, US(1_350));
+        }
         assert_eq!(store.probe(10, US(1_350)), StoreSays::Queue(US(1_000)));
     }
-
     #[test]
     fn an_unqueued_window_is_not_drained() {
         let mut store = Store::new();
@@ -188,7 +248,9 @@ mod tests {
         }
         assert_eq!(
             queued,
-            WINDOW_PROBES - 1,
+            // From when the longer time stands to the window's end (but its last probe, whose
+            // span was drained), and never after.
+            WINDOW_PROBES - u32::try_from(STANDING_PROBES).unwrap() - 1,
             "only the first window reads as queue"
         );
     }
