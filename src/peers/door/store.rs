@@ -10,8 +10,9 @@
 //! last [`STANDING_PROBES`] means, so that one slow interval is not read as a queue. A store
 //! far away may queue as long as its round trip ([`StoreQueue::allowance`]).
 //!
-//! The least is only as good as its samples: while the door holds a queue in the store, every sample carries that queue, and a least taken from them would creep up
-//! window after window until the budget was back at its ceiling. So, as BBR's `ProbeRTT`,
+//! The least is only as good as its samples: while the door holds a queue in the store,
+//! every sample carries that queue, and a least taken from them would creep up window after
+//! window until the budget was back at its ceiling. So, as BBR's `ProbeRTT`,
 //! the last [`DRAIN_PROBES`] probes of a window in which the store was queued hold the budget at
 //! its floor: the store's queue drains and those probes measure the least afresh, which is then
 //! the next window's. That costs the flood a few milliseconds in each [`WINDOW_PROBES`] (the
