@@ -29,13 +29,14 @@
 //! module owns that).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Peers;
 
 pub mod store;
 
-pub use store::{StoreQueue, StoreSays};
+use store::{StoreQueue, StoreSays};
 
 /// How often the runtime's queue is probed.
 pub const PROBE_EVERY: Duration = Duration::from_millis(2);
@@ -84,16 +85,14 @@ impl Peers {
                 StoreSays::Drain => {
                     let now = self.timed_budget();
                     before_drain.get_or_insert(now);
-                    let ceiling = self.tally.budget.load(std::sync::atomic::Ordering::Relaxed);
+                    let ceiling = self.tally.budget.load(Ordering::Relaxed);
                     self.set_timed(FLOOR.min(ceiling).min(now), delay, Duration::ZERO);
                 }
                 StoreSays::Queue(queue) => {
                     if let Some(before) = before_drain.take() {
                         self.set_timed(before, delay, queue);
                     }
-                    // The store's queue on the target's scale: its allowance is the target.
-                    let allowance = store.allowance(target);
-                    let scaled = queue.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
+                    let scaled = store.on_target_scale(queue, target);
                     self.steer(delay, scaled, queue, target);
                 }
             }
@@ -101,24 +100,20 @@ impl Peers {
     }
 
     /// One probe's measures applied to the budget: the longer of the runtime's queue and the
-    /// store's against the target.
-    /// `scaled` is the store's queue against its allowance as if that were the target (see
-    /// [`StoreQueue::allowance`]), `store_queue` the same as measured.
+    /// store's against the target. `scaled` is the store's queue on the target's scale
+    /// ([`StoreQueue::on_target_scale`]), `store_queue` the same as measured (for the gauge).
     fn steer(&self, delay: Duration, scaled: Duration, store_queue: Duration, target: Duration) {
-        use std::sync::atomic::Ordering;
         let ceiling = self.tally.budget.load(Ordering::Relaxed);
         let next = next_budget(self.timed_budget(), ceiling, delay.max(scaled), target);
         self.set_timed(next, delay, store_queue);
     }
 
     fn timed_budget(&self) -> u32 {
-        self.tally.timed.load(std::sync::atomic::Ordering::Relaxed)
+        self.tally.timed.load(Ordering::Relaxed)
     }
 
     fn set_timed(&self, budget: u32, delay: Duration, store_queue: Duration) {
-        self.tally
-            .timed
-            .store(budget, std::sync::atomic::Ordering::Relaxed);
+        self.tally.timed.store(budget, Ordering::Relaxed);
         self.tally.readings.set_door(budget, delay, store_queue);
     }
 }

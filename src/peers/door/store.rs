@@ -71,6 +71,13 @@ pub struct StoreQueue {
 }
 
 impl StoreQueue {
+    /// `queue` on the scale of `target`: a queue as long as the [`allowance`](Self::allowance)
+    /// reads as the target, so that the door steers both queues on one target.
+    pub fn on_target_scale(&self, queue: Duration, target: Duration) -> Duration {
+        let allowance = self.allowance(target);
+        queue.mul_f64(target.as_secs_f64() / allowance.as_secs_f64())
+    }
+
     /// How long a queue at the store may stand before the budget shrinks: the target, or the
     /// store's least round trip where that is longer. A store far away needs as many calls queued
     /// as in flight to be kept busy (TCP's window is twice the path's delay for the same reason);
@@ -79,16 +86,7 @@ impl StoreQueue {
     pub fn allowance(&self, target: Duration) -> Duration {
         least_of(self.least, self.fresh).map_or(target, |least| least.max(target))
     }
-}
 
-fn least_of(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-impl StoreQueue {
     /// One probe, given the store calls so far (`calls`, their `total` time) and the target the
     /// door keeps queues within.
     pub fn probe(&mut self, calls: u64, total: Duration, target: Duration) -> StoreSays {
@@ -135,6 +133,13 @@ impl StoreQueue {
     }
 }
 
+fn least_of(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,7 +147,7 @@ mod tests {
     const US: fn(u64) -> Duration = Duration::from_micros;
     const TARGET: Duration = Duration::from_millis(1);
 
-    /// A store whose calls take `base` plus `queue`, `n` of them per probe.
+    /// The totals a store's calls add up to, probe by probe.
     struct Store {
         queue: StoreQueue,
         calls: u64,
@@ -226,6 +231,7 @@ mod tests {
         }
         assert_eq!(store.probe(10, US(1_350)), StoreSays::Queue(US(1_000)));
     }
+
     #[test]
     fn an_unqueued_window_is_not_drained() {
         let mut store = Store::new();
