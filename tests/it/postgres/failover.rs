@@ -74,7 +74,7 @@ async fn a_demoted_primary_is_left_for_the_promoted_standby() {
 
     // The old primary is fenced (read-only for every transaction); no host takes writes.
     primary.psql("ALTER SYSTEM SET default_transaction_read_only = on");
-    primary.psql("SELECT pg_reload_conf()");
+    primary.reload();
     let status = call().await.expect_err("no writable host");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("PostgreSQL"), "{status:?}");

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use turnstile::clock::Clock;
 use turnstile::storage::postgres::{MigrateMode, PostgresOptions, PostgresStore};
@@ -226,7 +227,25 @@ impl Postgres {
         let rest = std::fs::read_to_string(&hba).expect("pg_hba.conf");
         let line = format!("host all {name} 127.0.0.1/32 scram-sha-256\n");
         std::fs::write(&hba, format!("{line}{rest}")).expect("write pg_hba.conf");
+        self.reload();
+    }
+
+    /// Reloads the configuration files and returns once the server has: `pg_ctl reload` and
+    /// `pg_reload_conf()` only signal the postmaster, which reloads, signals its backends and
+    /// reloads `pg_hba.conf` later. A new session reports the load time of the postmaster it
+    /// was forked from, so a changed `pg_conf_load_time()` means the whole reload is done and
+    /// every existing backend has been signalled before it reads its next command.
+    pub fn reload(&self) {
+        let loaded = || self.try_psql("SELECT pg_conf_load_time()");
+        let before = loaded();
         self.ctl(&["reload"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while loaded() == before {
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not reload its configuration in 10 s"
+            );
+        }
     }
 
     /// The connection URI of `user` with `password`.
