@@ -63,6 +63,7 @@ fn serve(config_dir: Option<PathBuf>) -> ExitCode {
         }
     };
     turnstile::telemetry::init(&settings.log_level, settings.log_json);
+    turnstile::app::descriptors::prepare(settings.grpc_limits.max_connections);
     let runtime = match turnstile::app::runtime::build() {
         Ok(rt) => rt,
         Err(err) => {

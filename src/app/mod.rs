@@ -9,6 +9,7 @@
 //! Owns wiring only: no decision, protocol or storage logic lives here.
 
 mod check;
+pub mod descriptors;
 mod error;
 mod label;
 mod listeners;
@@ -316,17 +317,7 @@ fn sinks(
 /// Runs the service until SIGTERM or SIGINT (and the drain after it; a second signal ends the
 /// drain at once).
 pub async fn run(settings: Settings) -> Result<(), AppError> {
-    raise_open_files_limit();
     let app = App::build(settings).await?;
     let (first, second) = signals::first_and_second();
     app.run_until(first, second).await
-}
-
-/// Raises the soft limit of open files to the hard limit, as Go (and so the reference) does at
-/// start: every connection is a descriptor, and the usual soft 1024 runs out first.
-fn raise_open_files_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => tracing::info!(target: LIFECYCLE, limit, "open files limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
-    }
 }
