@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use turnstile::settings::Settings;
+use turnstile::{app::runtime::build_serving, settings::Settings};
 
 /// mimalloc instead of the system allocator: measured faster on the request path (malloc and
 /// memmove were about a quarter of the server's profile); the ratio is in BENCHMARKS.md. Built
@@ -63,8 +63,7 @@ fn serve(config_dir: Option<PathBuf>) -> ExitCode {
         }
     };
     turnstile::telemetry::init(&settings.log_level, settings.log_json);
-    turnstile::app::descriptors::prepare(settings.grpc_limits.max_connections);
-    let runtime = match turnstile::app::runtime::build() {
+    let runtime = match build_serving(settings.grpc_limits.max_connections) {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("turnstile: starting the runtime: {err}");

@@ -20,6 +20,13 @@ pub fn build() -> std::io::Result<tokio::runtime::Runtime> {
     builder.build()
 }
 
+/// The service's runtime, built once the process's descriptors are prepared for
+/// `max_connections` ([`super::descriptors::prepare`] must run before the runtime's threads).
+pub fn build_serving(max_connections: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    super::descriptors::prepare(max_connections);
+    build()
+}
+
 /// Whether [`build`] turns the LIFO slot off (this binary was built with `tokio_unstable`).
 pub fn lifo_slot_off() -> bool {
     cfg!(tokio_unstable)
