@@ -21,6 +21,7 @@ secs=${1:-5} rounds=${2:-3}
 out=${OUT:-target/bench-scale}
 only=${ONLY:-connections descriptors servers keys}
 command -v h2load >/dev/null || { echo "install nghttp2-client (h2load)"; exit 1; }
+. scripts/lib/nat-peers.sh
 . scripts/lib/build.sh && release_build --workspace --bins >/dev/null 2>&1
 bin=target/release
 mkdir -p "$out"
@@ -28,7 +29,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  iptables-save -t nat 2>/dev/null | grep -q -- '--comment bench-scale' && nat_clear
+  nat_peers_clear bench-scale
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -130,27 +131,13 @@ echo
 echo "| dimension | x | series | calls/s | p50 ms | p99 ms | RSS MB | ratio to the first |"
 echo "|---|---|---|---|---|---|---|---|"
 memcached1="BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=$(mc 1)"
-# One source address per connection to the server's port (root only; removed on exit).
-nat_peers() {
-  [ "$(id -u)" = 0 ] && command -v iptables-restore >/dev/null || return 1
-  python3 - <<'PY' > "$work/nat.rules"
-n = 10000
-print("*nat")
-for i in range(n):
-    print(f"-A POSTROUTING -o lo -p tcp --dport 18181 -m statistic --mode nth --every {n - i} "
-          f"--packet 0 -j SNAT --to-source 127.0.{1 + i // 250}.{1 + i % 250} -m comment --comment bench-scale")
-print("COMMIT")
-PY
-  iptables-restore --noflush < "$work/nat.rules"
-}
-nat_clear() { iptables-save -t nat | grep -v -- '--comment bench-scale' | iptables-restore; }
 if [[ " $only " == *" connections "* ]]; then
   one_peer="memory, one peer|BACKEND_TYPE=memory GRPC_MAX_CONNECTIONS_PER_PEER=20000"
   for shape in "8 32" "100 3" "1000 1" "10000 1"; do
     read -r conns streams <<<"$shape"
-    if nat_peers; then
+    if nat_peers 10000 18181 bench-scale; then
       point connections "$conns" "floor|" "memory|BACKEND_TYPE=memory" -- "$conns" "$streams" 1
-      nat_clear
+      nat_peers_clear bench-scale
       point connections "$conns" "floor, one address|" "$one_peer" -- "$conns" "$streams" 1
     else
       point connections "$conns" "floor|" "$one_peer" -- "$conns" "$streams" 1
