@@ -70,7 +70,7 @@
 //! | `reload` | the live, atomically swapped rule set and its watcher | `config`, `health`, `metrics`, `rules`, `telemetry` |
 //! | `rls` | the protocol edge (RLS): conversion, validation, responses, the call's span | `grpc`, `health`, `limiter`, `metrics`, `pb`, `reload`, `rules`, `settings`, `storage`, `traces` |
 //! | `quota` | RLQS assignments: bucket ids onto rules, reports into counters, fair share | `clock`, `limiter`, `rules`, `settings`, `storage` |
-//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans | `clock`, `rls`, `metrics`, `pb`, `quota`, `rules`, `settings`, `storage`, `traces` |
+//! | `rlqs` | the protocol edge (RLQS): streams, conversion, refusals, report spans, a report's turn at its client's gate | `clock`, `rls`, `metrics`, `pb`, `peers`, `quota`, `rules`, `settings`, `storage`, `traces` |
 //! | `xds` | rules over xDS: the ADS stream, resources → rules, ACK/NACK, reconnection | `backoff`, `config`, `health`, `metrics`, `pb`, `reload`, `settings`, `telemetry`, `tls` |
 //! | `http` | `/healthcheck`, `/json`, `/rlconfig`, `/metrics`, `/counters`, the status page and `/debug/top` | `rls`, `limiter`, `metrics`, `pb`, `peers`, `quota`, `rules`, `storage` |
 //! | `server` | the gRPC server: RLS, RLQS, health, reflection, connection limits, the adaptive limit on decisions in flight (`admission`) | `grpc`, `rls`, `health`, `metrics`, `pb`, `peers`, `rlqs`, `settings`, `storage`, `tls` |

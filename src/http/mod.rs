@@ -110,8 +110,10 @@ async fn healthcheck<S: CounterStore>(State(state): State<Arc<ServiceState<S>>>)
     }
 }
 
-/// `/json`: one decision, fair between clients as gRPC's are (a client over its part of the
-/// decisions in flight while others are active is refused with 503, saying why).
+/// `/json`: one decision, fair between clients as gRPC's are: it waits while its client is at
+/// its part of the requests open (counted with the client's gRPC calls, `peers::requests`),
+/// and a client over its part of the decisions in flight while others are active is refused
+/// with 503, saying why.
 async fn json_api<S: CounterStore>(
     State(state): State<Arc<ServiceState<S>>>,
     Extension(peers): Extension<Arc<Peers>>,
@@ -119,6 +121,7 @@ async fn json_api<S: CounterStore>(
     body: Bytes,
 ) -> Response {
     let peer = peers.peer(PeerId::of_address(caller.ip()), Some(caller.ip()));
+    let _open = peer.request_turn().await;
     let _decision = match peer.try_enter() {
         Ok(decision) => decision,
         Err(why) => return (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),

@@ -49,20 +49,17 @@ pub const FLOOR: u32 = 16;
 pub fn next_budget(budget: u32, ceiling: u32, delay: Duration, target: Duration) -> u32 {
     let floor = FLOOR.min(ceiling);
     let budget = budget.clamp(floor, ceiling);
-    let (delay_us, target_us) = (micros(delay), micros(target).max(1));
+    let (delay_us, target_us) = (delay.as_micros(), target.as_micros().max(1));
     if delay_us > target_us {
-        let scaled = u64::from(budget).saturating_mul(target_us) / delay_us;
+        // At most 2^32 x 2^84 (Duration::MAX in microseconds): no overflow in u128.
+        let scaled = u128::from(budget) * target_us / delay_us;
         let scaled = u32::try_from(scaled).unwrap_or(u32::MAX);
         scaled.max(budget / 2).max(floor)
-    } else if delay_us.saturating_mul(2) <= target_us {
+    } else if delay_us * 2 <= target_us {
         budget.saturating_add(budget / 16 + 1).min(ceiling)
     } else {
         budget
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Peers {

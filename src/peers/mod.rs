@@ -39,7 +39,7 @@ mod requests;
 pub use crate::metrics::{CloseReason, ShedReason};
 pub use connections::{CallGuard, ConnHandle, ConnState, ConnectionLimits, Connections};
 pub use decisions::{Decision, Fair, Stream};
-pub use requests::Gate;
+pub use requests::{Gate, OpenRequest};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -98,6 +98,9 @@ pub struct Peer {
     anyone_waiting: std::sync::atomic::AtomicBool,
     /// Connections woken from the queue that have not read yet (each holds a pass).
     passes: AtomicU32,
+    /// HTTP API requests waiting for room in the allotment, and their wake (see `requests`).
+    http_waiting: AtomicU32,
+    http_turn: tokio::sync::Notify,
     streams: AtomicU32,
     connections: AtomicU32,
     /// Calls refused since the last log line about this peer.
@@ -218,6 +221,8 @@ impl Peers {
             waiting: Mutex::new(std::collections::VecDeque::new()),
             anyone_waiting: std::sync::atomic::AtomicBool::new(false),
             passes: AtomicU32::new(0),
+            http_waiting: AtomicU32::new(0),
+            http_turn: tokio::sync::Notify::new(),
             streams: AtomicU32::new(0),
             connections: AtomicU32::new(0),
             shed_unlogged: AtomicU64::new(0),

@@ -3,7 +3,7 @@
 //! END_STREAM) until the stream closes (the server's END_STREAM, or RST_STREAM either way),
 //! whether or not its task has been polled yet: what counts is what waits in the runtime. A
 //! stream whose client half stays open (an RLQS stream) is not a request waiting, so it never
-//! holds its peer's other calls back.
+//! holds its peer's other calls back; its reports count while each is in work (below).
 //!
 //! A connection that may not be read joins its peer's queue at the gate (once: a flag on the
 //! connection says it is there, so joining is O(1) whatever the peer's connections number).
@@ -21,9 +21,16 @@
 //! when it ends, used or not, and so does a connection that closes holding one: a place is
 //! never held by a connection that does not use it. Queueing while the allotment has room wakes
 //! the head of the queue at once.
+//!
+//! The HTTP API's `/json` requests and RLQS reports in work count in the same requests open,
+//! so a peer's calls share one part whatever the protocol. HTTP/1.1 has no streams to leave in the kernel, but a connection
+//! brings its next request only once the last is answered: a request that meets its peer's
+//! gate shut waits for it parked ([`Peer::request_turn`]: no CPU, not in the runtime's queue),
+//! woken one per request of the peer that closes. What waits is that peer's excess, never
+//! another peer's calls.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{ConnState, Peer};
 
@@ -55,10 +62,39 @@ impl Peer {
         if n == 0 {
             return;
         }
-        if self.requests.fetch_sub(n, Ordering::AcqRel) == n {
+        // SeqCst with `request_turn`'s: either it sees this close, or this sees it waiting.
+        if self.requests.fetch_sub(n, Ordering::SeqCst) == n {
             self.tally.requesters.fetch_sub(1, Ordering::AcqRel);
         }
+        if self.http_waiting.load(Ordering::SeqCst) > 0 {
+            for _ in 0..n {
+                self.http_turn.notify_one();
+            }
+        }
         self.wake_waiting();
+    }
+
+    /// A request of this peer from the HTTP API (or an RLQS report), once its gate is open to
+    /// it: counted in its requests open until the [`OpenRequest`] is dropped. While the gate is
+    /// shut it waits, woken by the peer's next request that closes.
+    pub async fn request_turn(self: &Arc<Self>) -> OpenRequest {
+        let mut paused = false;
+        loop {
+            let waiting = Waiting::on(&self.http_waiting);
+            let turn = self.http_turn.notified();
+            let mut turn = std::pin::pin!(turn);
+            turn.as_mut().enable();
+            if self.gate_at(self.requests.load(Ordering::SeqCst)) != Gate::Shut {
+                drop(waiting);
+                self.requests_opened(1);
+                return OpenRequest(Arc::clone(self));
+            }
+            if !paused {
+                paused = true;
+                self.reads_paused();
+            }
+            turn.await;
+        }
     }
 
     /// Requests of this peer open now.
@@ -68,7 +104,11 @@ impl Peer {
 
     /// Whether this peer's connections may be read now.
     pub fn gate(&self) -> Gate {
-        let (open, allotment) = (self.requests(), self.allotment());
+        self.gate_at(self.requests())
+    }
+
+    fn gate_at(&self, open: u32) -> Gate {
+        let allotment = self.allotment();
         if open >= allotment {
             Gate::Shut
         } else if open.saturating_mul(2) >= allotment {
@@ -161,5 +201,33 @@ impl Peer {
         }
         self.anyone_waiting
             .store(!waiting.is_empty(), Ordering::Release);
+    }
+}
+
+/// A request of the HTTP API (or an RLQS report in work) counted in its peer's requests open;
+/// closed when dropped.
+#[derive(Debug)]
+pub struct OpenRequest(Arc<Peer>);
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.0.requests_closed(1);
+    }
+}
+
+/// One HTTP API request counted as waiting while it lives (a waiter dropped by its caller
+/// stops counting too).
+struct Waiting<'a>(&'a AtomicU32);
+
+impl<'a> Waiting<'a> {
+    fn on(count: &'a AtomicU32) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -191,3 +191,41 @@ fn a_close_wakes_as_many_queued_connections_as_it_leaves_room_for_and_none_is_le
     );
     assert_eq!(wakes(1), 2, "the requeued one, once more");
 }
+
+#[test]
+fn an_http_request_waits_while_its_peer_is_at_its_allotment_and_a_close_lets_it_in() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let (peers, _) = peers(10_000, 10_000);
+    peers.set_budget(4); // an allotment of 8 requests open
+    let peer = peers.peer(ip(2), None);
+    let other = peers.peer(ip(3), None);
+    peer.requests_opened(8);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut first = std::pin::pin!(peer.request_turn());
+    let mut second = std::pin::pin!(peer.request_turn());
+    assert!(first.as_mut().poll(&mut cx).is_pending(), "8 of 8 open");
+    assert!(second.as_mut().poll(&mut cx).is_pending(), "8 of 8 open");
+    // Another peer is not held by this one's requests.
+    let mut theirs = std::pin::pin!(other.request_turn());
+    let Poll::Ready(theirs) = theirs.as_mut().poll(&mut cx) else {
+        panic!("another peer's request waited behind this one's")
+    };
+    assert_eq!(other.requests(), 1);
+    peer.requests_closed(1);
+    let Poll::Ready(open) = first.as_mut().poll(&mut cx) else {
+        panic!("a close left room and the waiting request did not take it")
+    };
+    assert_eq!(peer.requests(), 8, "counted in the peer's requests open");
+    assert!(
+        second.as_mut().poll(&mut cx).is_pending(),
+        "one close, one place"
+    );
+    drop(open);
+    assert!(
+        second.as_mut().poll(&mut cx).is_ready(),
+        "its close lets the next in"
+    );
+    drop(theirs);
+    assert_eq!(other.requests(), 0, "closed when dropped");
+}

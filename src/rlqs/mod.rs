@@ -4,7 +4,9 @@
 //! assignments go back as one response. While it waits for the next report, a stream also
 //! waits for the end of its buckets' window (plus its own phase, spreading streams over
 //! `REFRESH_SPREAD_MS`) and then pushes the assignments that change. The state is dropped
-//! when the stream ends.
+//! when the stream ends. A report in work counts in its client's requests open and waits at
+//! its client's gate first (`peers::requests`): one client's streams get its part, the next
+//! report left unread meanwhile (HTTP/2 flow control pushes back on the client).
 //!
 //! Must not touch: YAML, store crates, the assignment arithmetic (that is `quota`'s).
 
@@ -27,6 +29,7 @@ use crate::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_se
 use crate::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use crate::peers::{ConnState, Peer};
 use crate::quota::{BucketIdBytes, Decided, QuotaError, QuotaStream};
 use crate::rls::ServiceState;
 use crate::rules::RuleSet;
@@ -77,6 +80,8 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Responses>, Status> {
         let n = self.opened.fetch_add(1, Ordering::Relaxed);
+        // The client, from its connection (none in-process).
+        let peer = (request.extensions().get::<Arc<ConnState>>()).map(|c| Arc::clone(c.peer()));
         // The stream's trace parent: every report's span hangs from it.
         let parent = self
             .state
@@ -90,7 +95,8 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
             // Spread evenly: consecutive streams 61 ms apart, modulo the spread.
             Duration::from_millis(n.wrapping_mul(61) % REFRESH_SPREAD_MS),
             parent,
-        );
+        )
+        .of(peer);
         let responses = futures_util::stream::unfold(session, |mut session| async move {
             let next = session.next().await?;
             Some((next, session))
@@ -109,6 +115,8 @@ struct Session<S> {
     phase: Duration,
     /// The tracer and the stream's parent context, when tracing is on.
     parent: Option<(Arc<Tracer>, Context)>,
+    /// The client, whose gate each report passes before its work.
+    peer: Option<Arc<Peer>>,
 }
 
 impl<S: CounterStore> Session<S> {
@@ -127,7 +135,14 @@ impl<S: CounterStore> Session<S> {
             ended: false,
             phase,
             parent,
+            peer: None,
         }
+    }
+
+    /// The stream's client, whose gate its reports pass.
+    fn of(mut self, peer: Option<Arc<Peer>>) -> Self {
+        self.peer = peer;
+        self
     }
 
     /// The next response: reports are read until one yields assignments; `None` once the
@@ -145,7 +160,13 @@ impl<S: CounterStore> Session<S> {
                 },
             };
             let answer = match inbound {
-                Ok(Some(report)) => self.traced_answer(report).await,
+                Ok(Some(report)) => {
+                    let _open = match &self.peer {
+                        Some(peer) => Some(peer.request_turn().await),
+                        None => None,
+                    };
+                    self.traced_answer(report).await
+                }
                 Ok(None) => return None,
                 Err(status) => match refusal(status) {
                     Some(refused) => Err(refused),

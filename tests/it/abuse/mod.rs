@@ -11,8 +11,10 @@ use crate::process::{Process, RULES, metric, rules_root};
 
 mod connections;
 mod flood;
+mod json_flood;
 mod mtls_peers;
 mod peers;
+mod rlqs_flood;
 
 /// An HTTP/2 client connection to `port` (the h2 crate: frames as a hostile client sends them).
 async fn h2_client(port: u16) -> h2::client::SendRequest<Bytes> {

@@ -40,6 +40,19 @@ async fn client_dialling(
     port: u16,
     dials: Arc<AtomicU64>,
 ) -> RateLimitServiceClient<tonic::transport::Channel> {
+    RateLimitServiceClient::new(channel_dialling(local, port, dials).await)
+}
+
+/// A channel whose one connection comes from `local` (for any gRPC service).
+pub(super) async fn channel_from(local: IpAddr, port: u16) -> tonic::transport::Channel {
+    channel_dialling(local, port, Arc::default()).await
+}
+
+async fn channel_dialling(
+    local: IpAddr,
+    port: u16,
+    dials: Arc<AtomicU64>,
+) -> tonic::transport::Channel {
     let connector = tower::service_fn(move |_: http::Uri| {
         dials.fetch_add(1, Ordering::Relaxed);
         async move {
@@ -48,12 +61,11 @@ async fn client_dialling(
                 .map(hyper_util::rt::TokioIo::new)
         }
     });
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("url")
         .connect_with_connector(connector)
         .await
-        .expect("connect");
-    RateLimitServiceClient::new(channel)
+        .expect("connect")
 }
 
 /// An HTTP/2 connection from `local` that PINGs every `every`, never calls, and ends with how
