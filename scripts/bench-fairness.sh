@@ -16,12 +16,13 @@
 #   MESH=N (root, iptables): N peers as a mesh's sidecars, one connection each and 2 calls/s
 #   (h2load -m 1 --rps 2 to 127.0.0.5, every connection given its own source address by an SNAT
 #   rule, scripts/lib/nat-peers.sh), opened at MESH_RATE a second (default 250, rounded up to a
-#   multiple of 100), each calling until SECONDS after the last has opened (all N are open then); a call is late past 20 ms (h2load has no deadline: its per-call log is
-#   read). The row adds the slowest call and the server's RSS per open connection (the highest
-#   RSS while they are open, less the RSS before they connect, over N). Each round begins with
-#   the no-op floor (turnstile-floor, the same tonic stack) alone in the server's place: what
-#   the client, the NAT rules and the kernel cost on this machine. MESH_LOG=path keeps
-#   h2load's per-call log of each run (path.0 alone, path.1 beside the flood: start in us, status, time in us).
+#   multiple of 100), each calling until SECONDS after the last has opened (all N are open
+#   then). A call is late past 20 ms (h2load has no deadline: its per-call log is read). The
+#   row adds the slowest call and the server's RSS per open connection (the highest RSS while
+#   they are open, less the RSS before they connect, over N). Each round begins with the no-op
+#   floor (turnstile-floor, the same tonic stack) alone in the server's place: what the client,
+#   the NAT rules and the kernel cost on this machine. MESH_LOG=path keeps h2load's per-call
+#   log (path.0 alone, path.1 beside the flood: start in us, HTTP status, time in us).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ulimit -n "$(ulimit -Hn)" # h2load opens a descriptor per connection (MESH)
