@@ -115,9 +115,12 @@ async fn next_awaited<T, R: AsyncBufRead + Unpin>(
                 io::ErrorKind::UnexpectedEof,
                 format!("{server} closed the connection"),
             ),
-            Ok(_) => io::Error::new(
+            Ok(bytes) => io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{server} sent bytes that answer no command"),
+                format!(
+                    "{server} sent bytes that answer no command: {:?}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
+                ),
             ),
             Err(e) => e,
         }),

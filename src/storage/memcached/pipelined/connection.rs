@@ -99,7 +99,7 @@ impl Pipeline {
     {
         let (commands, queue) = mpsc::channel::<Outgoing>(COMMAND_QUEUE);
         let (pending_tx, pending_rx) = mpsc::channel::<Pending>(PENDING_QUEUE);
-        tokio::spawn(writer(write, queue, pending_tx));
+        tokio::spawn(writer(write, queue, pending_tx, addr));
         let read = BufReader::with_capacity(64 * 1024, read);
         let alive = spawn_reader(read, pending_rx, "memcached", addr.to_string()).alive;
         Pipeline { commands, alive }
@@ -156,6 +156,7 @@ async fn writer<W: AsyncWrite + Unpin>(
     mut write: W,
     mut queue: mpsc::Receiver<Outgoing>,
     pending: mpsc::Sender<Pending>,
+    addr: std::net::SocketAddr,
 ) {
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut written: Vec<Mark> = Vec::new();
@@ -208,7 +209,9 @@ async fn writer<W: AsyncWrite + Unpin>(
                 Mark::Part(part) => part.mark(at),
             }
         }
-        if wrote.is_err() {
+        if let Err(e) = wrote {
+            // Said here: the reader then stops without a reason of its own (no entry left).
+            tracing::warn!(server = %addr, error = %e, "a memcached connection's write failed");
             return;
         }
     }
