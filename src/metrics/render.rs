@@ -251,7 +251,7 @@ fn peers(out: &mut String, p: &crate::metrics::PeerReadings, extra: &str) {
     let single = [
         (
             "turnstile_peer_reads_paused_total",
-            "times a client's gRPC connection stopped being read, or its /json request waited, because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
+            "times a client's gRPC connection stopped being read, or its /json request or RLQS report waited, because its requests open reached its part (of GRPC_FAIR_REQUESTS_OPEN, or of twice the adaptive limit; the rest waits in the kernel)",
             "counter",
             p.reads_paused_total().to_string(),
         ),

@@ -98,9 +98,10 @@ pub struct Peer {
     anyone_waiting: std::sync::atomic::AtomicBool,
     /// Connections woken from the queue that have not read yet (each holds a pass).
     passes: AtomicU32,
-    /// HTTP API requests waiting for room in the allotment, and their wake (see `requests`).
-    http_waiting: AtomicU32,
-    http_turn: tokio::sync::Notify,
+    /// Requests parked for room in the allotment (the HTTP API's, RLQS reports), and their
+    /// wake (see `requests`).
+    parked: AtomicU32,
+    unparked: tokio::sync::Notify,
     streams: AtomicU32,
     connections: AtomicU32,
     /// Calls refused since the last log line about this peer.
@@ -221,8 +222,8 @@ impl Peers {
             waiting: Mutex::new(std::collections::VecDeque::new()),
             anyone_waiting: std::sync::atomic::AtomicBool::new(false),
             passes: AtomicU32::new(0),
-            http_waiting: AtomicU32::new(0),
-            http_turn: tokio::sync::Notify::new(),
+            parked: AtomicU32::new(0),
+            unparked: tokio::sync::Notify::new(),
             streams: AtomicU32::new(0),
             connections: AtomicU32::new(0),
             shed_unlogged: AtomicU64::new(0),

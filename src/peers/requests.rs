@@ -23,11 +23,12 @@
 //! the head of the queue at once.
 //!
 //! The HTTP API's `/json` requests and RLQS reports in work count in the same requests open,
-//! so a peer's calls share one part whatever the protocol. HTTP/1.1 has no streams to leave in the kernel, but a connection
-//! brings its next request only once the last is answered: a request that meets its peer's
-//! gate shut waits for it parked ([`Peer::request_turn`]: no CPU, not in the runtime's queue),
-//! woken one per request of the peer that closes. What waits is that peer's excess, never
-//! another peer's calls.
+//! so a peer's calls share one part whatever the protocol. HTTP/1.1 has no streams to leave in
+//! the kernel, but a connection brings its next request only once the last is answered (and an
+//! RLQS stream its next report only once the last is assigned): one that meets its peer's gate
+//! shut waits for it parked ([`Peer::request_turn`]: no CPU, not in the runtime's queue), woken
+//! one per request of the peer that closes. What waits is that peer's excess, never another
+//! peer's calls.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,10 +67,9 @@ impl Peer {
         if self.requests.fetch_sub(n, Ordering::SeqCst) == n {
             self.tally.requesters.fetch_sub(1, Ordering::AcqRel);
         }
-        if self.http_waiting.load(Ordering::SeqCst) > 0 {
-            for _ in 0..n {
-                self.http_turn.notify_one();
-            }
+        // One wake per place freed, never more than wait.
+        for _ in 0..n.min(self.parked.load(Ordering::SeqCst)) {
+            self.unparked.notify_one();
         }
         self.wake_waiting();
     }
@@ -80,8 +80,8 @@ impl Peer {
     pub async fn request_turn(self: &Arc<Self>) -> OpenRequest {
         let mut paused = false;
         loop {
-            let waiting = Waiting::on(&self.http_waiting);
-            let turn = self.http_turn.notified();
+            let waiting = Waiting::on(&self.parked);
+            let turn = self.unparked.notified();
             let mut turn = std::pin::pin!(turn);
             turn.as_mut().enable();
             if self.gate_at(self.requests.load(Ordering::SeqCst)) != Gate::Shut {
@@ -215,7 +215,7 @@ impl Drop for OpenRequest {
     }
 }
 
-/// One HTTP API request counted as waiting while it lives (a waiter dropped by its caller
+/// One request counted as parked at the gate while it lives (a waiter dropped by its caller
 /// stops counting too).
 struct Waiting<'a>(&'a AtomicU32);
 
