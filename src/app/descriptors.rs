@@ -25,7 +25,7 @@ const BESIDE_CONNECTIONS: u64 = 1_024;
 /// Raises the open files limit and grows the descriptor table to hold `max_connections`
 /// connections beside the service's other descriptors (never past the limit). Call it before
 /// the runtime is built: once threads share the table, growing it waits as described above.
-pub fn prepare(max_connections: usize) {
+pub(super) fn prepare(max_connections: usize) {
     let limit = raise_open_files_limit();
     let wanted = u64::try_from(max_connections)
         .unwrap_or(u64::MAX)

@@ -9,7 +9,7 @@
 //! Owns wiring only: no decision, protocol or storage logic lives here.
 
 mod check;
-pub mod descriptors;
+mod descriptors;
 mod error;
 mod label;
 mod listeners;

@@ -21,7 +21,8 @@ pub fn build() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 /// The service's runtime, built once the process's descriptors are prepared for
-/// `max_connections` ([`super::descriptors::prepare`] must run before the runtime's threads).
+/// `max_connections` (the open files limit raised and the descriptor table grown, which must
+/// happen before the runtime's threads share it: `app::descriptors`).
 pub fn build_serving(max_connections: usize) -> std::io::Result<tokio::runtime::Runtime> {
     super::descriptors::prepare(max_connections);
     build()

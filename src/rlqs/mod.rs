@@ -95,8 +95,8 @@ impl<S: CounterStore> RateLimitQuotaService for RlqsHandler<S> {
             // Spread evenly: consecutive streams 61 ms apart, modulo the spread.
             Duration::from_millis(n.wrapping_mul(61) % REFRESH_SPREAD_MS),
             parent,
-        )
-        .of(peer);
+            peer,
+        );
         let responses = futures_util::stream::unfold(session, |mut session| async move {
             let next = session.next().await?;
             Some((next, session))
@@ -126,6 +126,7 @@ impl<S: CounterStore> Session<S> {
         inbound: Streaming<RateLimitQuotaUsageReports>,
         phase: Duration,
         parent: Option<(Arc<Tracer>, Context)>,
+        peer: Option<Arc<Peer>>,
     ) -> Self {
         state.metrics.rlqs.stream_opened();
         Self {
@@ -135,14 +136,8 @@ impl<S: CounterStore> Session<S> {
             ended: false,
             phase,
             parent,
-            peer: None,
+            peer,
         }
-    }
-
-    /// The stream's client, whose gate its reports pass.
-    fn of(mut self, peer: Option<Arc<Peer>>) -> Self {
-        self.peer = peer;
-        self
     }
 
     /// The next response: reports are read until one yields assignments; `None` once the

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::peers::client_from;
+use super::peers::{a_well_behaved_peer_is_answered, client_from};
 use crate::backends::Backend;
 use crate::process::{Process, RULES, metric, rules_root};
 use crate::support::until;
@@ -97,15 +97,7 @@ async fn a_flood_of_streams_is_held_back_while_a_well_behaved_peer_is_answered()
     // The door's budget by count, far below the flood's streams, so it is held for certain.
     let p = Process::start(&root, &[("GRPC_FAIR_REQUESTS_OPEN", "64")]);
     let flood = Flood::start(p.grpc, 8, 128).await;
-    let mut honest = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)), p.grpc).await;
-    for i in 0..100 {
-        let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
-        let answer = honest.should_rate_limit(call).await;
-        assert!(
-            answer.is_ok(),
-            "the well-behaved peer's call {i}: {answer:?}"
-        );
-    }
+    a_well_behaved_peer_is_answered(p.grpc, "ops").await;
     flood.stop().await;
     assert_held_or_shed(&p);
 }

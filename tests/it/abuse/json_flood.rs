@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::peers::client_from;
+use super::peers::a_well_behaved_peer_is_answered;
 use crate::backends::Backend;
 use crate::process::{Process, RULES, metric, rules_root};
 use crate::support::until;
@@ -79,12 +79,7 @@ async fn a_json_flood_waits_at_its_peers_gate_while_a_grpc_peer_is_answered() {
         answered.load(Ordering::Relaxed) >= 500
     })
     .await;
-    let mut honest = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)), p.grpc).await;
-    for i in 0..100 {
-        let call = crate::support::req1("ops", &[("user", &format!("honest-{i}"))]);
-        let answer = honest.should_rate_limit(call).await;
-        assert!(answer.is_ok(), "the gRPC peer's call {i}: {answer:?}");
-    }
+    a_well_behaved_peer_is_answered(p.grpc, "ops").await;
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         caller.await.expect("flood caller");

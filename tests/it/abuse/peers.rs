@@ -43,6 +43,20 @@ async fn client_dialling(
     RateLimitServiceClient::new(channel_dialling(local, port, dials).await)
 }
 
+/// A well-behaved peer from 127.0.0.3: 100 calls in `domain`, one at a time on one
+/// connection, every one answered OK.
+pub(super) async fn a_well_behaved_peer_is_answered(port: u16, domain: &str) {
+    let mut honest = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)), port).await;
+    for i in 0..100 {
+        let call = crate::support::req1(domain, &[("user", &format!("honest-{i}"))]);
+        let answer = honest.should_rate_limit(call).await;
+        assert!(
+            answer.is_ok(),
+            "the well-behaved peer's call {i}: {answer:?}"
+        );
+    }
+}
+
 /// A channel whose one connection comes from `local` (for any gRPC service).
 pub(super) async fn channel_from(local: IpAddr, port: u16) -> tonic::transport::Channel {
     channel_dialling(local, port, Arc::default()).await

@@ -12,7 +12,7 @@ use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_servic
 use turnstile::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use turnstile::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
-use super::peers::{channel_from, client_from};
+use super::peers::{a_well_behaved_peer_is_answered, channel_from};
 use crate::backends::Backend;
 use crate::process::{Process, metric, rules_root};
 use crate::support::until;
@@ -89,12 +89,7 @@ async fn an_rlqs_flood_waits_at_its_peers_gate_while_a_grpc_peer_is_answered() {
         metric(&p.metrics(), "turnstile_rlqs_reports_total").unwrap_or(0) >= 2_000
     })
     .await;
-    let mut honest = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)), p.grpc).await;
-    for i in 0..100 {
-        let call = crate::support::req1("rlqs", &[("user", &format!("honest-{i}"))]);
-        let answer = honest.should_rate_limit(call).await;
-        assert!(answer.is_ok(), "the gRPC peer's call {i}: {answer:?}");
-    }
+    a_well_behaved_peer_is_answered(p.grpc, "rlqs").await;
     let metrics = p.metrics();
     drop(tasks);
     let paused = metric(&metrics, "turnstile_peer_reads_paused_total").unwrap_or(0);
